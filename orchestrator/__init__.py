@@ -1,0 +1,1 @@
+"""Sweep orchestration on Ray Tune: spec, launch, resume, status, report."""

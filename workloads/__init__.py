@@ -1,0 +1,1 @@
+"""The experiment itself: tasks, models, training and evaluation. Knows nothing of Ray."""

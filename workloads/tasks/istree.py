@@ -1,0 +1,115 @@
+"""IsTree (PAPER.md): is a graph on n vertices with n-1 edges a tree?
+
+The three setups differ only in what the model writes after the first EOS:
+the answer (vanilla), a DFS Euler tour then the answer (cot), or the same DFS with
+every look-up asked of a retriever (retrieval). The heavy lifting is compiled in
+`istree_kernels`; this module is the typed face of it.
+"""
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from workloads.tasks import istree_kernels as K
+
+# Training and validation samples come from disjoint streams of per-sample seeds,
+# so a validation set never depends on how far training has gone.
+TRAIN_STREAM = 0
+VALID_STREAM = 1
+
+
+class IsTreeConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: Literal["istree"] = "istree"
+    n: int = Field(ge=4, le=1024, description="vertices in each graph")
+    family: Literal["binary", "random"] = "binary"
+    setup: Literal["vanilla", "cot", "retrieval"] = "cot"
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Right-padded samples. `supervised[b, i]` is True where token i carries loss."""
+
+    tokens: torch.Tensor  # (B, T) int64
+    supervised: torch.Tensor  # (B, T) bool
+    lengths: torch.Tensor  # (B,) int64, BOS to answer inclusive
+    labels: torch.Tensor  # (B,) bool, is the graph a tree
+
+    def to(self, device):
+        return Batch(*(t.to(device, non_blocking=True) for t in (self.tokens, self.supervised, self.lengths, self.labels)))
+
+
+class IsTreeTask:
+    """Streams IsTree samples, tokenised with a vocabulary that depends only on n."""
+
+    def __init__(self, config: IsTreeConfig):
+        self.config = config
+        n = config.n
+        self.n = n
+        self.vocab = tuple(str(v) for v in range(n + 1)) + K.SPECIALS
+        self._ids = {tok: i for i, tok in enumerate(self.vocab)}
+        self.pad_id = n + K.PAD
+        self.eos_id = n + K.EOS
+        self.true_id = n + K.TRUE
+        self.false_id = n + K.FALSE
+        self.end_search_id = n + K.END
+        self.uses_retriever = config.setup == "retrieval"
+        self.prompt_length = 3 * (n - 1) + 2  # BOS, n-1 edges of 3 tokens, EOS
+        self._family = K.FAMILIES.index(config.family)
+        self._setup = K.SETUPS.index(config.setup)
+        self.max_length = K.max_length(n, self._setup)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    def token_id(self, token: str) -> int:
+        return self._ids[token]
+
+    def decode(self, ids) -> list[str]:
+        return [self.vocab[i] for i in ids]
+
+    def batch(self, seed: int, stream: int, start: int, count: int) -> Batch:
+        """Samples start..start+count-1 of stream `stream` under `seed`."""
+        tokens = np.full((count, self.max_length), self.pad_id, np.int64)
+        sup = np.zeros((count, self.max_length), np.uint8)
+        lengths = np.empty(count, np.int64)
+        labels = np.empty(count, np.bool_)
+        K.fill_batch(self.n, self._family, self._setup, seed, stream, start, tokens, sup, lengths, labels)
+        width = int(lengths.max())
+        return Batch(
+            tokens=torch.from_numpy(np.ascontiguousarray(tokens[:, :width])),
+            supervised=torch.from_numpy(sup[:, :width].astype(np.bool_)),
+            lengths=torch.from_numpy(lengths),
+            labels=torch.from_numpy(labels),
+        )
+
+    def retrieve(self, ids) -> int:
+        """The retriever's answer to the query that ends `ids` (last token ENDSEARCH)."""
+        seq = np.asarray(ids, dtype=np.int64)
+        return int(K.retrieve(seq, len(seq), self.n))
+
+    def retrieve_rows(self, tokens: np.ndarray, lengths: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Answers for the rows of a (B, T) int64 array whose sequences end in ENDSEARCH."""
+        answers = np.empty(len(rows), np.int64)
+        K.retrieve_rows(tokens, lengths, rows.astype(np.int64), self.n, answers)
+        return answers
+
+    def samples(self, seed: int, stream: int, start: int, count: int) -> list[dict]:
+        """Samples as plain records: token strings, label and the loss mask."""
+        b = self.batch(seed, stream, start, count)
+        out = []
+        for i in range(count):
+            length = int(b.lengths[i])
+            out.append(
+                {
+                    "tokens": self.decode(b.tokens[i, :length].tolist()),
+                    "label": bool(b.labels[i]),
+                    "supervised": b.supervised[i, :length].to(torch.uint8).tolist(),
+                }
+            )
+        return out
