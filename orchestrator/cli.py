@@ -75,6 +75,44 @@ def show_task(
         typer.echo(" ".join(shown))
 
 
+class ListFormat(str, Enum):
+    table = "table"
+    json = "json"
+
+
+@app.command("models")
+def models(format: ListFormat = typer.Option(ListFormat.table, "--format")):
+    """List the model presets with their trainable parameter counts."""
+    from workloads.models import PRESETS, build_model
+
+    rows = [
+        # The frozen embedding is not a parameter, so the vocabulary size does not matter.
+        dict(arch=arch, size=size, params=build_model(cfg, vocab_size=2).num_params(),
+             d_model=cfg.d_model, n_layers=cfg.n_layers, attn_layer_idx=list(cfg.attn_layer_idx))
+        for arch, sizes in PRESETS.items()
+        for size, cfg in sizes.items()
+    ]
+    if format is ListFormat.json:
+        typer.echo(json.dumps(rows))
+    else:
+        for r in rows:
+            idx = r.pop("attn_layer_idx")
+            r["attention layers"] = "all" if len(idx) == r["n_layers"] else ",".join(map(str, idx)) or "none"
+        _print_table(rows)
+
+
+def _print_table(rows: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table()
+    for key in rows[0]:
+        table.add_column(key, justify="right" if isinstance(rows[0][key], (int, float)) else "left")
+    for r in rows:
+        table.add_row(*(f"{v:,}" if isinstance(v, int) else str(v) for v in r.values()))
+    Console().print(table)
+
+
 def _first_error(e) -> str:
     err = e.errors()[0]
     path = ".".join(str(p) for p in err["loc"]) or "(root)"

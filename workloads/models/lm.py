@@ -1,0 +1,80 @@
+"""The language model around the layers: frozen sinusoidal embedding shared with the
+output head, a stack of attention and Mamba layers, a final RMSNorm."""
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from workloads.models.config import ModelConfig
+from workloads.models.mamba import MambaLayer
+from workloads.models.transformer import AttentionLayer
+
+
+def sinusoidal_table(vocab_size: int, d_model: int) -> torch.Tensor:
+    """Row i, column j: sin(i / 10000^(j/d)) for even j, cos(i / 10000^((j-1)/d)) for odd j."""
+    i = torch.arange(vocab_size, dtype=torch.float64)[:, None]
+    j = torch.arange(d_model, dtype=torch.float64)[None, :]
+    angle = i / 10000 ** ((j - j % 2) / d_model)
+    return torch.where(j % 2 == 0, torch.sin(angle), torch.cos(angle)).to(torch.float32)
+
+
+@dataclass
+class DecodeState:
+    layers: list
+    length: int = 0
+
+
+class SequenceModel(nn.Module):
+    def __init__(self, cfg: ModelConfig, vocab_size: int):
+        super().__init__()
+        self.cfg = cfg
+        # Frozen so that the parameter count does not grow with the vocabulary (PAPER.md).
+        self.register_buffer("embedding", sinusoidal_table(vocab_size, cfg.d_model), persistent=False)
+        self.layers = nn.ModuleList(
+            AttentionLayer(cfg, i) if i in cfg.attn_layer_idx else MambaLayer(cfg, i) for i in range(cfg.n_layers)
+        )
+        self.norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self._init_weights()
+
+    def _init_weights(self):
+        # As mamba-ssm's MixerModel and GPT-2: output projections of residual branches
+        # shrink with depth so that the residual stream keeps its scale at init.
+        for name, p in self.named_parameters():
+            if name.endswith(("out_proj.weight", "o_proj.weight", "down_proj.weight")):
+                nn.init.kaiming_uniform_(p, a=5**0.5)
+                with torch.no_grad():
+                    p /= self.cfg.n_layers**0.5
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+    def _logits(self, h: torch.Tensor) -> torch.Tensor:
+        return self.norm(h) @ self.embedding.T.to(h.dtype)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Logits (B, T, V) for tokens (B, T): position t predicts token t+1."""
+        h = self.embedding[tokens]
+        for layer in self.layers:
+            h = layer(h)
+        return self._logits(h)
+
+    @torch.no_grad()
+    def prefill(self, tokens: torch.Tensor, max_length: int) -> tuple[torch.Tensor, DecodeState]:
+        """Runs the prompt (B, T) once; returns the last position's logits (B, V) and
+        the state that `step` continues from, sized for `max_length` tokens in all."""
+        h = self.embedding[tokens]
+        state = DecodeState([layer.new_cache(tokens.shape[0], max_length, h) for layer in self.layers])
+        for layer, cache in zip(self.layers, state.layers):
+            h = layer(h, cache)
+        state.length = tokens.shape[1]
+        return self._logits(h[:, -1]), state
+
+    @torch.no_grad()
+    def step(self, token: torch.Tensor, state: DecodeState) -> torch.Tensor:
+        """Feeds one token per row (B,); returns the next logits (B, V)."""
+        h = self.embedding[token][:, None]
+        for layer, cache in zip(self.layers, state.layers):
+            h = layer(h, cache)
+        state.length += 1
+        return self._logits(h[:, 0])

@@ -1,0 +1,134 @@
+"""Mamba (v1) layer: in/out projections, depthwise causal conv, selective scan.
+
+One module, parameter for parameter the layout of mamba-ssm's `Mamba`, with three
+ways to run the scan (`scan_impl`): mamba-ssm's CUDA kernel when it imports and the
+tensors are on a GPU, our compiled kernel on CPU, the step-by-step reference
+elsewhere. mamba-ssm is imported lazily: `import mamba_ssm` fails outright on a
+machine without its compiled CUDA extension.
+"""
+
+import functools
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from workloads.models.config import ModelConfig
+from workloads.models.selective_scan import scan_cpu, scan_reference
+
+SCAN_IMPLS = ("auto", "cuda", "cpu", "reference")
+
+
+@functools.cache
+def mamba_ssm_scan():
+    """mamba-ssm's selective_scan_fn, or None where it does not import."""
+    try:
+        from mamba_ssm.ops.selective_scan_interface import selective_scan_fn
+    except Exception:  # ImportError, or the extension failing to load
+        return None
+    return selective_scan_fn
+
+
+@dataclass
+class MambaCache:
+    conv: torch.Tensor  # (B, d_inner, d_conv - 1): the conv's most recent inputs
+    ssm: torch.Tensor  # (B, d_inner, d_state)
+    filled: bool = False
+
+
+class MambaMixer(nn.Module):
+    def __init__(self, cfg: ModelConfig, scan_impl: str = "auto"):
+        super().__init__()
+        d_inner, n_state, dt_rank = cfg.d_inner, cfg.d_state, cfg.dt_rank
+        self.d_inner, self.d_state, self.dt_rank, self.d_conv = d_inner, n_state, dt_rank, cfg.d_conv
+        self.scan_impl = scan_impl
+        self.in_proj = nn.Linear(cfg.d_model, 2 * d_inner, bias=False)
+        self.conv1d = nn.Conv1d(d_inner, d_inner, cfg.d_conv, groups=d_inner, padding=cfg.d_conv - 1)
+        self.x_proj = nn.Linear(d_inner, dt_rank + 2 * n_state, bias=False)
+        self.dt_proj = nn.Linear(dt_rank, d_inner, bias=True)
+        # S4D-real initialisation of A and Mamba's dt initialisation (dt in [1e-3, 1e-1]).
+        self.A_log = nn.Parameter(torch.log(torch.arange(1, n_state + 1, dtype=torch.float32)).repeat(d_inner, 1))
+        self.D = nn.Parameter(torch.ones(d_inner))
+        self.out_proj = nn.Linear(d_inner, cfg.d_model, bias=False)
+        nn.init.uniform_(self.dt_proj.weight, -(dt_rank**-0.5), dt_rank**-0.5)
+        dt = torch.exp(torch.rand(d_inner) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3)).clamp(min=1e-4)
+        with torch.no_grad():
+            self.dt_proj.bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # inverse softplus
+
+    def new_cache(self, batch: int, like: torch.Tensor) -> MambaCache:
+        return MambaCache(
+            conv=like.new_zeros(batch, self.d_inner, self.d_conv - 1),
+            ssm=like.new_zeros(batch, self.d_inner, self.d_state, dtype=torch.float32),
+        )
+
+    def _impl(self, x: torch.Tensor) -> str:
+        if self.scan_impl != "auto":
+            return self.scan_impl
+        if x.is_cuda and mamba_ssm_scan() is not None:
+            return "cuda"
+        return "cpu" if x.device.type == "cpu" else "reference"
+
+    def forward(self, h: torch.Tensor, cache: MambaCache | None = None) -> torch.Tensor:
+        if cache is not None and cache.filled:
+            return self.step(h, cache)
+        length = h.shape[1]
+        x, z = self.in_proj(h).chunk(2, dim=-1)
+        x_t = x.transpose(1, 2)  # (B, d_inner, L)
+        if cache is not None:
+            cache.conv = F.pad(x_t, (self.d_conv - 1, 0))[..., -(self.d_conv - 1) :].contiguous()
+        x = F.silu(self.conv1d(x_t)[..., :length]).transpose(1, 2)
+        dt, Bm, C = self.x_proj(x).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
+        A = -torch.exp(self.A_log.float())
+        impl = self._impl(x)
+        if impl == "cuda":
+            y, last = self._scan_cuda(x, dt, A, Bm, C, z)
+        else:
+            dt = F.softplus(self.dt_proj(dt))
+            scan = scan_cpu if impl == "cpu" else scan_reference
+            y, last = scan(x.float(), dt.float(), A, Bm.float(), C.float())
+            y = (y.to(x.dtype) + x * self.D) * F.silu(z)
+        if cache is not None:
+            cache.ssm, cache.filled = last.float(), True
+        return self.out_proj(y)
+
+    def _scan_cuda(self, x, dt, A, Bm, C, z):
+        """mamba-ssm's fused kernel: softplus, D skip and gate happen inside it."""
+        dt = (dt @ self.dt_proj.weight.T).transpose(1, 2)  # bias is applied in the kernel
+        y, last = mamba_ssm_scan()(
+            x.transpose(1, 2).contiguous(), dt.contiguous(), A,
+            Bm.transpose(1, 2).contiguous(), C.transpose(1, 2).contiguous(),
+            D=self.D.float(), z=z.transpose(1, 2).contiguous(),
+            delta_bias=self.dt_proj.bias.float(), delta_softplus=True, return_last_state=True,
+        )
+        return y.transpose(1, 2), last
+
+    def step(self, h: torch.Tensor, cache: MambaCache) -> torch.Tensor:
+        """One token, h of shape (B, 1, d_model); advances the cache."""
+        x, z = self.in_proj(h[:, 0]).chunk(2, dim=-1)
+        window = torch.cat([cache.conv, x[:, :, None]], dim=-1)  # (B, d_inner, d_conv)
+        cache.conv = window[:, :, 1:]
+        x = F.silu((window * self.conv1d.weight[:, 0, :]).sum(-1) + self.conv1d.bias)
+        dt, Bm, C = self.x_proj(x).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
+        dt = F.softplus(self.dt_proj(dt)).float()
+        A = -torch.exp(self.A_log.float())
+        cache.ssm = torch.exp(dt[..., None] * A) * cache.ssm + (dt * x.float())[..., None] * Bm.float()[:, None, :]
+        y = (cache.ssm * C.float()[:, None, :]).sum(-1).to(x.dtype) + self.D * x
+        return self.out_proj(y * F.silu(z))[:, None]
+
+
+class MambaLayer(nn.Module):
+    """Pre-norm residual Mamba layer (no MLP, as in mamba-ssm's MixerModel)."""
+
+    def __init__(self, cfg: ModelConfig, layer_idx: int):
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.mixer = MambaMixer(cfg)
+
+    def new_cache(self, batch: int, max_length: int, like: torch.Tensor) -> MambaCache:
+        return self.mixer.new_cache(batch, like)
+
+    def forward(self, x: torch.Tensor, cache: MambaCache | None = None) -> torch.Tensor:
+        return x + self.mixer(self.norm(x), cache)

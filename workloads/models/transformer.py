@@ -1,0 +1,103 @@
+"""LLaMA-style decoder layer: RMSNorm pre-norm, rotary positions, causal
+multi-head attention through scaled_dot_product_attention, SwiGLU MLP, no biases."""
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from workloads.models.config import ModelConfig
+
+
+def rotary_tables(positions: torch.Tensor, head_dim: int, theta: float, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of shape (T, head_dim) in the half-split layout LLaMA uses."""
+    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim)
+    angles = positions.to(torch.float32)[:, None] * inv_freq[None, :]
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
+
+
+@dataclass
+class KVCache:
+    """Keys and values of every position so far, preallocated to the decode length."""
+
+    k: torch.Tensor  # (B, H, T_max, head_dim)
+    v: torch.Tensor
+    length: int = 0
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.head_dim = cfg.d_model // cfg.n_heads
+        self.theta = cfg.rope_theta
+        self.q_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+        self.k_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+        self.v_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+        self.o_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+
+    def _heads(self, x, proj):
+        batch, length, _ = x.shape
+        return proj(x).view(batch, length, self.n_heads, self.head_dim).transpose(1, 2)
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        """Causal attention over x; with a cache, x continues the cached positions."""
+        batch, length, d_model = x.shape
+        start = 0 if cache is None else cache.length
+        positions = torch.arange(start, start + length, device=x.device)
+        cos, sin = rotary_tables(positions, self.head_dim, self.theta, x.dtype)
+        q = apply_rotary(self._heads(x, self.q_proj), cos, sin)
+        k = apply_rotary(self._heads(x, self.k_proj), cos, sin)
+        v = self._heads(x, self.v_proj)
+        if cache is None:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            cache.k[:, :, start : start + length] = k
+            cache.v[:, :, start : start + length] = v
+            cache.length = start + length
+            if start == 0:
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                # Decoding continues after the prompt: all cached positions are visible.
+                assert length == 1, "after the prompt, decode one token at a time"
+                out = F.scaled_dot_product_attention(q, cache.k[:, :, : cache.length], cache.v[:, :, : cache.length])
+        return self.o_proj(out.transpose(1, 2).reshape(batch, length, d_model))
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.d_model, cfg.d_mlp, bias=False)
+        self.up_proj = nn.Linear(cfg.d_model, cfg.d_mlp, bias=False)
+        self.down_proj = nn.Linear(cfg.d_mlp, cfg.d_model, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class AttentionLayer(nn.Module):
+    """One LLaMA decoder layer."""
+
+    def __init__(self, cfg: ModelConfig, layer_idx: int):
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.attn_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.attn = Attention(cfg)
+        self.mlp_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.mlp = SwiGLU(cfg)
+
+    def new_cache(self, batch: int, max_length: int, like: torch.Tensor) -> KVCache:
+        shape = (batch, self.attn.n_heads, max_length, self.attn.head_dim)
+        return KVCache(k=like.new_zeros(shape), v=like.new_zeros(shape))
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), cache)
+        return x + self.mlp(self.mlp_norm(x))
