@@ -32,6 +32,27 @@ def scan_reference(u, dt, A, Bm, C, h0=None):
     return torch.stack(ys, dim=1), h
 
 
+@njit(fastmath=True, cache=True, inline="always")
+def _exp(x):
+    """exp(x) for float32 x <= 0 to ~2e-7 relative error, in a form LLVM vectorises.
+
+    libm's exp is called one element at a time and was 75% of the scan's time.
+    Here exp(x) = 2^k 2^f with k = round(x log2 e), |f| <= 1/2, 2^f by its Taylor
+    series to degree 6 and 2^k written straight into the exponent bits."""
+    t = max(x, np.float32(-87.0)) * np.float32(1.4426950408889634)
+    k = math.floor(t + np.float32(0.5))
+    f = t - k
+    p = np.float32(0.00015403530393381606)
+    p = p * f + np.float32(0.0013333558146428441)
+    p = p * f + np.float32(0.009618129107628477)
+    p = p * f + np.float32(0.055504108664821576)
+    p = p * f + np.float32(0.2402265069591007)
+    p = p * f + np.float32(0.6931471805599453)
+    p = p * f + np.float32(1.0)
+    bits = (np.int32(k) + np.int32(127)) << np.int32(23)
+    return p * np.int32(bits).view(np.float32)
+
+
 @njit(parallel=True, fastmath=True, cache=True)
 def _forward(u, dt, A, Bm, C, y, last):
     batch, length, d_inner = u.shape
@@ -45,7 +66,7 @@ def _forward(u, dt, A, Bm, C, y, last):
                 x = dtv * u[b, t, d]
                 acc = np.float32(0.0)
                 for n in range(n_state):
-                    h[n] = math.exp(dtv * A[d, n]) * h[n] + x * Bm[b, t, n]
+                    h[n] = _exp(dtv * A[d, n]) * h[n] + x * Bm[b, t, n]
                     acc += C[b, t, n] * h[n]
                 y[b, t, d] = acc
             last[b, d, :] = h
@@ -67,7 +88,7 @@ def _backward(u, dt, A, Bm, C, dy, du, ddt, dA_part, dB, dC):
                 dtv = dt[b, t, d]
                 x = dtv * u[b, t, d]
                 for n in range(n_state):
-                    a = math.exp(dtv * A[d, n])
+                    a = _exp(dtv * A[d, n])
                     decay[t, n] = a
                     hs[t + 1, n] = a * hs[t, n] + x * Bm[b, t, n]
             g[:] = 0.0
