@@ -1,0 +1,186 @@
+"""Training and evaluation: schedule, resume, failure, generation, and that models learn."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import workloads.train as train_mod
+from orchestrator.cli import app
+from workloads.config import TrialConfig, trial_config
+from workloads.evaluate import answers, generate
+from workloads.models import build_model, preset
+from workloads.tasks import IsTreeConfig, build_task
+from workloads.train import CHECKPOINT_FILE, lr_factor, resolve_device, run_trial
+
+
+def small_trial(arch="transformer", setup="cot", n=6, **train) -> TrialConfig:
+    defaults = dict(samples=1024, batch_size=32, warmup_samples=128, eval_every=256, val_samples=64, eval_batch_size=32, lr=3e-3)
+    return trial_config(arch, "tiny", IsTreeConfig(n=n, setup=setup), **(defaults | train))
+
+
+def test_schedule_warms_up_linearly_then_decays_to_zero():
+    warmup, total = 10, 110
+    f = [lr_factor(s, warmup, total) for s in range(total + 1)]
+    assert f[0] == pytest.approx(0.1) and f[warmup - 1] == pytest.approx(1.0)
+    assert all(a < b for a, b in zip(f[:warmup], f[1:warmup]))
+    assert all(a >= b for a, b in zip(f[warmup:], f[warmup + 1 :]))
+    assert f[total] == pytest.approx(0.0, abs=1e-12)
+    assert f[warmup + (total - warmup) // 2] == pytest.approx(0.5)
+
+
+def _weights(directory):
+    return torch.load(directory / CHECKPOINT_FILE, weights_only=True)
+
+
+@pytest.mark.parametrize("arch", ["transformer", "hybrid"])
+def test_an_interrupted_and_resumed_trial_ends_with_the_same_weights(arch, tmp_path):
+    config = small_trial(arch)
+    straight = run_trial(config, checkpoint_dir=tmp_path / "a")
+    run_trial(config, checkpoint_dir=tmp_path / "b", stop_after=512)
+    assert _weights(tmp_path / "b")["samples"] == 512
+    seen = []
+    resumed = run_trial(config, checkpoint_dir=tmp_path / "b", resume_from=tmp_path / "b", on_step=seen.append)
+    assert seen[0] == 512 + 32 and seen[-1] == 1024  # only the second half was trained again
+    a, b = _weights(tmp_path / "a"), _weights(tmp_path / "b")
+    for name, w in a["model"].items():
+        assert torch.equal(w, b["model"][name]), name
+    assert a["optimizer"]["state"][0]["step"] == b["optimizer"]["state"][0]["step"]
+    for key in ("samples", "val_loss", "val_exact_match", "gen_accuracy"):
+        assert straight[key] == resumed[key]
+    assert [h["samples"] for h in b["history"]] == [256, 512, 768, 1024]
+
+
+def test_reports_carry_the_metrics_and_the_full_config():
+    config = small_trial(gen_every_eval=True)
+    reports = []
+    final = run_trial(config, report=lambda m, ckpt: reports.append(m))
+    assert [r["samples"] for r in reports] == [256, 512, 768, 1024]
+    for r in reports:
+        assert TrialConfig.model_validate(r["config"]) == config
+        for key in ("train_loss", "val_loss", "samples_per_s", "tokens_per_s"):
+            assert math.isfinite(r[key]) and r[key] > 0
+        for key in ("val_exact_match", "gen_accuracy"):
+            assert 0.0 <= r[key] <= 1.0
+    assert final == reports[-1] and final["done"]
+
+
+def test_a_non_finite_loss_stops_the_trial_naming_the_step(monkeypatch):
+    real = train_mod.supervised_loss
+    calls = []
+
+    def poisoned(logits, batch, reduction="mean"):
+        loss = real(logits, batch, reduction)
+        calls.append(1)
+        return loss * float("nan") if len(calls) == 7 and logits.requires_grad else loss
+
+    monkeypatch.setattr(train_mod, "supervised_loss", poisoned)
+    with pytest.raises(FloatingPointError, match="nan at step 7"):
+        run_trial(small_trial())
+
+
+def test_asking_for_cuda_without_a_gpu_is_a_clear_error():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(RuntimeError, match="no CUDA GPU"):
+        resolve_device("cuda")
+
+
+class Oracle:
+    """A 'model' that predicts each sample's reference continuation, except right
+    after ENDSEARCH, where it predicts a wrong token the retriever must override."""
+
+    def __init__(self, task, batch):
+        self.task, self.ref = task, batch.tokens
+        self.wrong = task.token_id("~")
+
+    def _logits(self, pos, prev):
+        nxt = self.ref[:, pos].clone() if pos < self.ref.shape[1] else torch.full_like(self.ref[:, 0], self.task.pad_id)
+        nxt[prev == self.task.end_search_id] = self.wrong
+        return torch.nn.functional.one_hot(nxt, self.task.vocab_size).float()
+
+    def prefill(self, tokens, max_length):
+        self.pos = tokens.shape[1]
+        return self._logits(self.pos, tokens[:, -1]), None
+
+    def step(self, token, state):
+        self.pos += 1
+        return self._logits(self.pos, token)
+
+
+@pytest.mark.parametrize("setup", ["vanilla", "cot", "retrieval"])
+def test_generation_reproduces_reference_traces_with_the_retriever_filling_in(setup):
+    task = build_task(IsTreeConfig(n=16, setup=setup, family="random"))
+    batch = task.batch(seed=2, stream=1, start=0, count=64)
+    seqs = generate(Oracle(task, batch), task, batch.tokens[:, : task.prompt_length], autocast=torch.no_grad)
+    for row in range(64):
+        length = int(batch.lengths[row])
+        assert seqs[row, :length].tolist() == batch.tokens[row, :length].tolist()
+        assert (seqs[row, length:] == task.pad_id).all()
+    assert (answers(task, seqs) == batch.labels.numpy()).all()
+
+
+def _naive_generate(model, task, prompts):
+    """Greedy decoding by re-running the whole sequence for every token."""
+    seqs = prompts.tolist()
+    for s in seqs:
+        while len(s) < task.max_length and s[-1] not in (task.true_id, task.false_id):
+            if task.uses_retriever and s[-1] == task.end_search_id:
+                s.append(task.retrieve(s))
+            else:
+                s.append(int(model(torch.tensor([s]))[0, -1].argmax()))
+    return seqs
+
+
+@pytest.mark.parametrize("arch", ["transformer", "mamba", "hybrid"])
+def test_cached_batched_generation_equals_naive_generation(arch):
+    task = build_task(IsTreeConfig(n=5, setup="retrieval"))
+    torch.manual_seed(1)
+    model = build_model(preset(arch, "tiny"), task.vocab_size).eval()
+    with torch.no_grad():  # a random model that likes to call the retriever
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    prompts = task.batch(seed=0, stream=1, start=0, count=6).tokens[:, : task.prompt_length]
+    fast = generate(model, task, prompts, autocast=torch.no_grad)
+    with torch.no_grad():
+        slow = _naive_generate(model, task, prompts)
+    for row, s in enumerate(slow):
+        assert fast[row, : len(s)].tolist() == s
+
+
+def test_train_command_writes_metrics_and_resumes(tmp_path):
+    out = tmp_path / "trial"
+    args = ["train", "--arch", "mamba", "--size", "tiny", "--setup", "retrieval", "--n", "5", "--samples", "256",
+            "--eval-every", "128", "--val-samples", "32", "--warmup-samples", "64", "--out", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((out / "metrics.json").read_text())
+    for key in ("samples", "train_loss", "val_loss", "val_exact_match", "gen_accuracy", "samples_per_s", "tokens_per_s"):
+        assert metrics[key] is not None
+    assert metrics["config"]["train"]["lr"] == 3e-4  # the paper's rule for Mamba
+    assert metrics["samples"] == 256 and 0 <= metrics["gen_accuracy"] <= 1
+    assert len((out / "history.jsonl").read_text().splitlines()) == 2
+    again = CliRunner().invoke(app, args)  # finished: resumes at the end, trains nothing
+    assert again.exit_code == 0 and "resuming" in again.output
+    assert len((out / "history.jsonl").read_text().splitlines()) == 2
+    other = CliRunner().invoke(app, args[:-2] + ["--seed", "1", "--out", str(out)])
+    assert other.exit_code != 0 and "another config" in other.output
+
+
+# What "learns" means here: the tiny preset of each family, CoT at n=6, more than
+# 90% generation accuracy within its budget (CPU, seeded, about a minute each).
+LEARNING_BUDGET = {"transformer": dict(samples=200_000, lr=3e-3), "mamba": dict(samples=200_000, lr=1e-2),
+                   "hybrid": dict(samples=200_000, lr=3e-3)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", list(LEARNING_BUDGET))
+def test_each_family_learns_cot_at_n6(arch):
+    torch.set_num_threads(2)
+    config = small_trial(arch, "cot", n=6, batch_size=64, warmup_samples=2_000, val_samples=500,
+                         eval_batch_size=250, **LEARNING_BUDGET[arch], eval_every=LEARNING_BUDGET[arch]["samples"])
+    metrics = run_trial(config)
+    assert metrics["gen_accuracy"] > 0.9, metrics

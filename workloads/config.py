@@ -1,0 +1,66 @@
+"""The resolved config of one trial: what `icr-sweep train` takes and every result stores."""
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from workloads.models import ModelConfig, preset
+from workloads.tasks import TaskConfig
+
+# PAPER.md: Adam at 1e-3 for Transformers, 3e-4 for Mamba and hybrids.
+PAPER_LR = {"transformer": 1e-3, "mamba": 3e-4, "hybrid": 3e-4}
+
+
+def paper_lr(arch: str) -> float:
+    if arch not in PAPER_LR:
+        raise ValueError(f"no default learning rate for {arch!r}; known: {', '.join(PAPER_LR)}")
+    return PAPER_LR[arch]
+
+
+class TrainConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    samples: int = Field(1_000_000, gt=0, description="fresh training samples in all")
+    batch_size: int = Field(64, gt=0)
+    lr: float = Field(gt=0, description="peak learning rate")
+    warmup_samples: int = Field(10_000, ge=0, description="linear warm-up, then cosine decay to 0")
+    grad_clip: Optional[float] = Field(None, gt=0, description="max global grad norm; None: no clipping")
+    eval_every: int = Field(100_000, gt=0, description="samples between evaluations (and checkpoints)")
+    val_samples: int = Field(5_000, gt=0)
+    val_seed: int = Field(1234, description="seed of the validation set, shared by all trials")
+    gen_every_eval: bool = Field(False, description="generation accuracy at every evaluation, not only the last")
+    eval_batch_size: int = Field(250, gt=0)
+    seed: int = 0
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    precision: Literal["fp32", "bf16"] = Field(
+        "fp32", description="bf16: autocast on CUDA (ignored on CPU, which always trains in fp32)"
+    )
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.warmup_samples >= self.samples:
+            raise ValueError(f"warmup_samples ({self.warmup_samples}) must be below samples ({self.samples})")
+        return self
+
+
+class TrialConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    task: TaskConfig
+    model: ModelConfig
+    train: TrainConfig
+
+    @property
+    def name(self) -> str:
+        """A readable id, e.g. transformer-cot-0.5M-n32-lr1e-3-s0."""
+        lr = f"{self.train.lr:.0e}".replace("e-0", "e-").replace("e+0", "e")
+        return f"{self.model.arch}-{self.task.setup}-{self.model.size}-n{self.task.n}-lr{lr}-s{self.train.seed}"
+
+
+def trial_config(arch: str, size: str, task: TaskConfig, lr: Optional[float] = None, **train) -> TrialConfig:
+    """A trial from preset names; the learning rate defaults to the paper's rule."""
+    return TrialConfig(
+        task=task,
+        model=preset(arch, size),
+        train=TrainConfig(lr=paper_lr(arch) if lr is None else lr, **train),
+    )

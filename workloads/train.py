@@ -1,0 +1,203 @@
+"""One trial: train a model on a task stream, evaluate periodically, checkpoint.
+
+`run_trial` is a function of a plain config dict and a `report` callback and knows
+nothing of Ray: the CLI's `train` and the sweep's trainable both call it.
+"""
+
+import contextlib
+import math
+import os
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+import torch
+
+from workloads.config import TrialConfig
+from workloads.evaluate import generation_accuracy, supervised_loss, teacher_forced
+from workloads.models import build_model
+from workloads.tasks import build_task
+from workloads.tasks.istree import TRAIN_STREAM, VALID_STREAM
+
+CHECKPOINT_FILE = "checkpoint.pt"
+Report = Callable[[dict, Optional[Path]], None]
+# Losses are checked for NaN/inf every this many steps: each check syncs with the GPU.
+_LOSS_CHECK_STEPS = 32
+
+
+def resolve_device(requested: str) -> torch.device:
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device 'cuda' was asked for, but torch sees no CUDA GPU")
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(requested)
+
+
+def lr_factor(step: int, warmup_steps: int, total_steps: int) -> float:
+    """Linear warm-up to 1, then cosine decay to 0 at the last step."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
+class Trial:
+    """Model, optimiser, schedule and data position of one run; saved and restored whole."""
+
+    def __init__(self, config: TrialConfig):
+        self.config = config
+        tc = config.train
+        self.device = resolve_device(tc.device)
+        use_bf16 = tc.precision == "bf16" and self.device.type == "cuda"
+        self.autocast = (
+            (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_bf16 else contextlib.nullcontext
+        )
+        self.task = build_task(config.task)
+        torch.manual_seed(tc.seed)
+        self.model = build_model(config.model, self.task.vocab_size).to(self.device)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=tc.lr, weight_decay=0.0)
+        warmup_steps = max(1, tc.warmup_samples // tc.batch_size)
+        total_steps = math.ceil(tc.samples / tc.batch_size)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda step: lr_factor(step, warmup_steps, total_steps)
+        )
+        self.samples = 0
+        self.history: list[dict] = []
+
+    def state_dict(self) -> dict:
+        state = {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "samples": self.samples,
+            "history": self.history,
+            "config": self.config.model_dump(mode="json"),
+            "rng_cpu": torch.get_rng_state(),
+        }
+        if self.device.type == "cuda":
+            state["rng_cuda"] = torch.cuda.get_rng_state(self.device)
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["config"] != self.config.model_dump(mode="json"):
+            raise ValueError("checkpoint was written by a trial with another config")
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.samples = state["samples"]
+        self.history = state["history"]
+        torch.set_rng_state(state["rng_cpu"])
+        if "rng_cuda" in state and self.device.type == "cuda":
+            torch.cuda.set_rng_state(state["rng_cuda"], self.device)
+
+    def save(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        tmp = directory / (CHECKPOINT_FILE + ".tmp")
+        torch.save(self.state_dict(), tmp)
+        os.replace(tmp, directory / CHECKPOINT_FILE)  # a crash mid-write leaves the old one
+
+    def restore(self, directory: Path) -> None:
+        state = torch.load(directory / CHECKPOINT_FILE, map_location=self.device, weights_only=True)
+        self.load_state_dict(state)
+
+    def validation_batches(self):
+        tc = self.config.train
+        return [
+            self.task.batch(tc.val_seed, VALID_STREAM, start, min(tc.eval_batch_size, tc.val_samples - start)).to(self.device)
+            for start in range(0, tc.val_samples, tc.eval_batch_size)
+        ]
+
+    def evaluate(self, batches, with_generation: bool) -> dict:
+        self.model.eval()
+        metrics = teacher_forced(self.model, batches, self.autocast)
+        metrics["gen_accuracy"] = (
+            generation_accuracy(self.model, self.task, batches, self.autocast) if with_generation else None
+        )
+        self.model.train()
+        return metrics
+
+
+def run_trial(
+    config: dict | TrialConfig,
+    report: Optional[Report] = None,
+    checkpoint_dir: Optional[Path] = None,
+    resume_from: Optional[Path] = None,
+    stop_after: Optional[int] = None,
+    on_step: Optional[Callable[[int], None]] = None,
+) -> dict:
+    """Trains one trial to its sample budget and returns the final metrics.
+
+    At every evaluation the trial is checkpointed into `checkpoint_dir` (when given)
+    and `report(metrics, checkpoint_dir)` is called. `resume_from` is a directory
+    holding an earlier checkpoint of the same config. `stop_after` ends the run
+    early once that many samples are done (to simulate an interruption).
+    `on_step(samples)` is called after every optimiser step (for progress bars).
+    """
+    config = TrialConfig.model_validate(config)
+    tc = config.train
+    trial = Trial(config)
+    if resume_from is not None and (Path(resume_from) / CHECKPOINT_FILE).exists():
+        trial.restore(Path(resume_from))
+    val_batches = trial.validation_batches()
+    model, task = trial.model, trial.task
+    model.train()
+    step_losses = torch.zeros(_LOSS_CHECK_STEPS, device=trial.device)
+    loss_sum, loss_steps, train_time, train_tokens, trained = 0.0, 0, 0.0, 0, 0
+    metrics = trial.history[-1] if trial.history else {}
+    while trial.samples < tc.samples:
+        started = time.perf_counter()
+        count = min(tc.batch_size, tc.samples - trial.samples)
+        batch = task.batch(tc.seed, TRAIN_STREAM, trial.samples, count).to(trial.device)
+        with trial.autocast():
+            logits = model(batch.tokens[:, :-1])
+        loss = supervised_loss(logits, batch)
+        trial.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if tc.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
+        trial.optimizer.step()
+        trial.scheduler.step()
+        step = trial.scheduler.last_epoch  # steps done, resumed runs included
+        step_losses[(step - 1) % _LOSS_CHECK_STEPS] = loss.detach()
+        before = trial.samples
+        trial.samples += count
+        trained += count
+        train_tokens += int(batch.lengths.sum())
+        eval_due = trial.samples // tc.eval_every > before // tc.eval_every or trial.samples == tc.samples
+        if step % _LOSS_CHECK_STEPS == 0 or eval_due:
+            recent = step_losses[: (step - 1) % _LOSS_CHECK_STEPS + 1].cpu()
+            bad = (~torch.isfinite(recent)).nonzero()
+            if len(bad):
+                first = step - len(recent) + 1 + int(bad[0])
+                raise FloatingPointError(f"loss is {recent[bad[0]].item()} at step {first} ({config.name})")
+            loss_sum += float(recent.sum())
+            loss_steps += len(recent)
+            step_losses.zero_()
+        train_time += time.perf_counter() - started
+        if on_step is not None:
+            on_step(trial.samples)
+        if not eval_due:
+            if stop_after is not None and trial.samples >= stop_after:
+                break
+            continue
+        final = trial.samples == tc.samples
+        metrics = {
+            "samples": trial.samples,
+            "step": step,
+            "train_loss": loss_sum / max(1, loss_steps),
+            **trial.evaluate(val_batches, with_generation=final or tc.gen_every_eval),
+            "lr": trial.scheduler.get_last_lr()[0],
+            "samples_per_s": trained / train_time,
+            "tokens_per_s": train_tokens / train_time,
+            "done": final,
+            "config": config.model_dump(mode="json"),
+        }
+        loss_sum, loss_steps = 0.0, 0
+        trial.history.append({k: v for k, v in metrics.items() if k != "config"})
+        if checkpoint_dir is not None:
+            trial.save(Path(checkpoint_dir))
+        if report is not None:
+            report(metrics, checkpoint_dir)
+        if stop_after is not None and trial.samples >= stop_after:
+            break
+    return metrics
