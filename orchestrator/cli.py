@@ -1,6 +1,7 @@
 """The `icr-sweep` command line. Heavy imports (torch, Ray) happen inside commands."""
 
 import json
+import sys
 from enum import Enum
 from pathlib import Path
 from typing import Optional
@@ -111,7 +112,7 @@ def _print_table(rows: list[dict]) -> None:
         table.add_column(key, justify="right" if isinstance(rows[0][key], (int, float)) else "left")
     for r in rows:
         table.add_row(*(f"{v:,}" if isinstance(v, int) else str(v) for v in r.values()))
-    Console().print(table)
+    Console(width=None if sys.stdout.isatty() else 200).print(table)
 
 
 class Arch(str, Enum):
@@ -191,6 +192,181 @@ def train(
         bar.close()
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
     typer.echo(json.dumps({k: v for k, v in metrics.items() if k != "config"}))
+
+
+def _spec(path: Path):
+    from orchestrator.spec import SpecError, load_spec
+
+    try:
+        return load_spec(path)
+    except SpecError as e:
+        typer.secho(str(e), fg=typer.colors.RED, err=True)
+        raise typer.Exit(2)
+
+
+@app.command("schema")
+def schema():
+    """Print the JSON schema of sweep specs (for editor completion of the YAML)."""
+    from orchestrator.spec import SweepSpec
+
+    typer.echo(json.dumps(SweepSpec.model_json_schema(), indent=1))
+
+
+@app.command("validate")
+def validate(spec: Path = typer.Argument(..., help="sweep spec (YAML)")):
+    """Check a sweep spec; exit 0 when it is valid."""
+    s = _spec(spec)
+    typer.echo(f"{spec}: valid ({s.search.method}, results in {s.run_dir()})")
+
+
+@app.command("plan")
+def plan(spec: Path = typer.Argument(..., help="sweep spec (YAML)"), format: ListFormat = typer.Option(ListFormat.table, "--format")):
+    """Show the trials a spec would run."""
+    from orchestrator.spec import cells, expand
+
+    s = _spec(spec)
+    if s.search.method == "grid":
+        trials = expand(s)
+        rows = [dict(name=t.name, arch=t.model.arch, setup=t.task.setup, size=t.model.size, n=t.task.n,
+                     family=t.task.family, lr=t.train.lr, seed=t.train.seed, samples=t.train.samples,
+                     config=t.model_dump(mode="json")) for t in trials]
+    else:
+        rows = []
+        for arch, setup, size, n, seed in cells(s):
+            d = getattr(s.lr, arch)
+            rows.append(dict(name=f"{arch}-{setup}-{size}-n{n}-s{seed}", arch=arch, setup=setup, size=size, n=n,
+                             family=s.axes.family, lr=f"{d.distribution}({d.low:g}, {d.high:g})", seed=seed,
+                             trials=s.search.num_samples, samples=s.training.samples * s.search.num_samples))
+    if format is ListFormat.json:
+        typer.echo(json.dumps(rows, indent=1))
+        return
+    _print_table([{k: v for k, v in r.items() if k != "config"} for r in rows])
+    n_trials = sum(r.get("trials", 1) for r in rows)
+    typer.echo(f"{n_trials} trials, {sum(r['samples'] for r in rows):,} training samples in all -> {s.run_dir()}")
+
+
+def _ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus):
+    return dict(address=address, temp_dir=temp_dir, dashboard_host=dashboard_host,
+                dashboard_port=dashboard_port, num_cpus=num_cpus)
+
+
+def _start_ray(opts: dict, spec):
+    from orchestrator import tune as sweep
+
+    ctx = sweep.start_ray(**opts)
+    url = getattr(ctx, "dashboard_url", None)
+    if url:
+        typer.secho(f"Ray dashboard: http://{url}", fg=typer.colors.GREEN, err=True)
+        typer.echo("  It asks for Ray's token: print it with `ray get-auth-token` (kept in ~/.ray/auth_token).", err=True)
+    resources, note = sweep.trial_resources(spec)
+    typer.echo(f"Trials: {note}.", err=True)
+    return resources
+
+
+def _finish(run_dir: str) -> None:
+    if "://" in run_dir:
+        typer.echo(f"Results are in {run_dir}; copy them locally (e.g. aws s3 sync) and run `icr-sweep report DIR`.")
+        return
+    _report(Path(run_dir))
+
+
+RAY_OPTIONS = dict(
+    address=typer.Option(None, help="attach to a running Ray cluster (e.g. auto) instead of starting one"),
+    temp_dir=typer.Option(None, help="temp dir of the embedded Ray (default: Ray's)"),
+    dashboard_host=typer.Option("127.0.0.1", help="where the embedded Ray's dashboard listens"),
+    dashboard_port=typer.Option(8265),
+    num_cpus=typer.Option(None, help="CPUs the embedded Ray may use (default: all)"),
+)
+
+
+@app.command("launch")
+def launch(
+    spec: Path = typer.Argument(..., help="sweep spec (YAML)"),
+    storage: Optional[str] = typer.Option(None, help="override the spec's storage path"),
+    address: Optional[str] = RAY_OPTIONS["address"],
+    temp_dir: Optional[str] = RAY_OPTIONS["temp_dir"],
+    dashboard_host: str = RAY_OPTIONS["dashboard_host"],
+    dashboard_port: int = RAY_OPTIONS["dashboard_port"],
+    num_cpus: Optional[int] = RAY_OPTIONS["num_cpus"],
+):
+    """Run a sweep on Ray Tune (embedded local Ray unless --address) and write its report."""
+    s = _spec(spec)
+    if storage:
+        s = s.model_copy(update={"storage": storage})
+    from orchestrator import tune as sweep
+
+    run_dir = sweep.run_dir_of(s)
+    if "://" not in run_dir and Path(run_dir).exists() and any(Path(run_dir).glob("*/params.json")):
+        _fail(f"{run_dir} already holds a sweep; continue it with `icr-sweep resume {run_dir}`, or pick another name or --storage")
+    resources = _start_ray(_ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus), s)
+    typer.echo(f"Sweep {s.name!r} -> {run_dir}", err=True)
+    _finish(sweep.launch(s, resources))
+
+
+@app.command("resume")
+def resume(
+    run_dir: Path = typer.Argument(..., help="the sweep's run directory"),
+    address: Optional[str] = RAY_OPTIONS["address"],
+    temp_dir: Optional[str] = RAY_OPTIONS["temp_dir"],
+    dashboard_host: str = RAY_OPTIONS["dashboard_host"],
+    dashboard_port: int = RAY_OPTIONS["dashboard_port"],
+    num_cpus: Optional[int] = RAY_OPTIONS["num_cpus"],
+):
+    """Continue an interrupted sweep: finished trials stay, the rest continue from their checkpoints."""
+    from orchestrator.spec import SweepSpec
+
+    spec_file = run_dir / "icr-sweep.json"
+    if not spec_file.exists():
+        _fail(f"{run_dir} is not a sweep run directory (no {spec_file.name})")
+    from orchestrator import tune as sweep
+
+    if not sweep.can_resume(str(run_dir.resolve())):
+        _fail(f"{run_dir}: Ray Tune saved no experiment state there yet; launch the spec again")
+    s = SweepSpec.model_validate(json.loads(spec_file.read_text())["spec"])
+    resources = _start_ray(_ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus), s)
+    _finish(sweep.resume(str(run_dir.resolve()), s, resources))
+
+
+@app.command("status")
+def status(run_dir: Path = typer.Argument(..., help="the sweep's run directory")):
+    """Trials of a sweep with their state and latest metrics (during or after it)."""
+    from orchestrator.report import load_trials
+
+    df = load_trials(run_dir)
+    if df.empty:
+        _fail(f"{run_dir}: no trials yet")
+    rows = [
+        dict(trial=r["trial"], state=r["state"], samples=_int(r["samples"]), train_loss=_f(r["train_loss"]),
+             val_exact_match=_f(r["val_exact_match"]), gen_accuracy=_f(r["gen_accuracy"]), error=r["error"][:60])
+        for _, r in df.sort_values("trial").iterrows()
+    ]
+    _print_table(rows)
+    typer.echo(", ".join(f"{v} {k}" for k, v in sorted(df["state"].value_counts().items())))
+
+
+def _int(v):
+    return "-" if v is None or v != v else int(v)
+
+
+def _f(v):
+    return "-" if v is None or v != v else f"{v:.3f}"
+
+
+@app.command("report")
+def report(run_dir: Path = typer.Argument(..., help="the sweep's run directory")):
+    """Aggregate stored results: report.md, results.csv, best.csv and accuracy plots."""
+    _report(run_dir)
+
+
+def _report(run_dir: Path) -> None:
+    from orchestrator.report import markdown_tables, write_report
+
+    try:
+        _, best = write_report(run_dir)
+    except FileNotFoundError as e:
+        _fail(str(e))
+    typer.echo(markdown_tables(best) if not best.empty else "No finished trial yet.")
+    typer.echo(f"Report: {run_dir / 'report.md'} (results.csv, best.csv, accuracy_*.png beside it)")
 
 
 def _first_error(e) -> str:

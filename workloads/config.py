@@ -53,7 +53,8 @@ class TrialConfig(BaseModel):
     @property
     def name(self) -> str:
         """A readable id, e.g. transformer-cot-0.5M-n32-lr1e-3-s0."""
-        lr = f"{self.train.lr:.0e}".replace("e-0", "e-").replace("e+0", "e")
+        mantissa, exponent = f"{self.train.lr:.2e}".split("e")
+        lr = f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
         return f"{self.model.arch}-{self.task.setup}-{self.model.size}-n{self.task.n}-lr{lr}-s{self.train.seed}"
 
 

@@ -189,7 +189,7 @@ def run_trial(
             "lr": trial.scheduler.get_last_lr()[0],
             "samples_per_s": trained / train_time,
             "tokens_per_s": train_tokens / train_time,
-            "done": final,
+            "final_eval": final,
             "config": config.model_dump(mode="json"),
         }
         loss_sum, loss_steps = 0.0, 0

@@ -65,7 +65,7 @@ def test_reports_carry_the_metrics_and_the_full_config():
             assert math.isfinite(r[key]) and r[key] > 0
         for key in ("val_exact_match", "gen_accuracy"):
             assert 0.0 <= r[key] <= 1.0
-    assert final == reports[-1] and final["done"]
+    assert final == reports[-1] and final["final_eval"]
 
 
 def test_a_non_finite_loss_stops_the_trial_naming_the_step(monkeypatch):

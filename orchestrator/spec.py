@@ -1,0 +1,240 @@
+"""The sweep spec: a tree of small frozen pydantic models, one per concern.
+
+Unknown keys are errors (extra="forbid"), so a misspelt YAML key names its path
+instead of being silently ignored. `expand` turns a spec into resolved trial
+configs, the very ones `icr-sweep train` takes.
+"""
+
+import itertools
+from pathlib import Path
+from typing import Literal, Optional, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from workloads.config import PAPER_LR, TrainConfig, TrialConfig
+from workloads.models import preset
+from workloads.tasks import IsTreeConfig
+
+Arch = Literal["transformer", "mamba", "hybrid"]
+Size = Literal["tiny", "0.5M", "1M", "2M"]
+Setup = Literal["vanilla", "cot", "retrieval"]
+METRICS = ("gen_accuracy", "val_exact_match", "val_loss")
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class AxesSpec(_Spec):
+    """The grid: one trial per combination (and per learning rate, see `lr`)."""
+
+    archs: list[Arch] = Field(["transformer", "mamba", "hybrid"], min_length=1)
+    setups: list[Setup] = Field(["vanilla", "cot", "retrieval"], min_length=1)
+    sizes: list[Size] = Field(["0.5M", "1M", "2M"], min_length=1)
+    n: list[int] = Field([16, 32, 64], min_length=1, description="graph sizes (vertices), each >= 4")
+    family: Literal["binary", "random"] = "binary"
+    seeds: list[int] = Field([0], min_length=1)
+
+    @field_validator("n")
+    @classmethod
+    def _n_at_least_4(cls, values):
+        bad = [v for v in values if v < 4]
+        if bad:
+            raise ValueError(f"graph sizes must be >= 4 (IsTree needs n-1 >= 3 edges), got {bad}")
+        return values
+
+    @field_validator("archs", "setups", "sizes", "n", "seeds")
+    @classmethod
+    def _no_repeats(cls, values):
+        if len(set(values)) != len(values):
+            raise ValueError(f"repeated values in {values}")
+        return values
+
+
+class Distribution(_Spec):
+    """A learning-rate range for Optuna to search."""
+
+    distribution: Literal["loguniform", "uniform"]
+    low: float = Field(gt=0)
+    high: float = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        if self.low >= self.high:
+            raise ValueError(f"low ({self.low}) must be below high ({self.high})")
+        return self
+
+
+LrValue = Union[float, list[float], Distribution]
+
+
+class LearningRateSpec(_Spec):
+    """Per-architecture rule: a value, a list to grid over, or a distribution to search.
+    Defaults to the paper's: 1e-3 for the Transformer, 3e-4 for Mamba and the hybrid."""
+
+    transformer: LrValue = PAPER_LR["transformer"]
+    mamba: LrValue = PAPER_LR["mamba"]
+    hybrid: LrValue = PAPER_LR["hybrid"]
+
+    @field_validator("transformer", "mamba", "hybrid")
+    @classmethod
+    def _positive(cls, value):
+        values = value if isinstance(value, list) else [value] if isinstance(value, float) else []
+        if isinstance(value, list) and not value:
+            raise ValueError("an empty list of learning rates")
+        if any(v <= 0 for v in values):
+            raise ValueError(f"learning rates must be > 0, got {value}")
+        return value
+
+    def values(self, arch: str) -> list[float]:
+        """The learning rates the grid uses for `arch` (empty for a distribution)."""
+        value = getattr(self, arch)
+        return value if isinstance(value, list) else [] if isinstance(value, Distribution) else [value]
+
+    def searched(self, archs) -> dict[str, Distribution]:
+        return {a: getattr(self, a) for a in archs if isinstance(getattr(self, a), Distribution)}
+
+
+class TrainingSpec(_Spec):
+    """Training protocol shared by every trial (PAPER.md's defaults)."""
+
+    samples: int = Field(1_000_000, gt=0)
+    batch_size: int = Field(64, gt=0)
+    warmup_samples: int = Field(10_000, ge=0)
+    eval_every: int = Field(100_000, gt=0)
+    val_samples: int = Field(5_000, gt=0)
+    val_seed: int = 1234
+    eval_batch_size: int = Field(250, gt=0)
+    gen_every_eval: bool = False
+    grad_clip: Optional[float] = Field(None, gt=0)
+    precision: Literal["fp32", "bf16"] = "fp32"
+
+
+class ResourcesSpec(_Spec):
+    cpus_per_trial: float = Field(1.0, gt=0)
+    gpus_per_trial: float = Field(1.0, gt=0, le=1, description="a GPU or a fraction of one, in (0, 1]")
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto",
+        description="auto: GPUs if the cluster has any when the sweep starts, else CPU; "
+        "cuda: always ask for GPUs (an autoscaling cluster will add them)",
+    )
+    max_concurrent: Optional[int] = Field(None, gt=0, description="cap on trials running at once")
+    max_failures: int = Field(2, ge=0, description="retries of a crashed trial, from its last checkpoint")
+
+
+class SearchSpec(_Spec):
+    method: Literal["grid", "optuna"] = "grid"
+    num_samples: int = Field(8, gt=0, description="optuna: trials per grid cell")
+    metric: Literal["gen_accuracy", "val_exact_match", "val_loss"] = "val_exact_match"
+    mode: Literal["max", "min"] = "max"
+
+
+class SweepSpec(_Spec):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="the run directory's name")
+    task: Literal["istree"] = "istree"
+    axes: AxesSpec = AxesSpec()
+    lr: LearningRateSpec = LearningRateSpec()
+    training: TrainingSpec = TrainingSpec()
+    resources: ResourcesSpec = ResourcesSpec()
+    search: SearchSpec = SearchSpec()
+    storage: str = Field("./runs", description="results go to <storage>/<name>/; a local path or s3://...")
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        searched = self.lr.searched(self.axes.archs)
+        if self.search.method == "grid" and searched:
+            raise ValueError(f"lr for {', '.join(searched)} is a distribution; set search.method: optuna to search it")
+        if self.search.method == "optuna" and not searched:
+            raise ValueError("search.method is optuna, but no learning rate of the swept archs is a distribution")
+        if self.training.warmup_samples >= self.training.samples:
+            raise ValueError(f"training.warmup_samples ({self.training.warmup_samples}) must be below training.samples")
+        for arch, size in itertools.product(self.axes.archs, self.axes.sizes):
+            preset(arch, size)  # every (arch, size) has a preset today; keep it so
+        return self
+
+    def run_dir(self) -> str:
+        return f"{self.storage.rstrip('/')}/{self.name}"
+
+
+class SpecError(ValueError):
+    """A spec that cannot be used; the message names the file, field path and problem."""
+
+
+def _path(loc) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}" if out else str(part)
+    return out or "(top level)"
+
+
+def _allowed_keys(loc) -> list[str]:
+    """The field names of the spec model at `loc` (for unknown-key errors)."""
+    model = SweepSpec
+    for part in loc[:-1]:
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        if field is None or not (isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)):
+            return []
+        model = field.annotation
+    return list(model.model_fields)
+
+
+def format_errors(error: ValidationError, source: str) -> str:
+    lines = []
+    for err in error.errors():
+        loc = [p for p in err["loc"] if not (isinstance(p, str) and "[" in p)]  # drop union branch tags
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            allowed = _allowed_keys(loc)
+            msg = "unknown key" + (f"; allowed keys: {', '.join(allowed)}" if allowed else "")
+        elif "input" in err and err["type"] != "missing":
+            msg += f" (got {err['input']!r})"
+        lines.append(f"{source}: {_path(loc)}: {msg}")
+    return "\n".join(dict.fromkeys(lines))
+
+
+def load_spec(path: Path | str) -> SweepSpec:
+    """Reads and validates a YAML spec; raises SpecError with every problem found."""
+    path = Path(path)
+    if not path.is_file():
+        raise SpecError(f"{path}: no such spec file")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise SpecError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: the spec must be a mapping of keys (name, axes, ...), got {type(data).__name__}")
+    try:
+        return SweepSpec.model_validate(data)
+    except ValidationError as e:
+        raise SpecError(format_errors(e, str(path))) from None
+
+
+def _train_config(spec: SweepSpec, lr: float, seed: int) -> TrainConfig:
+    device = "cpu" if spec.resources.device == "cpu" else "auto"
+    return TrainConfig(lr=lr, seed=seed, device=device, **spec.training.model_dump())
+
+
+def cells(spec: SweepSpec) -> list[tuple[str, str, str, int, int]]:
+    """(arch, setup, size, n, seed) combinations, in a stable order."""
+    a = spec.axes
+    return list(itertools.product(a.archs, a.setups, a.sizes, a.n, a.seeds))
+
+
+def trial_for(spec: SweepSpec, arch: str, setup: str, size: str, n: int, seed: int, lr: float) -> TrialConfig:
+    return TrialConfig(
+        task=IsTreeConfig(n=n, setup=setup, family=spec.axes.family),
+        model=preset(arch, size),
+        train=_train_config(spec, lr, seed),
+    )
+
+
+def expand(spec: SweepSpec) -> list[TrialConfig]:
+    """Every trial of a grid spec: the cross product of the axes and the lr rule."""
+    if spec.search.method != "grid":
+        raise ValueError("an optuna spec has no fixed trial list; see cells()")
+    return [
+        trial_for(spec, arch, setup, size, n, seed, lr)
+        for arch, setup, size, n, seed in cells(spec)
+        for lr in spec.lr.values(arch)
+    ]
