@@ -253,7 +253,7 @@ def _ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus):
 def _start_ray(opts: dict, spec):
     from orchestrator import tune as sweep
 
-    ctx = sweep.start_ray(**opts)
+    ctx = sweep.start_ray(spec, **opts)
     url = getattr(ctx, "dashboard_url", None)
     if url:
         typer.secho(f"Ray dashboard: http://{url}", fg=typer.colors.GREEN, err=True)

@@ -187,6 +187,8 @@ def format_errors(error: ValidationError, source: str) -> str:
         if err["type"] == "extra_forbidden":
             allowed = _allowed_keys(loc)
             msg = "unknown key" + (f"; allowed keys: {', '.join(allowed)}" if allowed else "")
+        elif err["type"] == "value_error":
+            msg = msg.removeprefix("Value error, ")  # our own messages name the bad value
         elif "input" in err and err["type"] != "missing":
             msg += f" (got {err['input']!r})"
         lines.append(f"{source}: {_path(loc)}: {msg}")

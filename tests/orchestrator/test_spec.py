@@ -1,0 +1,122 @@
+"""The sweep spec: the shipped sweeps, expansion, and refusals of bad input."""
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from orchestrator.cli import app
+from orchestrator.spec import SpecError, SweepSpec, cells, expand, load_spec
+from workloads.config import trial_config
+from workloads.tasks import IsTreeConfig
+
+SWEEPS = Path(__file__).parents[2] / "sweeps"
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("path", sorted(SWEEPS.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_sweep_is_valid(path):
+    result = runner.invoke(app, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+
+
+def test_the_paper_grid_is_81_trials_with_the_paper_learning_rates():
+    trials = expand(load_spec(SWEEPS / "istree_grid.yaml"))
+    assert len(trials) == 81
+    combos = {(t.model.arch, t.task.setup, t.model.size, t.task.n) for t in trials}
+    assert combos == set(itertools.product(["transformer", "mamba", "hybrid"], ["vanilla", "cot", "retrieval"],
+                                           ["0.5M", "1M", "2M"], [16, 32, 64]))
+    for t in trials:
+        assert t.train.lr == (1e-3 if t.model.arch == "transformer" else 3e-4)
+        assert t.train.samples >= 1_000_000 and t.train.batch_size == 64 and t.train.warmup_samples == 10_000
+    names = [t.name for t in trials]
+    assert len(set(names)) == 81 and "transformer-cot-0.5M-n32-lr1e-3-s0" in names
+
+
+def test_expansion_gives_the_config_icr_sweep_train_takes():
+    spec = SweepSpec(name="x", axes=dict(archs=["mamba"], setups=["retrieval"], sizes=["1M"], n=[16], seeds=[3]))
+    (trial,) = expand(spec)
+    same = trial_config("mamba", "1M", IsTreeConfig(n=16, setup="retrieval"), seed=3)
+    assert trial == same
+
+
+def test_learning_rate_lists_multiply_the_grid_and_override_per_arch():
+    spec = SweepSpec(name="x", axes=dict(archs=["transformer", "hybrid"], setups=["cot"], sizes=["0.5M"], n=[16, 32]),
+                     lr=dict(transformer=[1e-3, 3e-3, 1e-2], hybrid=5e-4))
+    trials = expand(spec)
+    assert len(trials) == 2 * 3 + 2
+    assert sorted({t.train.lr for t in trials if t.model.arch == "transformer"}) == [1e-3, 3e-3, 1e-2]
+    assert {t.train.lr for t in trials if t.model.arch == "hybrid"} == {5e-4}
+
+
+def test_optuna_spec_has_one_cell_per_axis_combination():
+    spec = load_spec(SWEEPS / "istree_lr_optuna.yaml")
+    assert len(cells(spec)) == 3 * 2 * 1 * 2 * 1
+    result = runner.invoke(app, ["plan", str(SWEEPS / "istree_lr_optuna.yaml"), "--format", "json"])
+    rows = json.loads(result.output)
+    assert len(rows) == 12 and all(r["trials"] == spec.search.num_samples for r in rows)
+
+
+def test_plan_json_lists_resolved_trials():
+    result = runner.invoke(app, ["plan", str(SWEEPS / "istree_smoke.yaml"), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    assert len(rows) == len(expand(load_spec(SWEEPS / "istree_smoke.yaml")))
+    for r in rows:
+        assert {"arch", "setup", "size", "n", "lr", "seed"} <= r.keys()
+        assert r["config"]["model"]["arch"] == r["arch"] and r["config"]["train"]["lr"] == r["lr"]
+
+
+def test_schema_is_json_schema_of_the_spec():
+    result = runner.invoke(app, ["schema"])
+    schema = json.loads(result.output)
+    assert {"name", "axes", "lr", "training", "resources", "search", "storage"} <= schema["properties"].keys()
+
+
+BAD_SPECS = {
+    "unknown nested key": ("name: x\ntraining: {sampels: 10}\n", ["training.sampels", "unknown key", "samples, batch_size"]),
+    "unknown top key": ("name: x\naxis: {n: [8]}\n", ["axis", "unknown key", "axes"]),
+    "unknown arch": ("name: x\naxes: {archs: [transformer, rwkv]}\n", ["axes.archs[1]", "'transformer', 'mamba' or 'hybrid'", "rwkv"]),
+    "n too small": ("name: x\naxes: {n: [16, 3]}\n", ["axes.n", ">= 4", "[3]"]),
+    "gpu fraction": ("name: x\nresources: {gpus_per_trial: 1.5}\n", ["resources.gpus_per_trial", "less than or equal to 1", "1.5"]),
+    "zero gpus": ("name: x\nresources: {gpus_per_trial: 0}\n", ["resources.gpus_per_trial", "greater than 0"]),
+    "wrong type": ("name: x\ntraining: {samples: lots}\n", ["training.samples", "integer", "lots"]),
+    "missing name": ("axes: {n: [8]}\n", ["name", "required"]),
+    "distribution without optuna": ("name: x\nlr: {mamba: {distribution: loguniform, low: 1.0e-4, high: 1.0e-3}}\n", ["optuna"]),
+    "bad size": ("name: x\naxes: {sizes: [3M]}\n", ["axes.sizes[0]", "'tiny', '0.5M', '1M' or '2M'"]),
+    "yaml syntax": ("name: x\naxes: [unclosed\n", ["not valid YAML"]),
+    "not a mapping": ("- just\n- a list\n", ["must be a mapping"]),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_SPECS))
+def test_bad_specs_are_refused_with_path_value_and_allowed_values(case, tmp_path):
+    text, fragments = BAD_SPECS[case]
+    path = tmp_path / "spec.yaml"
+    path.write_text(text)
+    with pytest.raises(SpecError) as err:
+        load_spec(path)
+    for fragment in fragments:
+        assert fragment in str(err.value), (fragment, str(err.value))
+    assert str(path) in str(err.value)
+    result = runner.invoke(app, ["validate", str(path)])
+    assert result.exit_code != 0 and fragments[0] in result.output
+
+
+def test_launch_refuses_a_bad_spec_before_starting_anything(tmp_path):
+    spec = yaml.safe_load((SWEEPS / "istree_micro.yaml").read_text())
+    spec["axes"]["n"] = [2]
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    storage = tmp_path / "runs"
+    result = runner.invoke(app, ["launch", str(path), "--storage", str(storage)])
+    assert result.exit_code == 2 and "axes.n" in result.output
+    assert not storage.exists()
+
+
+def test_a_missing_spec_file_is_named():
+    result = runner.invoke(app, ["validate", "no/such/spec.yaml"])
+    assert result.exit_code != 0 and "no/such/spec.yaml: no such spec file" in result.output

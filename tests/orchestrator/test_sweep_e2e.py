@@ -1,0 +1,147 @@
+"""End to end on an embedded local Ray with 2 CPUs: launch, dashboard, report,
+and a driver killed mid-sweep then resumed. Each test starts its own Ray in a
+temp dir of its own, in a subprocess, and ends it (never `ray stop`, which would
+end every Ray process of the user)."""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.report import load_trials
+from orchestrator.spec import expand, load_spec
+
+SWEEPS = Path(__file__).parents[2] / "sweeps"
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def ray_temp():
+    # Short: Ray's unix sockets live under it and socket paths are limited to ~107 bytes.
+    path = tempfile.mkdtemp(prefix="icr-ray-", dir="/tmp")
+    yield path
+    _kill_leftovers(path)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _kill_leftovers(temp_dir: str) -> None:
+    """Ends the Ray processes of one test's cluster (those naming its temp dir)."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if temp_dir in cmdline:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def cli(*args: str, ray_temp: str, port: int) -> list[str]:
+    return [sys.executable, "-m", "orchestrator.cli", *args, "--temp-dir", ray_temp,
+            "--dashboard-port", str(port), "--num-cpus", "2"]
+
+
+def dashboard_answers(port: int) -> bool:
+    token = (Path.home() / ".ray" / "auth_token").read_text().strip()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/api/version", headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(req, timeout=2) as r:
+            return r.status == 200 and b"ray_version" in r.read()
+    except (OSError, FileNotFoundError):
+        return False
+
+
+def test_a_tiny_sweep_completes_with_its_report_and_the_dashboard_up(tmp_path, ray_temp):
+    storage, port = tmp_path / "runs", free_port()
+    spec_path = SWEEPS / "istree_micro.yaml"
+    proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=port),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    answered_while_running = False
+    while proc.poll() is None and not answered_while_running:
+        answered_while_running = dashboard_answers(port) and proc.poll() is None
+        time.sleep(0.5)
+    out, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 0, out[-3000:]
+    assert answered_while_running, "the dashboard did not answer while the sweep ran"
+    assert f"Ray dashboard: http://127.0.0.1:{port}" in out and "ray get-auth-token" in out
+
+    run_dir = storage / "istree_micro"
+    report = (run_dir / "report.md").read_text()
+    trials = expand(load_spec(spec_path))
+    for t in trials:
+        assert t.name in report
+    df = load_trials(run_dir)
+    assert sorted(df["trial"]) == sorted(t.name for t in trials)
+    assert (df["state"] == "finished").all() and df["gen_accuracy"].between(0, 1).all()
+    assert (run_dir / "results.csv").exists() and list(run_dir.glob("accuracy_*.png"))
+
+    again = subprocess.run(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=port),
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode != 0 and "icr-sweep resume" in again.stderr
+
+
+def _results(trial_dir: Path) -> list[dict]:
+    path = trial_dir / "result.json"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_a_killed_driver_resumes_without_rerunning_finished_trials(tmp_path, ray_temp):
+    spec = yaml.safe_load((SWEEPS / "istree_micro.yaml").read_text())
+    spec.update(name="killme", axes=dict(archs=["transformer"], setups=["cot"], sizes=["tiny"], n=[5], seeds=[0, 1, 2]))
+    spec["training"].update(samples=12288, eval_every=1024)
+    spec["resources"].update(max_concurrent=1)
+    spec_path = tmp_path / "killme.yaml"
+    spec_path.write_text(yaml.safe_dump(spec))
+    storage, port = tmp_path / "runs", free_port()
+    run_dir = storage / "killme"
+    proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=port),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    deadline = time.time() + 600
+    finished, interrupted = [], None
+    while time.time() < deadline and proc.poll() is None:
+        trial_dirs = [p.parent for p in run_dir.glob("*/params.json")]
+        results = {d.name: _results(d) for d in trial_dirs}
+        finished = [n for n, r in results.items() if r and r[-1].get("final_eval")]
+        midway = [n for n, r in results.items() if len(r) >= 2 and not r[-1].get("final_eval")]
+        if finished and midway:
+            interrupted = midway[0]
+            break
+        time.sleep(0.1)
+    assert interrupted, f"never saw a finished and a half-done trial: {proc.communicate()[0][-3000:]}"
+    os.kill(proc.pid, signal.SIGKILL)  # the driver dies without any chance to clean up
+    proc.wait()
+    _kill_leftovers(ray_temp)  # its Ray cluster goes down with the machine, say
+    before = {name: (run_dir / name / "result.json").read_text() for name in finished}
+
+    result = subprocess.run(cli("resume", str(run_dir), ray_temp=ray_temp, port=free_port()),
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    df = load_trials(run_dir)
+    assert len(df) == 3 and (df["state"] == "finished").all(), df[["trial", "state"]]
+    for name, text in before.items():
+        assert (run_dir / name / "result.json").read_text() == text, f"{name} was run again"
+    samples = [r["samples"] for r in _results(run_dir / interrupted)]
+    assert samples == sorted(set(samples)), f"{interrupted} restarted instead of continuing: {samples}"
+    assert samples[-1] == 12288
