@@ -2,11 +2,17 @@
 
 import json
 import sys
-from enum import Enum
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
 import typer
+
+from workloads.config import Device, Precision
+from workloads.models.config import Arch
+from workloads.tasks.istree import Family, Setup
+
+Format = Literal["text", "jsonl"]
+ListFormat = Literal["table", "json"]
 
 app = typer.Typer(
     help="Sweeps of the IsTree in-context retrieval experiment on Ray Tune.",
@@ -14,22 +20,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-
-
-class Format(str, Enum):
-    text = "text"
-    jsonl = "jsonl"
-
-
-class Setup(str, Enum):
-    vanilla = "vanilla"
-    cot = "cot"
-    retrieval = "retrieval"
-
-
-class Family(str, Enum):
-    binary = "binary"
-    random = "random"
 
 
 @app.callback()
@@ -46,11 +36,11 @@ def _fail(message: str) -> None:
 def show_task(
     task: str = typer.Argument("istree", help="task name"),
     n: int = typer.Option(8, help="vertices per graph"),
-    setup: Setup = typer.Option(Setup.cot),
-    family: Family = typer.Option(Family.binary),
+    setup: Setup = typer.Option("cot"),
+    family: Family = typer.Option("binary"),
     seed: int = typer.Option(0),
     count: int = typer.Option(3, min=1),
-    format: Format = typer.Option(Format.text, "--format"),
+    format: Format = typer.Option("text", "--format"),
 ):
     """Print samples of a task. In text, tokens the retriever fills are [bracketed]."""
     from pydantic import ValidationError
@@ -61,11 +51,11 @@ def show_task(
     if task not in TASKS:
         _fail(f"unknown task {task!r}; known tasks: {', '.join(sorted(TASKS))}")
     try:
-        config = IsTreeConfig(n=n, setup=setup.value, family=family.value)
+        config = IsTreeConfig(n=n, setup=setup, family=family)
     except ValidationError as e:
         _fail(_first_error(e))
     for i, s in enumerate(build_task(config).samples(seed, TRAIN_STREAM, 0, count)):
-        if format is Format.jsonl:
+        if format == "jsonl":
             typer.echo(json.dumps(s))
             continue
         first_eos = s["tokens"].index("EOS")
@@ -77,13 +67,8 @@ def show_task(
         typer.echo(" ".join(shown))
 
 
-class ListFormat(str, Enum):
-    table = "table"
-    json = "json"
-
-
 @app.command("models")
-def models(format: ListFormat = typer.Option(ListFormat.table, "--format")):
+def models(format: ListFormat = typer.Option("table", "--format")):
     """List the model presets with their trainable parameter counts."""
     from workloads.models import PRESETS, build_model
 
@@ -94,7 +79,7 @@ def models(format: ListFormat = typer.Option(ListFormat.table, "--format")):
         for arch, sizes in PRESETS.items()
         for size, cfg in sizes.items()
     ]
-    if format is ListFormat.json:
+    if format == "json":
         typer.echo(json.dumps(rows))
     else:
         for r in rows:
@@ -115,23 +100,6 @@ def _print_table(rows: list[dict]) -> None:
     Console(width=None if sys.stdout.isatty() else 200).print(table)
 
 
-class Arch(str, Enum):
-    transformer = "transformer"
-    mamba = "mamba"
-    hybrid = "hybrid"
-
-
-class Precision(str, Enum):
-    fp32 = "fp32"
-    bf16 = "bf16"
-
-
-class Device(str, Enum):
-    auto = "auto"
-    cpu = "cpu"
-    cuda = "cuda"
-
-
 @app.command("train")
 def train(
     arch: Arch = typer.Option(..., help="model family"),
@@ -139,7 +107,7 @@ def train(
     setup: Setup = typer.Option(...),
     n: int = typer.Option(..., help="vertices per graph"),
     out: Path = typer.Option(..., help="directory for metrics.json, history.jsonl and the checkpoint"),
-    family: Family = typer.Option(Family.binary),
+    family: Family = typer.Option("binary"),
     samples: int = typer.Option(1_000_000, help="training samples in all"),
     lr: Optional[float] = typer.Option(None, help="peak learning rate [default: 1e-3 transformer, 3e-4 others]"),
     seed: int = typer.Option(0),
@@ -149,8 +117,8 @@ def train(
     val_samples: int = typer.Option(5_000),
     gen_every_eval: bool = typer.Option(False, help="generation accuracy at every evaluation"),
     grad_clip: Optional[float] = typer.Option(None),
-    device: Device = typer.Option(Device.auto),
-    precision: Precision = typer.Option(Precision.fp32),
+    device: Device = typer.Option("auto"),
+    precision: Precision = typer.Option("fp32"),
 ):
     """Train and evaluate one trial without Ray. Re-running with the same --out resumes it."""
     from pydantic import ValidationError
@@ -162,10 +130,10 @@ def train(
 
     try:
         config = trial_config(
-            arch.value, size, IsTreeConfig(n=n, setup=setup.value, family=family.value), lr=lr,
+            arch, size, IsTreeConfig(n=n, setup=setup, family=family), lr=lr,
             samples=samples, seed=seed, batch_size=batch_size, warmup_samples=warmup_samples,
             eval_every=eval_every, val_samples=val_samples, gen_every_eval=gen_every_eval,
-            grad_clip=grad_clip, device=device.value, precision=precision.value,
+            grad_clip=grad_clip, device=device, precision=precision,
         )
     except (ValidationError, ValueError) as e:
         _fail(_first_error(e) if isinstance(e, ValidationError) else str(e))
@@ -220,7 +188,7 @@ def validate(spec: Path = typer.Argument(..., help="sweep spec (YAML)")):
 
 
 @app.command("plan")
-def plan(spec: Path = typer.Argument(..., help="sweep spec (YAML)"), format: ListFormat = typer.Option(ListFormat.table, "--format")):
+def plan(spec: Path = typer.Argument(..., help="sweep spec (YAML)"), format: ListFormat = typer.Option("table", "--format")):
     """Show the trials a spec would run."""
     from orchestrator.spec import cells, expand
 
@@ -237,7 +205,7 @@ def plan(spec: Path = typer.Argument(..., help="sweep spec (YAML)"), format: Lis
             rows.append(dict(name=f"{arch}-{setup}-{size}-n{n}-s{seed}", arch=arch, setup=setup, size=size, n=n,
                              family=s.axes.family, lr=f"{d.distribution}({d.low:g}, {d.high:g})", seed=seed,
                              trials=s.search.num_samples, samples=s.training.samples * s.search.num_samples))
-    if format is ListFormat.json:
+    if format == "json":
         typer.echo(json.dumps(rows, indent=1))
         return
     _print_table([{k: v for k, v in r.items() if k != "config"} for r in rows])

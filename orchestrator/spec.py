@@ -12,14 +12,11 @@ from typing import Literal, Optional, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from workloads.config import PAPER_LR, TrainConfig, TrialConfig
+from workloads.config import PAPER_LR, Device, Precision, TrainConfig, TrialConfig
 from workloads.models import preset
+from workloads.models.config import Arch, Size
 from workloads.tasks import IsTreeConfig
-
-Arch = Literal["transformer", "mamba", "hybrid"]
-Size = Literal["tiny", "0.5M", "1M", "2M"]
-Setup = Literal["vanilla", "cot", "retrieval"]
-METRICS = ("gen_accuracy", "val_exact_match", "val_loss")
+from workloads.tasks.istree import Family, Setup
 
 
 class _Spec(BaseModel):
@@ -33,7 +30,7 @@ class AxesSpec(_Spec):
     setups: list[Setup] = Field(["vanilla", "cot", "retrieval"], min_length=1)
     sizes: list[Size] = Field(["0.5M", "1M", "2M"], min_length=1)
     n: list[int] = Field([16, 32, 64], min_length=1, description="graph sizes (vertices), each >= 4")
-    family: Literal["binary", "random"] = "binary"
+    family: Family = "binary"
     seeds: list[int] = Field([0], min_length=1)
 
     @field_validator("n")
@@ -108,13 +105,13 @@ class TrainingSpec(_Spec):
     eval_batch_size: int = Field(250, gt=0)
     gen_every_eval: bool = False
     grad_clip: Optional[float] = Field(None, gt=0)
-    precision: Literal["fp32", "bf16"] = "fp32"
+    precision: Precision = "fp32"
 
 
 class ResourcesSpec(_Spec):
     cpus_per_trial: float = Field(1.0, gt=0)
     gpus_per_trial: float = Field(1.0, gt=0, le=1, description="a GPU or a fraction of one, in (0, 1]")
-    device: Literal["auto", "cpu", "cuda"] = Field(
+    device: Device = Field(
         "auto",
         description="auto: GPUs if the cluster has any when the sweep starts, else CPU; "
         "cuda: always ask for GPUs (an autoscaling cluster will add them)",

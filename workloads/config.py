@@ -17,6 +17,10 @@ def paper_lr(arch: str) -> float:
     return PAPER_LR[arch]
 
 
+Device = Literal["auto", "cpu", "cuda"]
+Precision = Literal["fp32", "bf16"]
+
+
 class TrainConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -31,8 +35,8 @@ class TrainConfig(BaseModel):
     gen_every_eval: bool = Field(False, description="generation accuracy at every evaluation, not only the last")
     eval_batch_size: int = Field(250, gt=0)
     seed: int = 0
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    precision: Literal["fp32", "bf16"] = Field(
+    device: Device = "auto"
+    precision: Precision = Field(
         "fp32", description="bf16: autocast on CUDA (ignored on CPU, which always trains in fp32)"
     )
 

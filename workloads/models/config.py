@@ -10,7 +10,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Arch = Literal["transformer", "mamba", "hybrid"]
-SIZES = ("tiny", "0.5M", "1M", "2M")
+Size = Literal["tiny", "0.5M", "1M", "2M"]
+SIZES = Size.__args__
 
 
 class ModelConfig(BaseModel):

@@ -21,13 +21,17 @@ TRAIN_STREAM = 0
 VALID_STREAM = 1
 
 
+Setup = Literal["vanilla", "cot", "retrieval"]
+Family = Literal["binary", "random"]
+
+
 class IsTreeConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: Literal["istree"] = "istree"
     n: int = Field(ge=4, le=1024, description="vertices in each graph")
-    family: Literal["binary", "random"] = "binary"
-    setup: Literal["vanilla", "cot", "retrieval"] = "cot"
+    family: Family = "binary"
+    setup: Setup = "cot"
 
 
 @dataclass(frozen=True)
