@@ -232,10 +232,14 @@ def _start_ray(opts: dict, spec):
 
 
 def _finish(run_dir: str) -> None:
+    """Reports a finished sweep; exits 1 when some trials failed for good."""
     if "://" in run_dir:
         typer.echo(f"Results are in {run_dir}; copy them locally (e.g. aws s3 sync) and run `icr-sweep report DIR`.")
         return
-    _report(Path(run_dir))
+    failed = _report(Path(run_dir))
+    if failed:
+        typer.secho(f"{len(failed)} trial(s) failed (errors in the report): {', '.join(failed)}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(1)
 
 
 RAY_OPTIONS = dict(
@@ -326,8 +330,9 @@ def report(run_dir: Path = typer.Argument(..., help="the sweep's run directory")
     _report(run_dir)
 
 
-def _report(run_dir: Path) -> None:
-    from orchestrator.report import markdown_tables, write_report
+def _report(run_dir: Path) -> list[str]:
+    """Writes and prints the report; returns the trials that failed for good."""
+    from orchestrator.report import load_trials, markdown_tables, write_report
 
     try:
         _, best = write_report(run_dir)
@@ -335,6 +340,8 @@ def _report(run_dir: Path) -> None:
         _fail(str(e))
     typer.echo(markdown_tables(best) if not best.empty else "No finished trial yet.")
     typer.echo(f"Report: {run_dir / 'report.md'} (results.csv, best.csv, accuracy_*.png beside it)")
+    df = load_trials(run_dir)
+    return sorted(df.loc[df["state"] == "error", "trial"])
 
 
 def _first_error(e) -> str:

@@ -73,7 +73,10 @@ def dashboard_answers(port: int) -> bool:
 
 def test_a_tiny_sweep_completes_with_its_report_and_the_dashboard_up(tmp_path, ray_temp):
     storage, port = tmp_path / "runs", free_port()
-    spec_path = SWEEPS / "istree_micro.yaml"
+    spec = yaml.safe_load((SWEEPS / "istree_micro.yaml").read_text())
+    spec["lr"]["transformer"] = [3e-3, 1e12]  # the second one diverges at once: a trial that fails for good
+    spec_path = tmp_path / "micro.yaml"
+    spec_path.write_text(yaml.safe_dump(spec))
     proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=port),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     answered_while_running = False
@@ -81,18 +84,23 @@ def test_a_tiny_sweep_completes_with_its_report_and_the_dashboard_up(tmp_path, r
         answered_while_running = dashboard_answers(port) and proc.poll() is None
         time.sleep(0.5)
     out, _ = proc.communicate(timeout=900)
-    assert proc.returncode == 0, out[-3000:]
+    diverging = "transformer-cot-tiny-n5-lr1e12-s0"
+    assert proc.returncode == 1 and f"1 trial(s) failed (errors in the report): {diverging}" in out, out[-3000:]
     assert answered_while_running, "the dashboard did not answer while the sweep ran"
     assert f"Ray dashboard: http://127.0.0.1:{port}" in out and "ray get-auth-token" in out
 
     run_dir = storage / "istree_micro"
     report = (run_dir / "report.md").read_text()
     trials = expand(load_spec(spec_path))
+    assert len(trials) == 3
     for t in trials:
         assert t.name in report
-    df = load_trials(run_dir)
-    assert sorted(df["trial"]) == sorted(t.name for t in trials)
-    assert (df["state"] == "finished").all() and df["gen_accuracy"].between(0, 1).all()
+    assert "loss is nan" in report
+    df = load_trials(run_dir).set_index("trial")
+    assert sorted(df.index) == sorted(t.name for t in trials)
+    assert df.loc[diverging, "state"] == "error" and "loss is nan at step" in df.loc[diverging, "error"]
+    others = df.drop(index=diverging)
+    assert (others["state"] == "finished").all() and others["gen_accuracy"].between(0, 1).all()
     assert (run_dir / "results.csv").exists() and list(run_dir.glob("accuracy_*.png"))
 
     again = subprocess.run(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=port),
