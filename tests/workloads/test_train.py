@@ -173,7 +173,7 @@ def test_train_command_writes_metrics_and_resumes(tmp_path):
 # What "learns" means here: the tiny preset of each family, CoT at n=6, more than
 # 90% generation accuracy within its budget (CPU, seeded, about a minute each).
 LEARNING_BUDGET = {"transformer": dict(samples=200_000, lr=3e-3), "mamba": dict(samples=200_000, lr=1e-2),
-                   "hybrid": dict(samples=200_000, lr=3e-3)}
+                   "hybrid": dict(samples=200_000, lr=1e-2)}
 
 
 @pytest.mark.slow
