@@ -11,6 +11,7 @@ from typing import Optional
 
 import ray
 import torch
+from optuna.distributions import FloatDistribution
 from ray import tune
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
@@ -69,8 +70,7 @@ class CellwiseOptuna(Searcher):
         self.studies, self.used, self.owner = {}, {}, {}
         for i, cell in enumerate(cells(spec)):
             dist = getattr(spec.lr, cell[0])
-            space = {"lr": tune.loguniform(dist.low, dist.high) if dist.distribution == "loguniform"
-                     else tune.uniform(dist.low, dist.high)}
+            space = {"lr": FloatDistribution(dist.low, dist.high, log=dist.distribution == "loguniform")}
             self.studies[cell] = OptunaSearch(space=space, metric=search.metric, mode=search.mode, seed=i)
             self.used[cell] = 0
 
@@ -97,7 +97,8 @@ class CellwiseOptuna(Searcher):
             self.studies[self.owner.pop(trial_id)].on_trial_complete(trial_id, result, error)
 
     def save(self, checkpoint_path: str) -> None:
-        state = {"used": self.used, "owner": self.owner, "studies": {c: s.get_state() for c, s in self.studies.items()}}
+        # OptunaSearch's own save() persists its __dict__ (the in-memory study with it).
+        state = {"used": self.used, "owner": self.owner, "studies": {c: s.__dict__.copy() for c, s in self.studies.items()}}
         with open(checkpoint_path, "wb") as f:
             pickle.dump(state, f)
 
@@ -106,7 +107,7 @@ class CellwiseOptuna(Searcher):
             state = pickle.load(f)
         self.used, self.owner = state["used"], state["owner"]
         for cell, study_state in state["studies"].items():
-            self.studies[cell].set_state(study_state)
+            self.studies[cell].__dict__.update(study_state)
 
 
 def start_ray(spec: SweepSpec, address: Optional[str], temp_dir: Optional[str], dashboard_host: str,

@@ -153,3 +153,24 @@ def test_a_killed_driver_resumes_without_rerunning_finished_trials(tmp_path, ray
     samples = [r["samples"] for r in _results(run_dir / interrupted)]
     assert samples == sorted(set(samples)), f"{interrupted} restarted instead of continuing: {samples}"
     assert samples[-1] == 12288
+
+
+def test_an_optuna_sweep_runs_its_trial_budget_per_cell(tmp_path, ray_temp):
+    spec = yaml.safe_load((SWEEPS / "istree_micro.yaml").read_text())
+    spec.update(name="optuna_micro", axes=dict(archs=["transformer"], setups=["cot"], sizes=["tiny"], n=[4, 5], seeds=[0]),
+                lr=dict(transformer=dict(distribution="loguniform", low=1e-4, high=1e-2)),
+                search=dict(method="optuna", num_samples=3, metric="val_exact_match", mode="max"))
+    spec["training"].update(samples=1024, eval_every=512)
+    spec_path = tmp_path / "optuna.yaml"
+    spec_path.write_text(yaml.safe_dump(spec))
+    storage = tmp_path / "runs"
+    result = subprocess.run(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=free_port()),
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    df = load_trials(storage / "optuna_micro")
+    assert len(df) == 2 * 3 and (df["state"] == "finished").all()
+    for n, cell in df.groupby("n"):
+        assert len(cell) == 3 and cell["lr"].between(1e-4, 1e-2).all()
+        assert cell["lr"].nunique() == 3  # Optuna proposed three different learning rates
+    report = (storage / "optuna_micro" / "report.md").read_text()
+    assert "| cot | transformer |" in report

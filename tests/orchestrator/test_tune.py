@@ -1,0 +1,43 @@
+"""The per-cell Optuna searcher: budgets, configs it proposes, and save/restore for resume."""
+
+import pytest
+
+from orchestrator.spec import SweepSpec, cells
+from orchestrator.tune import CellwiseOptuna
+from workloads.config import TrialConfig
+
+
+def optuna_spec(**search):
+    return SweepSpec(
+        name="o", axes=dict(archs=["transformer", "mamba"], setups=["cot"], sizes=["tiny"], n=[5], seeds=[0]),
+        lr=dict(transformer=dict(distribution="loguniform", low=1e-4, high=1e-2),
+                mamba=dict(distribution="uniform", low=1e-3, high=2e-3)),
+        search=dict(method="optuna", **search), training=dict(samples=100, warmup_samples=10, eval_every=100),
+    )
+
+
+def test_each_cell_gets_its_budget_of_trials_within_its_distribution():
+    spec = optuna_spec(num_samples=3)
+    searcher = CellwiseOptuna(spec)
+    proposals = [searcher.suggest(f"t{i}") for i in range(6)]
+    assert searcher.suggest("t6") == CellwiseOptuna.FINISHED
+    configs = [TrialConfig.model_validate(p["trial"]) for p in proposals]
+    for arch, (low, high) in {"transformer": (1e-4, 1e-2), "mamba": (1e-3, 2e-3)}.items():
+        lrs = [c.train.lr for c in configs if c.model.arch == arch]
+        assert len(lrs) == 3 and all(low <= lr <= high for lr in lrs)
+    assert len(cells(spec)) == 2
+
+
+def test_a_restored_searcher_continues_where_it_stopped(tmp_path):
+    spec = optuna_spec(num_samples=2)
+    first = CellwiseOptuna(spec)
+    done = [first.suggest("a"), first.suggest("b")]
+    first.on_trial_complete("a", {"val_exact_match": 0.5, "training_iteration": 1})
+    first.save(str(tmp_path / "searcher.pkl"))
+    restored = CellwiseOptuna(spec)
+    restored.restore(str(tmp_path / "searcher.pkl"))
+    rest = [restored.suggest("c"), restored.suggest("d")]
+    assert restored.suggest("e") == CellwiseOptuna.FINISHED
+    archs = sorted(TrialConfig.model_validate(p["trial"]).model.arch for p in done + rest)
+    assert archs == ["mamba", "mamba", "transformer", "transformer"]
+    restored.on_trial_complete("b", {"val_exact_match": 0.7, "training_iteration": 1})  # known after restore
