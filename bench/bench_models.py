@@ -130,11 +130,13 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--min-seconds", type=float, default=6.0)
     parser.add_argument("--memory-lengths", type=int, nargs="*", default=[200, 800])
+    parser.add_argument("--pairs", type=int, nargs="+", default=list(range(len(PAIRS))),
+                        help="which comparisons: " + ", ".join(f"{i}: {a} vs {b}" for i, (a, b) in enumerate(PAIRS)))
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "models_cpu.json")
     args = parser.parse_args()
     rows = []
     for length in args.lengths:
-        for a, b in PAIRS:
+        for a, b in (PAIRS[i] for i in args.pairs):
             r = compare(a, b, args.batch, length, args.min_seconds)
             rows.append(r)
             print(f"L={length:<4d} {a:>22s} {r['a_samples_per_s']:8.2f} samples/s | {b:>22s} "

@@ -39,21 +39,31 @@ class Attention(nn.Module):
         self.n_heads = cfg.n_heads
         self.head_dim = cfg.d_model // cfg.n_heads
         self.theta = cfg.rope_theta
+        # Separate projections: fusing them (one matmul) measured no faster on CPU,
+        # and its backward adds a concatenation per layer.
         self.q_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
         self.k_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
         self.v_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
         self.o_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+        self._rotary = None  # (cos, sin) for positions 0..T-1, computed once, grown on demand
 
     def _heads(self, x, proj):
         batch, length, _ = x.shape
         return proj(x).view(batch, length, self.n_heads, self.head_dim).transpose(1, 2)
 
+    def _rotary_tables(self, start: int, end: int, like: torch.Tensor):
+        cached = self._rotary
+        if cached is None or cached[0].shape[0] < end or cached[0].device != like.device or cached[0].dtype != like.dtype:
+            size = max(end, 256, 2 * cached[0].shape[0] if cached is not None else 0)
+            cached = rotary_tables(torch.arange(size, device=like.device), self.head_dim, self.theta, like.dtype)
+            self._rotary = cached
+        return cached[0][start:end], cached[1][start:end]
+
     def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         """Causal attention over x; with a cache, x continues the cached positions."""
         batch, length, d_model = x.shape
         start = 0 if cache is None else cache.length
-        positions = torch.arange(start, start + length, device=x.device)
-        cos, sin = rotary_tables(positions, self.head_dim, self.theta, x.dtype)
+        cos, sin = self._rotary_tables(start, start + length, x)
         q = apply_rotary(self._heads(x, self.q_proj), cos, sin)
         k = apply_rotary(self._heads(x, self.k_proj), cos, sin)
         v = self._heads(x, self.v_proj)
