@@ -1,4 +1,4 @@
-"""The `icr-sweep` command line. Heavy imports (torch, Ray) happen inside commands."""
+"""The `icr-sweep` command line. Ray is imported only by the sweep commands that need it."""
 
 import json
 import sys
@@ -285,12 +285,12 @@ def resume(
     num_cpus: Optional[int] = RAY_OPTIONS["num_cpus"],
 ):
     """Continue an interrupted sweep: finished trials stay, the rest continue from their checkpoints."""
+    from orchestrator import tune as sweep
     from orchestrator.spec import SweepSpec
 
-    spec_file = run_dir / "icr-sweep.json"
+    spec_file = run_dir / sweep.SPEC_FILE
     if not spec_file.exists():
         _fail(f"{run_dir} is not a sweep run directory (no {spec_file.name})")
-    from orchestrator import tune as sweep
 
     if not sweep.can_resume(str(run_dir.resolve())):
         _fail(f"{run_dir}: Ray Tune saved no experiment state there yet; launch the spec again")
