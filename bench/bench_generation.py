@@ -53,8 +53,8 @@ def main() -> None:
         torch.manual_seed(0)
         model = build_model(preset(arch, args.size), task.vocab_size).eval()
         timings = {}
-        for name, run in (("cached", lambda: generate(model, task, prompts, torch.no_grad, max_length=max_length)),
-                          ("full_reforward", lambda: full_reforward(model, task, prompts, max_length))):
+        for name, run in (("cached", lambda m=model: generate(m, task, prompts, torch.no_grad, max_length=max_length)),
+                          ("full_reforward", lambda m=model: full_reforward(m, task, prompts, max_length))):
             start = time.perf_counter()
             run()
             timings[name] = time.perf_counter() - start

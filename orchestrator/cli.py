@@ -169,7 +169,7 @@ def _spec(path: Path):
         return load_spec(path)
     except SpecError as e:
         typer.secho(str(e), fg=typer.colors.RED, err=True)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
 
 
 @app.command("schema")

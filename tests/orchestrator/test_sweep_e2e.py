@@ -169,7 +169,7 @@ def test_an_optuna_sweep_runs_its_trial_budget_per_cell(tmp_path, ray_temp):
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     df = load_trials(storage / "optuna_micro")
     assert len(df) == 2 * 3 and (df["state"] == "finished").all()
-    for n, cell in df.groupby("n"):
+    for _, cell in df.groupby("n"):
         assert len(cell) == 3 and cell["lr"].between(1e-4, 1e-2).all()
         assert cell["lr"].nunique() == 3  # Optuna proposed three different learning rates
     report = (storage / "optuna_micro" / "report.md").read_text()

@@ -1,6 +1,5 @@
 """The per-cell Optuna searcher: budgets, configs it proposes, and save/restore for resume."""
 
-import pytest
 
 from orchestrator.spec import SweepSpec, cells
 from orchestrator.tune import CellwiseOptuna
