@@ -143,7 +143,8 @@ def run_trial(
     model.train()
     step_losses = torch.zeros(_LOSS_CHECK_STEPS, device=trial.device)
     loss_sum, loss_steps, train_time, train_tokens, trained = 0.0, 0, 0.0, 0, 0
-    metrics = trial.history[-1] if trial.history else {}
+    # A trial resumed after its last evaluation trains nothing and returns that evaluation.
+    metrics = {**trial.history[-1], "config": config.model_dump(mode="json")} if trial.history else {}
     while trial.samples < tc.samples:
         started = time.perf_counter()
         count = min(tc.batch_size, tc.samples - trial.samples)

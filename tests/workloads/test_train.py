@@ -165,6 +165,7 @@ def test_train_command_writes_metrics_and_resumes(tmp_path):
     again = CliRunner().invoke(app, args)  # finished: resumes at the end, trains nothing
     assert again.exit_code == 0 and "resuming" in again.output
     assert len((out / "history.jsonl").read_text().splitlines()) == 2
+    assert json.loads((out / "metrics.json").read_text()) == metrics
     other = CliRunner().invoke(app, args[:-2] + ["--seed", "1", "--out", str(out)])
     assert other.exit_code != 0 and "another config" in other.output
 
