@@ -332,16 +332,15 @@ def report(run_dir: Path = typer.Argument(..., help="the sweep's run directory")
 
 def _report(run_dir: Path) -> list[str]:
     """Writes and prints the report; returns the trials that failed for good."""
-    from orchestrator.report import load_trials, markdown_tables, write_report
+    from orchestrator.report import markdown_tables, write_report
 
     try:
-        _, best = write_report(run_dir)
+        _, best, trials = write_report(run_dir)
     except FileNotFoundError as e:
         _fail(str(e))
     typer.echo(markdown_tables(best) if not best.empty else "No finished trial yet.")
     typer.echo(f"Report: {run_dir / 'report.md'} (results.csv, best.csv, accuracy_*.png beside it)")
-    df = load_trials(run_dir)
-    return sorted(df.loc[df["state"] == "error", "trial"])
+    return sorted(trials.loc[trials["state"] == "error", "trial"])
 
 
 def _first_error(e) -> str:

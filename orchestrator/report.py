@@ -132,9 +132,9 @@ def plot(best: pd.DataFrame, out_dir: Path) -> list[Path]:
     return paths
 
 
-def write_report(run_dir: Path, metric: str = "gen_accuracy") -> tuple[str, pd.DataFrame]:
+def write_report(run_dir: Path, metric: str = "gen_accuracy") -> tuple[str, pd.DataFrame, pd.DataFrame]:
     """Writes report.md, results.csv and the plots into `run_dir`; returns the
-    markdown and the per-cell best table."""
+    markdown, the per-cell best table and the per-trial table."""
     run_dir = Path(run_dir)
     df = load_trials(run_dir)
     if df.empty:
@@ -155,7 +155,7 @@ def write_report(run_dir: Path, metric: str = "gen_accuracy") -> tuple[str, pd.D
                      f"{_num(r['val_exact_match'])} | {_num(r['val_loss'])} | {r['error']} |")
     text = "\n".join(lines) + "\n"
     (run_dir / "report.md").write_text(text)
-    return text, best
+    return text, best, df
 
 
 def _num(v, fmt="{:.3f}") -> str:

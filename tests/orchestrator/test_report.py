@@ -85,6 +85,6 @@ def test_report_of_an_empty_directory_is_a_clear_error(tmp_path):
 
 def test_write_report_is_a_function_of_the_files_alone(tmp_path):
     run, _ = fake_run(tmp_path, accuracy)
-    first, _ = write_report(run)
-    second, _ = write_report(run)
+    first, _, _ = write_report(run)
+    second, _, _ = write_report(run)
     assert first == second
