@@ -267,7 +267,7 @@ def launch(
         s = s.model_copy(update={"storage": storage})
     from orchestrator import tune as sweep
 
-    run_dir = sweep.run_dir_of(s)
+    run_dir = s.run_dir()
     if "://" not in run_dir and Path(run_dir).exists() and any(Path(run_dir).glob("*/params.json")):
         _fail(f"{run_dir} already holds a sweep; continue it with `icr-sweep resume {run_dir}`, or pick another name or --storage")
     resources = _start_ray(_ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus), s)

@@ -150,8 +150,12 @@ class SweepSpec(_Spec):
             preset(arch, size)  # every (arch, size) has a preset today; keep it so
         return self
 
+    def storage_uri(self) -> str:
+        """The storage path as Ray Tune takes it: a URI as given, a local path made absolute."""
+        return self.storage if "://" in self.storage else str(Path(self.storage).expanduser().resolve())
+
     def run_dir(self) -> str:
-        return f"{self.storage.rstrip('/')}/{self.name}"
+        return f"{self.storage_uri().rstrip('/')}/{self.name}"
 
 
 class SpecError(ValueError):

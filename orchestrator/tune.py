@@ -149,7 +149,7 @@ def _tuner_parts(spec: SweepSpec, resources: dict):
     run_config = tune.RunConfig(
         progress_reporter=reporter,
         name=spec.name,
-        storage_path=_storage_uri(spec.storage),
+        storage_path=spec.storage_uri(),
         failure_config=tune.FailureConfig(max_failures=spec.resources.max_failures),
         checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
         verbose=1,
@@ -157,17 +157,9 @@ def _tuner_parts(spec: SweepSpec, resources: dict):
     return trainable, run_config
 
 
-def _storage_uri(storage: str) -> str:
-    return storage if "://" in storage else str(Path(storage).expanduser().resolve())
-
-
-def run_dir_of(spec: SweepSpec) -> str:
-    return f"{_storage_uri(spec.storage).rstrip('/')}/{spec.name}"
-
-
 def launch(spec: SweepSpec, resources: dict) -> str:
     """Runs every trial of `spec`; returns the run directory. Ray must be initialised."""
-    run_dir = run_dir_of(spec)
+    run_dir = spec.run_dir()
     if "://" not in run_dir:
         Path(run_dir).mkdir(parents=True, exist_ok=True)
         Path(run_dir, SPEC_FILE).write_text(json.dumps({"spec": spec.model_dump(mode="json"), "resources": resources}, indent=1))
