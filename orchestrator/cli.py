@@ -35,11 +35,14 @@ def _fail(message: str) -> None:
 @app.command("show-task")
 def show_task(
     task: str = typer.Argument("istree", help="task name"),
-    n: int = typer.Option(8, help="vertices per graph"),
+    n: Optional[int] = typer.Option(None, help="vertices per graph [default: 8, or as many as --edges needs]"),
     setup: Setup = typer.Option("cot"),
     family: Family = typer.Option("binary"),
     seed: int = typer.Option(0),
     count: int = typer.Option(3, min=1),
+    edges: Optional[str] = typer.Option(
+        None, help="render this one graph instead of sampling: edges in input order, e.g. '3-1,5-2,4-1,4-3,2-0'"
+    ),
     format: Format = typer.Option("text", "--format"),
 ):
     """Print samples of a task. In text, tokens the retriever fills are [bracketed]."""
@@ -50,11 +53,17 @@ def show_task(
 
     if task not in TASKS:
         _fail(f"unknown task {task!r}; known tasks: {', '.join(sorted(TASKS))}")
+    graph = _parse_edges(edges) if edges is not None else None
+    if n is None:
+        n = len(graph) + 1 if graph is not None else 8
     try:
-        config = IsTreeConfig(n=n, setup=setup, family=family)
+        t = build_task(IsTreeConfig(n=n, setup=setup, family=family))
+        samples = [t.render(graph)] if graph is not None else t.samples(seed, TRAIN_STREAM, 0, count)
     except ValidationError as e:
         _fail(_first_error(e))
-    for i, s in enumerate(build_task(config).samples(seed, TRAIN_STREAM, 0, count)):
+    except ValueError as e:
+        _fail(f"--edges: {e}")
+    for i, s in enumerate(samples):
         if format == "jsonl":
             typer.echo(json.dumps(s))
             continue
@@ -65,6 +74,19 @@ def show_task(
         ]
         typer.echo(f"# sample {i}: {'tree' if s['label'] else 'not a tree'}, {len(shown)} tokens")
         typer.echo(" ".join(shown))
+
+
+def _parse_edges(text: str) -> list[tuple[int, int]]:
+    """'3-1,5-2 4-1' -> [(3, 1), (5, 2), (4, 1)]: commas or spaces between edges."""
+    out = []
+    for item in text.replace(",", " ").split():
+        u, sep, v = item.partition("-")
+        if not (sep and u.strip().isdigit() and v.strip().isdigit()):
+            _fail(f"--edges: {item!r} is not an edge like 3-1")
+        out.append((int(u), int(v)))
+    if not out:
+        _fail("--edges: no edges given")
+    return out
 
 
 @app.command("models")

@@ -7,7 +7,7 @@ every look-up asked of a retriever (retrieval). The heavy lifting is compiled in
 """
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Sequence
 
 import numpy as np
 import torch
@@ -106,14 +106,35 @@ class IsTreeTask:
     def samples(self, seed: int, stream: int, start: int, count: int) -> list[dict]:
         """Samples as plain records: token strings, label and the loss mask."""
         b = self.batch(seed, stream, start, count)
-        out = []
-        for i in range(count):
-            length = int(b.lengths[i])
-            out.append(
-                {
-                    "tokens": self.decode(b.tokens[i, :length].tolist()),
-                    "label": bool(b.labels[i]),
-                    "supervised": b.supervised[i, :length].to(torch.uint8).tolist(),
-                }
-            )
-        return out
+        return [
+            self._record(b.tokens[i].numpy(), b.supervised[i].numpy(), int(b.lengths[i]), bool(b.labels[i]))
+            for i in range(count)
+        ]
+
+    def render(self, edges: Sequence[tuple[int, int]]) -> dict:
+        """The sample of one given graph, its edges in input order (each written u-v
+        with u > v), as a record like those of `samples`."""
+        n = self.n
+        edges = [tuple(e) for e in edges]
+        if len(edges) != n - 1:
+            raise ValueError(f"IsTree samples have n-1 = {n - 1} edges, got {len(edges)}")
+        for u, v in edges:
+            if not (0 <= u < n and 0 <= v < n) or u == v:
+                raise ValueError(f"edge {u}-{v}: vertices must be distinct and in 0..{n - 1}")
+        if len({frozenset(e) for e in edges}) != len(edges):
+            raise ValueError("an edge is repeated")
+        eu = np.array([e[0] for e in edges], np.int64)
+        ev = np.array([e[1] for e in edges], np.int64)
+        tokens = np.full(self.max_length, self.pad_id, np.int64)
+        sup = np.zeros(self.max_length, np.uint8)
+        length, is_tree = K.render(n, self._setup, eu, ev, tokens, sup)
+        return self._record(tokens, sup, length, bool(is_tree))
+
+    def _record(self, tokens: np.ndarray, sup: np.ndarray, length: int, label: bool) -> dict:
+        return {"tokens": self.decode(tokens[:length].tolist()), "label": label, "supervised": sup[:length].astype(int).tolist()}
+
+
+def render(n: int, setup: Setup, edges: Sequence[tuple[int, int]]) -> dict:
+    """The IsTree sample of one graph: `edges` in input order, n vertices, one setup.
+    Returns {"tokens": [str], "supervised": [0/1], "label": bool}."""
+    return IsTreeTask(IsTreeConfig(n=n, setup=setup)).render(edges)

@@ -55,20 +55,19 @@ def _shuffle(state, a):
 
 @njit(cache=True)
 def _binary_graph(state, n, eu, ev):
-    """Two stars joined or not by one extra leaf-leaf edge; returns (state, is_tree)."""
+    """Two stars and one extra edge between consecutive leaves p[i], p[i+1]: a tree
+    exactly when they hang off different centres. Returns the new state."""
     p = np.arange(n)
     state = _shuffle(state, p)
-    side = np.zeros(n, np.int64)
     for i in range(2, n):
         state, coin = _uniform(state, 2)
-        side[i] = coin
         eu[i - 2] = p[coin]
         ev[i - 2] = p[i]
     state, k = _uniform(state, n - 3)
     i = 2 + k
     eu[n - 2] = p[i]
     ev[n - 2] = p[i + 1]
-    return state, side[i] != side[i + 1]
+    return state
 
 
 @njit(cache=True)
@@ -82,7 +81,8 @@ def _find(root, v):
 @njit(cache=True)
 def _random_graph(state, n, eu, ev):
     """A uniform-attachment random tree, or (half the time) one edge of it moved to
-    close a cycle inside one side of the cut it opens; always n-1 distinct edges."""
+    close a cycle inside one side of the cut it opens; always n-1 distinct edges.
+    Returns the new state."""
     order = np.arange(n)
     state = _shuffle(state, order)
     for i in range(1, n):
@@ -91,7 +91,7 @@ def _random_graph(state, n, eu, ev):
         ev[i - 1] = order[j]
     state, coin = _uniform(state, 2)
     if coin == 0:
-        return state, True
+        return state
     adjacent = np.zeros((n, n), np.bool_)
     for e in range(n - 1):
         adjacent[eu[e], ev[e]] = True
@@ -112,7 +112,7 @@ def _random_graph(state, n, eu, ev):
             if u != v and not adjacent[u, v] and _find(root, u) == _find(root, v):
                 eu[removed] = u
                 ev[removed] = v
-                return state, False
+                return state
 
 
 @njit(cache=True)
@@ -133,7 +133,8 @@ def _adjacency(n, eu, ev):
 def _cot_trace(n, nbr, deg, out, sup, pos):
     """DFS from 0 as an Euler tour (a vertex is written on entry and on every return
     to it), neighbours in input order. Meeting a visited vertex other than the parent
-    writes that vertex and stops: the cycle. Returns (pos, tree found)."""
+    stops at once without writing it, so the trace ends with the vertex being
+    expanded: the cycle (PAPER.md, as the reference). Returns (pos, tree found)."""
     visited = np.zeros(n, np.bool_)
     parent = np.full(n, -1, np.int64)
     ptr = np.zeros(n, np.int64)
@@ -152,11 +153,11 @@ def _cot_trace(n, nbr, deg, out, sup, pos):
             ptr[t] += 1
             if c == parent[t]:
                 continue
+            if visited[c]:
+                return pos, False
             out[pos] = c
             sup[pos] = 1
             pos += 1
-            if visited[c]:
-                return pos, False
             visited[c] = True
             n_visited += 1
             parent[c] = t
@@ -196,14 +197,13 @@ def _retrieval_trace(n, nbr, deg, out, sup, pos):
     """The DFS of `_cot_trace` with every look-up written as a retrieval query (see
     PAPER.md, setup 3). Returns (pos, tree found)."""
     failed = n + FAILED
-    recorded = np.full(n, failed, np.int64)  # what `v ~` answers: the first `v ~ u` record
-    stack = np.empty(2 * n + 2, np.int64)
-    st_ptr = np.empty(2 * n + 2, np.int64)  # index in nbr[v] of the last neighbour asked for
-    seen = np.zeros(n, np.bool_)
+    recorded = np.full(n, failed, np.int64)  # what `v ~` answers: the `v ~ u` record
+    stack = np.empty(n, np.int64)
+    st_ptr = np.empty(n, np.int64)  # index in nbr[v] of the last neighbour asked for
     top = 0
     stack[0] = 0
     st_ptr[0] = -1
-    seen[0] = True
+    n_visited = 1
     while top >= 0:
         t = stack[top]
         pos = _emit(out, sup, pos, t, 1)
@@ -222,18 +222,31 @@ def _retrieval_trace(n, nbr, deg, out, sup, pos):
             continue
         a = failed if c == 0 else recorded[c]
         pos = _query(out, sup, pos, n, c, n + TILDE, -1, a)
-        if a != failed:
+        # `0 ~` answers FAILED, yet the root is always visited: meeting it closes a
+        # cycle, and the trace stops right after the query (the reference's rule).
+        if a != failed or c == 0:
             return pos, False
         pos = _emit(out, sup, pos, c, 1)
         pos = _emit(out, sup, pos, n + TILDE, 1)
         pos = _emit(out, sup, pos, t, 1)
-        if recorded[c] == failed:
-            recorded[c] = t
-        seen[c] = True
+        recorded[c] = t
+        n_visited += 1
         top += 1
         stack[top] = c
         st_ptr[top] = -1
-    return pos, seen.sum() == n
+    return pos, n_visited == n
+
+
+@njit(cache=True)
+def _is_tree(n, eu, ev):
+    """n-1 edges form a tree exactly when none of them closes a cycle."""
+    root = np.arange(n)
+    for e in range(eu.shape[0]):
+        a, b = _find(root, eu[e]), _find(root, ev[e])
+        if a == b:
+            return False
+        root[a] = b
+    return True
 
 
 def max_length(n, setup):
@@ -243,9 +256,33 @@ def max_length(n, setup):
         return prompt + 1
     if setup == 1:
         return prompt + 2 * n + 2
-    # A step that pushes writes 1 + 5 + 6 + 6 + 5 + 3 tokens, one that pops fewer;
-    # at most n pushes (the root may be pushed twice) and n + 1 pops.
-    return prompt + 26 * (2 * n + 2) + 2
+    # A DFS step writes at most 1 + 5 + 6 + 6 + 5 + 3 tokens (when it pushes);
+    # there are at most n - 1 pushes and n pops.
+    return prompt + 26 * 2 * n + 2
+
+
+@njit(cache=True)
+def render(n, setup, eu, ev, out, sup):
+    """Writes the sample of the graph whose edges, in input order, are (eu[e], ev[e]):
+    `BOS edges EOS [trace EOS] answer` into out (token ids) and sup (1 where the
+    token carries loss). Returns (length, is_tree)."""
+    pos = _emit(out, sup, 0, n + BOS, 0)
+    for e in range(eu.shape[0]):
+        pos = _emit(out, sup, pos, max(eu[e], ev[e]), 0)
+        pos = _emit(out, sup, pos, n + DASH, 0)
+        pos = _emit(out, sup, pos, min(eu[e], ev[e]), 0)
+    pos = _emit(out, sup, pos, n + EOS, 0)
+    if setup == 0:
+        is_tree = _is_tree(n, eu, ev)
+    else:
+        nbr, deg = _adjacency(n, eu, ev)
+        if setup == 1:
+            pos, is_tree = _cot_trace(n, nbr, deg, out, sup, pos)
+        else:
+            pos, is_tree = _retrieval_trace(n, nbr, deg, out, sup, pos)
+        pos = _emit(out, sup, pos, n + EOS, 1)
+    pos = _emit(out, sup, pos, n + (TRUE if is_tree else FALSE), 1)
+    return pos, is_tree
 
 
 @njit(cache=True)
@@ -260,31 +297,12 @@ def fill_batch(n, family, setup, seed, stream, start, tokens, sup, lengths, labe
     for b in range(tokens.shape[0]):
         state = sample_seed(seed, stream, start + b)
         if family == 0:
-            state, is_tree = _binary_graph(state, n, eu, ev)
+            state = _binary_graph(state, n, eu, ev)
         else:
-            state, is_tree = _random_graph(state, n, eu, ev)
+            state = _random_graph(state, n, eu, ev)
         perm = np.arange(n - 1)
         state = _shuffle(state, perm)
-        out = tokens[b]
-        s = sup[b]
-        pos = _emit(out, s, 0, n + BOS, 0)
-        for e in perm:
-            pos = _emit(out, s, pos, max(eu[e], ev[e]), 0)
-            pos = _emit(out, s, pos, n + DASH, 0)
-            pos = _emit(out, s, pos, min(eu[e], ev[e]), 0)
-        pos = _emit(out, s, pos, n + EOS, 0)
-        if setup > 0:
-            nbr, deg = _adjacency(n, eu[perm], ev[perm])
-            if setup == 1:
-                pos, found = _cot_trace(n, nbr, deg, out, s, pos)
-            else:
-                pos, found = _retrieval_trace(n, nbr, deg, out, s, pos)
-            pos = _emit(out, s, pos, n + EOS, 1)
-            # The trace decides the answer; by construction it agrees with the graph.
-            is_tree = found
-        pos = _emit(out, s, pos, n + (TRUE if is_tree else FALSE), 1)
-        lengths[b] = pos
-        labels[b] = is_tree
+        lengths[b], labels[b] = render(n, setup, eu[perm], ev[perm], tokens[b], sup[b])
 
 
 @njit(cache=True)

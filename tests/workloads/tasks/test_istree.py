@@ -1,12 +1,12 @@
 """Invariants of the IsTree data: labels, traces, retriever, loss masks, seeding."""
 
-import sys
-
 import networkx as nx
 import numpy as np
 import pytest
 import torch
 
+from tests.workloads.tasks.istree_oracle import cot_trace, edges_of
+from tests.workloads.tasks.istree_oracle import sample as oracle_sample
 from workloads.tasks import IsTreeConfig, IsTreeTask
 from workloads.tasks.istree import TRAIN_STREAM, VALID_STREAM
 
@@ -15,43 +15,6 @@ SETUPS = ("vanilla", "cot", "retrieval")
 
 def task(n, setup="cot", family="binary"):
     return IsTreeTask(IsTreeConfig(n=n, setup=setup, family=family))
-
-
-def edges_of(tokens):
-    """The input edges of one sample, parsed back from its token strings."""
-    eos = tokens.index("EOS")
-    body = tokens[1:eos]
-    assert len(body) % 3 == 0
-    triples = [body[i : i + 3] for i in range(0, len(body), 3)]
-    assert all(t[1] == "-" for t in triples)
-    return [(int(t[0]), int(t[2])) for t in triples]
-
-
-def reference_dfs(n, edges):
-    """An independent, recursive reading of PAPER.md's CoT trace."""
-    nbrs = {v: [] for v in range(n)}
-    for u, v in edges:
-        nbrs[u].append(v)
-        nbrs[v].append(u)
-    trace, visited = [], set()
-
-    def visit(v, parent):
-        visited.add(v)
-        trace.append(v)
-        for c in nbrs[v]:
-            if c == parent:
-                continue
-            if c in visited:
-                trace.append(c)
-                return False
-            if not visit(c, v):
-                return False
-            trace.append(v)
-        return True
-
-    sys.setrecursionlimit(max(1000, 4 * n))
-    acyclic = visit(0, None)
-    return trace, acyclic and len(visited) == n, not acyclic
 
 
 @pytest.mark.parametrize("family", ["binary", "random"])
@@ -84,7 +47,7 @@ def test_cot_trace_is_the_input_order_dfs_and_answer_follows(family, n):
         first, second = toks.index("EOS"), len(toks) - 2
         assert toks[second] == "EOS"
         trace = [int(x) for x in toks[first + 1 : second]]
-        expected, is_tree, _ = reference_dfs(n, edges_of(toks))
+        expected, is_tree = cot_trace(n, edges_of(toks))
         assert trace == expected
         assert toks[-1] == ("TRUE" if is_tree else "FALSE")
         assert s["label"] == is_tree
@@ -133,25 +96,23 @@ def test_retrieval_trace_replays_through_the_retriever(family, n):
 
 @pytest.mark.parametrize("family", ["binary", "random"])
 @pytest.mark.parametrize("n", [8, 16, 64])
-def test_retrieval_dfs_visits_what_the_cot_dfs_visits(family, n):
+def test_retrieval_dfs_steps_through_the_cot_tour(family, n):
     cot = task(n, "cot", family).samples(seed=9, stream=TRAIN_STREAM, start=0, count=500)
     ret = task(n, "retrieval", family).samples(seed=9, stream=TRAIN_STREAM, start=0, count=500)
     for c, r in zip(cot, ret):
         assert edges_of(c["tokens"]) == edges_of(r["tokens"])
         assert c["label"] == r["label"] and c["tokens"][-1] == r["tokens"][-1]
         tour = [int(x) for x in c["tokens"][c["tokens"].index("EOS") + 1 : -2]]
-        steps = step_vertices(r["tokens"], r["supervised"])
-        expected, _, cycle = reference_dfs(n, edges_of(c["tokens"]))
-        assert tour == expected
-        if not cycle:
-            assert steps == tour
-        elif tour[-1] == 0:
-            # `0 ~` always answers FAILED, so a cycle closing at the root is seen one
-            # step later, after re-entering 0.
-            assert steps == tour
-        else:
-            # CoT writes the visited vertex that closes the cycle; retrieval asks about it.
-            assert steps == tour[:-1]
+        # Each retrieval step opens with the vertex the CoT tour writes, cycle or not.
+        assert step_vertices(r["tokens"], r["supervised"]) == tour
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+@pytest.mark.parametrize("family", ["binary", "random"])
+@pytest.mark.parametrize("n", [5, 16, 40])
+def test_stream_samples_are_what_the_oracle_writes_for_their_graph(setup, family, n):
+    for s in task(n, setup, family).samples(seed=21, stream=TRAIN_STREAM, start=0, count=300):
+        assert s == oracle_sample(n, setup, edges_of(s["tokens"]))
 
 
 def test_retriever_answers_each_query_kind_from_the_text():

@@ -1,0 +1,47 @@
+"""`icr-sweep show-task`: what it prints is what PAPER.md's rules prescribe."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from orchestrator.cli import app
+from tests.workloads.tasks import istree_oracle as oracle
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("setup", ["vanilla", "cot", "retrieval"])
+@pytest.mark.parametrize("family", ["binary", "random"])
+@pytest.mark.parametrize("n", [6, 24])
+def test_jsonl_samples_agree_with_the_independent_oracle(setup, family, n):
+    result = runner.invoke(app, ["show-task", "istree", "--n", str(n), "--setup", setup, "--family", family,
+                                 "--seed", "4", "--count", "150", "--format", "jsonl"])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.output.splitlines()]
+    assert len(lines) == 150
+    for s in lines:
+        assert s == oracle.sample(n, setup, oracle.edges_of(s["tokens"]))
+    labels = [s["label"] for s in lines]
+    assert 0 < sum(labels) < len(labels)
+
+
+def test_one_given_graph_is_rendered_in_its_edge_order():
+    edges = "3-0,5-2,4-0,4-3,5-1"
+    result = runner.invoke(app, ["show-task", "--edges", edges, "--setup", "retrieval", "--format", "jsonl"])
+    assert result.exit_code == 0, result.output
+    (s,) = [json.loads(line) for line in result.output.splitlines()]
+    assert oracle.edges_of(s["tokens"]) == [(3, 0), (5, 2), (4, 0), (4, 3), (5, 1)]
+    assert s == oracle.sample(6, "retrieval", oracle.edges_of(s["tokens"]))
+    # 4's first neighbour is the root, always visited: the trace stops at that query.
+    assert s["tokens"][-7:] == ["STARTSEARCH", "0", "~", "ENDSEARCH", "FAILED", "EOS", "FALSE"]
+    text = runner.invoke(app, ["show-task", "--edges", edges, "--setup", "retrieval"])
+    assert "not a tree" in text.output and "[FAILED]" in text.output
+
+
+@pytest.mark.parametrize("edges, message", [("3-0,5-2", "n-1 = 5 edges"), ("3-0,x", "'x' is not an edge"),
+                                            ("1-0,2-1,2-1", "repeated")])
+def test_bad_edges_are_named(edges, message):
+    args = ["show-task", "--edges", edges] + (["--n", "6"] if "5 edges" in message else [])
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and message in result.output
