@@ -3,6 +3,10 @@
 A model is a stack of `n_layers` layers; `attn_layer_idx` says which are LLaMA
 decoder layers (attention + SwiGLU MLP) and the rest are Mamba layers. The three
 families are three settings of that list, so another hybrid is one more preset.
+
+Layout rule (the reference's hybrid): the final RMSNorm follows the recurrent
+stack, and attention layers stacked on top of it come after that norm, with no
+norm before the head. A model of one kind ends with the norm.
 """
 
 from typing import Literal
@@ -29,6 +33,11 @@ class ModelConfig(BaseModel):
     expand: int = Field(2, gt=0)
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
+    attn_init: Literal["normal", "torch"] = Field(
+        "normal",
+        description="attention layers' Linear init: normal = N(0, 0.02) (Hugging Face LLaMA, the reference's "
+        "Transformer); torch = PyTorch's default (the reference's hybrid, which never re-initialises its layer)",
+    )
 
     @model_validator(mode="after")
     def _check(self):
@@ -38,6 +47,19 @@ class ModelConfig(BaseModel):
         if self.attn_layer_idx and self.d_model % self.n_heads:
             raise ValueError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
         return self
+
+    @property
+    def n_mamba_layers(self) -> int:
+        return self.n_layers - len(self.attn_layer_idx)
+
+    @property
+    def norm_idx(self) -> int:
+        """How many layers run before the final RMSNorm (see the layout rule above)."""
+        top = self.n_layers
+        if self.n_mamba_layers:
+            while top > 0 and top - 1 in self.attn_layer_idx:
+                top -= 1
+        return top
 
     @property
     def d_inner(self) -> int:
@@ -58,9 +80,9 @@ def _mamba(size, d_model, n_layers):
 
 
 def _hybrid(size, d_model, n_mamba, d_mlp, n_heads):
-    # PAPER.md: a Mamba stack with ONE LLaMA decoder layer on top.
+    # PAPER.md: a Mamba stack, its norm, then ONE LLaMA decoder layer with PyTorch's init.
     return ModelConfig(arch="hybrid", size=size, d_model=d_model, n_layers=n_mamba + 1,
-                       attn_layer_idx=(n_mamba,), d_mlp=d_mlp, n_heads=n_heads)
+                       attn_layer_idx=(n_mamba,), d_mlp=d_mlp, n_heads=n_heads, attn_init="torch")
 
 
 # PAPER.md's table; `tiny` is ours, for tests and CPU demos.

@@ -1,5 +1,6 @@
 """The language model around the layers: frozen sinusoidal embedding shared with the
-output head, a stack of attention and Mamba layers, a final RMSNorm."""
+output head, a stack of attention and Mamba layers, and a final RMSNorm placed by
+the config's layout rule (after the Mamba stack in a hybrid, at the end otherwise)."""
 
 from dataclasses import dataclass
 
@@ -35,29 +36,27 @@ class SequenceModel(nn.Module):
             AttentionLayer(cfg, i) if i in cfg.attn_layer_idx else MambaLayer(cfg, i) for i in range(cfg.n_layers)
         )
         self.norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
-        self._init_weights()
-
-    def _init_weights(self):
-        # As mamba-ssm's MixerModel and GPT-2: output projections of residual branches
-        # shrink with depth so that the residual stream keeps its scale at init.
-        for name, p in self.named_parameters():
-            if name.endswith(("out_proj.weight", "o_proj.weight", "down_proj.weight")):
-                nn.init.kaiming_uniform_(p, a=5**0.5)
-                with torch.no_grad():
-                    p /= self.cfg.n_layers**0.5
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
+    def _hidden(self, h: torch.Tensor, caches=None) -> torch.Tensor:
+        """The layers and the final norm, in the config's layout."""
+        caches = caches or [None] * len(self.layers)
+        for i, (layer, cache) in enumerate(zip(self.layers, caches)):
+            if i == self.cfg.norm_idx:
+                h = self.norm(h)
+            h = layer(h, cache)
+        if self.cfg.norm_idx == len(self.layers):
+            h = self.norm(h)
+        return h
+
     def _logits(self, h: torch.Tensor) -> torch.Tensor:
-        return self.norm(h) @ self.embedding.T.to(h.dtype)
+        return h @ self.embedding.T.to(h.dtype)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """Logits (B, T, V) for tokens (B, T): position t predicts token t+1."""
-        h = self.embedding[tokens]
-        for layer in self.layers:
-            h = layer(h)
-        return self._logits(h)
+        return self._logits(self._hidden(self.embedding[tokens]))
 
     @torch.no_grad()
     def prefill(self, tokens: torch.Tensor, max_length: int) -> tuple[torch.Tensor, DecodeState]:
@@ -65,16 +64,13 @@ class SequenceModel(nn.Module):
         the state that `step` continues from, sized for `max_length` tokens in all."""
         h = self.embedding[tokens]
         state = DecodeState([layer.new_cache(tokens.shape[0], max_length, h) for layer in self.layers])
-        for layer, cache in zip(self.layers, state.layers):
-            h = layer(h, cache)
+        h = self._hidden(h, state.layers)
         state.length = tokens.shape[1]
         return self._logits(h[:, -1]), state
 
     @torch.no_grad()
     def step(self, token: torch.Tensor, state: DecodeState) -> torch.Tensor:
         """Feeds one token per row (B,); returns the next logits (B, V)."""
-        h = self.embedding[token][:, None]
-        for layer, cache in zip(self.layers, state.layers):
-            h = layer(h, cache)
+        h = self._hidden(self.embedding[token][:, None], state.layers)
         state.length += 1
         return self._logits(h[:, 0])

@@ -52,6 +52,10 @@ class MambaMixer(nn.Module):
         self.A_log = nn.Parameter(torch.log(torch.arange(1, n_state + 1, dtype=torch.float32)).repeat(d_inner, 1))
         self.D = nn.Parameter(torch.ones(d_inner))
         self.out_proj = nn.Linear(d_inner, cfg.d_model, bias=False)
+        # mamba-ssm's MixerModel init (GPT-2's rule): the residual branch's output
+        # projection is PyTorch's default scaled by 1/sqrt(number of Mamba layers).
+        with torch.no_grad():
+            self.out_proj.weight /= math.sqrt(cfg.n_mamba_layers)
         nn.init.uniform_(self.dt_proj.weight, -(dt_rank**-0.5), dt_rank**-0.5)
         dt = torch.exp(torch.rand(d_inner) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3)).clamp(min=1e-4)
         with torch.no_grad():

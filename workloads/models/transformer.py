@@ -103,6 +103,12 @@ class AttentionLayer(nn.Module):
         self.attn = Attention(cfg)
         self.mlp_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
         self.mlp = SwiGLU(cfg)
+        if cfg.attn_init == "normal":
+            # Hugging Face LLaMA's init, as the reference's Transformer gets it:
+            # every Linear from N(0, 0.02), no rescaling with depth.
+            for module in self.modules():
+                if isinstance(module, nn.Linear):
+                    nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
     def new_cache(self, batch: int, max_length: int, like: torch.Tensor) -> KVCache:
         shape = (batch, self.attn.n_heads, max_length, self.attn.head_dim)

@@ -42,6 +42,84 @@ def test_hybrid_layout_is_data():
     assert kinds.count("AttentionLayer") == 2 and kinds[0] == kinds[6] == "AttentionLayer"
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+def test_final_norm_follows_the_mamba_stack_and_nothing_follows_the_top_attention_layer(arch):
+    # The reference's hybrid: Mamba layers -> RMSNorm -> one LLaMA layer -> tied head.
+    model = _model(arch, "0.5M")
+    tokens = torch.randint(0, VOCAB, (2, 30))
+    layers = list(model.layers)
+    n_body = {"transformer": len(layers), "mamba": len(layers), "hybrid": len(layers) - 1}[arch]
+    assert model.cfg.norm_idx == n_body
+    with torch.no_grad():
+        h = model.embedding[tokens]
+        for layer in layers[:n_body]:
+            h = layer(h)
+        h = model.norm(h)
+        for layer in layers[n_body:]:
+            h = layer(h)
+        torch.testing.assert_close(model(tokens), h @ model.embedding.T, rtol=0, atol=0)
+
+
+def test_layout_rule_places_the_norm_below_the_attention_layers_on_top_only():
+    cfg = preset("hybrid", "tiny")
+    assert cfg.model_copy(update={"n_layers": 5, "attn_layer_idx": (3, 4)}).norm_idx == 3
+    assert cfg.model_copy(update={"n_layers": 5, "attn_layer_idx": (0, 2)}).norm_idx == 5
+    assert preset("transformer", "tiny").norm_idx == preset("transformer", "tiny").n_layers
+
+
+def _uniform_std(bound):
+    return bound / 3**0.5
+
+
+def test_transformer_init_is_llama_normal_002_without_depth_rescaling():
+    torch.manual_seed(0)
+    model = build_model(preset("transformer", "0.5M"), VOCAB)
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert len(linears) == 8 * 7
+    for m in linears:
+        w = m.weight.detach()
+        assert abs(w.mean().item()) < 2e-3 and w.std().item() == pytest.approx(0.02, rel=0.06)
+    # The residual outputs are not shrunk with depth.
+    first, last = model.layers[0].attn.o_proj.weight, model.layers[-1].mlp.down_proj.weight
+    assert first.std().item() == pytest.approx(last.std().item(), rel=0.1)
+    for norm in [m for m in model.modules() if isinstance(m, torch.nn.RMSNorm)]:
+        assert torch.equal(norm.weight, torch.ones_like(norm.weight))
+
+
+@pytest.mark.parametrize("arch, n_mamba", [("mamba", 16), ("hybrid", 12)])
+def test_mamba_layers_init_as_mamba_ssm(arch, n_mamba):
+    torch.manual_seed(0)
+    cfg = preset(arch, "0.5M")
+    model = build_model(cfg, VOCAB)
+    mixers = [layer.mixer for layer in model.layers if hasattr(layer, "mixer")]
+    assert len(mixers) == n_mamba
+    out_bound = cfg.d_inner**-0.5 / n_mamba**0.5  # PyTorch's default / sqrt(Mamba layers)
+    in_bound = cfg.d_model**-0.5
+    for mixer in mixers:
+        out_w, in_w = mixer.out_proj.weight.detach(), mixer.in_proj.weight.detach()
+        assert out_w.abs().max().item() <= out_bound
+        assert out_w.std().item() == pytest.approx(_uniform_std(out_bound), rel=0.06)
+        assert in_w.abs().max().item() <= in_bound
+        assert in_w.std().item() == pytest.approx(_uniform_std(in_bound), rel=0.06)
+        assert torch.allclose(mixer.A_log, torch.log(torch.arange(1, cfg.d_state + 1.0)).expand_as(mixer.A_log))
+        assert torch.equal(mixer.D, torch.ones_like(mixer.D))
+        dt = torch.nn.functional.softplus(mixer.dt_proj.bias.detach())
+        assert dt.min().item() >= 1e-3 * 0.999 and dt.max().item() <= 0.1 * 1.001
+        assert mixer.dt_proj.weight.abs().max().item() <= cfg.dt_rank**-0.5
+
+
+def test_hybrid_attention_layer_keeps_pytorch_default_init():
+    torch.manual_seed(0)
+    cfg = preset("hybrid", "0.5M")
+    top = build_model(cfg, VOCAB).layers[-1]
+    for name, fan_in in [("attn.q_proj", cfg.d_model), ("attn.o_proj", cfg.d_model), ("mlp.gate_proj", cfg.d_model),
+                         ("mlp.down_proj", cfg.d_mlp)]:
+        w = top.get_submodule(name).weight.detach()
+        bound = fan_in**-0.5
+        assert w.abs().max().item() <= bound
+        assert w.std().item() == pytest.approx(_uniform_std(bound), rel=0.06), name
+
+
 def _model(arch, size="tiny", seed=0):
     torch.manual_seed(seed)
     model = build_model(preset(arch, size), VOCAB).eval()
