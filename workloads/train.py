@@ -141,7 +141,7 @@ def run_trial(
     val_batches = trial.validation_batches()
     model, task = trial.model, trial.task
     model.train()
-    step_losses = torch.zeros(_LOSS_CHECK_STEPS, device=trial.device)
+    pending = []  # this run's step losses (device tensors) not yet checked and summed
     loss_sum, loss_steps, train_time, train_tokens, trained = 0.0, 0, 0.0, 0, 0
     # A trial resumed after its last evaluation trains nothing and returns that evaluation.
     metrics = {**trial.history[-1], "config": config.model_dump(mode="json")} if trial.history else {}
@@ -159,21 +159,21 @@ def run_trial(
         trial.optimizer.step()
         trial.scheduler.step()
         step = trial.scheduler.last_epoch  # steps done, resumed runs included
-        step_losses[(step - 1) % _LOSS_CHECK_STEPS] = loss.detach()
+        pending.append(loss.detach())
         before = trial.samples
         trial.samples += count
         trained += count
         train_tokens += int(batch.lengths.sum())
         eval_due = trial.samples // tc.eval_every > before // tc.eval_every or trial.samples == tc.samples
-        if step % _LOSS_CHECK_STEPS == 0 or eval_due:
-            recent = step_losses[: (step - 1) % _LOSS_CHECK_STEPS + 1].cpu()
+        if len(pending) == _LOSS_CHECK_STEPS or eval_due:
+            recent = torch.stack(pending).cpu()
+            pending.clear()
             bad = (~torch.isfinite(recent)).nonzero()
             if len(bad):
                 first = step - len(recent) + 1 + int(bad[0])
                 raise FloatingPointError(f"loss is {recent[bad[0]].item()} at step {first} ({config.name})")
             loss_sum += float(recent.sum())
             loss_steps += len(recent)
-            step_losses.zero_()
         train_time += time.perf_counter() - started
         if on_step is not None:
             on_step(trial.samples)

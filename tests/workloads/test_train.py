@@ -67,6 +67,30 @@ def test_reports_carry_the_metrics_and_the_full_config():
     assert final == reports[-1] and final["final_eval"]
 
 
+def test_train_loss_is_the_plain_mean_of_the_step_losses_since_the_last_evaluation(monkeypatch, tmp_path):
+    # 15 steps between evaluations, so windows straddle the 32-step NaN checks; the
+    # run is cut mid-window and resumed from its last checkpoint.
+    real, losses = train_mod.supervised_loss, []
+
+    def recorded(logits, batch, reduction="mean"):
+        loss = real(logits, batch, reduction)
+        if logits.requires_grad:
+            losses.append(loss.item())
+        return loss
+
+    monkeypatch.setattr(train_mod, "supervised_loss", recorded)
+    config = small_trial(samples=1200, batch_size=16, eval_every=240)
+    reports = []
+    run_trial(config, report=lambda m, _: reports.append(m), checkpoint_dir=tmp_path, stop_after=560)
+    first_run, losses[:] = list(losses), []
+    run_trial(config, report=lambda m, _: reports.append(m), checkpoint_dir=tmp_path, resume_from=tmp_path)
+    assert len(first_run) == 35 and len(losses) == 45  # the resumed run redoes steps 31-35
+    windows = [first_run[0:15], first_run[15:30], losses[0:15], losses[15:30], losses[30:45]]
+    assert [r["samples"] for r in reports] == [240, 480, 720, 960, 1200]
+    for report, window in zip(reports, windows):
+        assert report["train_loss"] == pytest.approx(sum(window) / len(window), rel=1e-6)
+
+
 def test_a_non_finite_loss_stops_the_trial_naming_the_step(monkeypatch):
     real = train_mod.supervised_loss
     calls = []
