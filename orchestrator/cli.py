@@ -308,15 +308,13 @@ def resume(
 ):
     """Continue an interrupted sweep: finished trials stay, the rest continue from their checkpoints."""
     from orchestrator import tune as sweep
-    from orchestrator.spec import SweepSpec
+    from orchestrator.spec import SPEC_FILE, run_spec
 
-    spec_file = run_dir / sweep.SPEC_FILE
-    if not spec_file.exists():
-        _fail(f"{run_dir} is not a sweep run directory (no {spec_file.name})")
-
+    s = run_spec(run_dir)
+    if s is None:
+        _fail(f"{run_dir} is not a sweep run directory (no {SPEC_FILE})")
     if not sweep.can_resume(str(run_dir.resolve())):
         _fail(f"{run_dir}: Ray Tune saved no experiment state there yet; launch the spec again")
-    s = SweepSpec.model_validate(json.loads(spec_file.read_text())["spec"])
     resources = _start_ray(_ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus), s)
     _finish(sweep.resume(str(run_dir.resolve()), s, resources))
 
@@ -354,14 +352,17 @@ def report(run_dir: Path = typer.Argument(..., help="the sweep's run directory")
 
 def _report(run_dir: Path) -> list[str]:
     """Writes and prints the report; returns the trials that failed for good."""
-    from orchestrator.report import markdown_tables, write_report
+    from orchestrator.report import write_report
+    from orchestrator.spec import run_spec
 
+    spec = run_spec(run_dir)
+    search = spec.search if spec is not None else None
     try:
-        _, best, trials = write_report(run_dir)
+        text, _, trials = write_report(run_dir, *((search.metric, search.mode) if search else ()))
     except FileNotFoundError as e:
         _fail(str(e))
-    typer.echo(markdown_tables(best) if not best.empty else "No finished trial yet.")
-    typer.echo(f"Report: {run_dir / 'report.md'} (results.csv, best.csv, accuracy_*.png beside it)")
+    typer.echo(text.split("## Every trial")[0].rstrip())
+    typer.echo(f"Report: {run_dir / 'report.md'} (results.csv, best.csv, exact_match_*.png, gen_accuracy_*.png beside it)")
     return sorted(trials.loc[trials["state"] == "error", "trial"])
 
 

@@ -6,6 +6,7 @@ configs, the very ones `icr-sweep train` takes.
 """
 
 import itertools
+import json
 from pathlib import Path
 from typing import Literal, Optional, Union
 
@@ -156,6 +157,17 @@ class SweepSpec(_Spec):
 
     def run_dir(self) -> str:
         return f"{self.storage_uri().rstrip('/')}/{self.name}"
+
+
+SPEC_FILE = "icr-sweep.json"  # the resolved spec, written into the run directory by launch
+
+
+def run_spec(run_dir: Path | str) -> Optional["SweepSpec"]:
+    """The spec a run directory was launched with, or None where it holds none."""
+    path = Path(run_dir) / SPEC_FILE
+    if not path.is_file():
+        return None
+    return SweepSpec.model_validate(json.loads(path.read_text())["spec"])
 
 
 class SpecError(ValueError):

@@ -16,11 +16,9 @@ from ray import tune
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
-from orchestrator.spec import SweepSpec, cells, expand, trial_for
+from orchestrator.spec import SPEC_FILE, SweepSpec, cells, expand, trial_for
 from workloads.config import TrialConfig
 from workloads.train import run_trial
-
-SPEC_FILE = "icr-sweep.json"  # the resolved spec, written into the run directory
 
 
 def _trainable(config: dict) -> None:

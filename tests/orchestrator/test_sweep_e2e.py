@@ -101,7 +101,7 @@ def test_a_tiny_sweep_completes_with_its_report_and_the_dashboard_up(tmp_path, r
     assert df.loc[diverging, "state"] == "error" and "loss is nan at step" in df.loc[diverging, "error"]
     others = df.drop(index=diverging)
     assert (others["state"] == "finished").all() and others["gen_accuracy"].between(0, 1).all()
-    assert (run_dir / "results.csv").exists() and list(run_dir.glob("accuracy_*.png"))
+    assert (run_dir / "results.csv").exists() and list(run_dir.glob("exact_match_*.png")) and list(run_dir.glob("gen_accuracy_*.png"))
 
     again = subprocess.run(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=port),
                            capture_output=True, text=True, timeout=120)
