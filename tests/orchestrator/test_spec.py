@@ -31,9 +31,16 @@ def test_the_paper_grid_is_81_trials_with_the_paper_learning_rates():
                                            ["0.5M", "1M", "2M"], [16, 32, 64]))
     for t in trials:
         assert t.train.lr == (1e-3 if t.model.arch == "transformer" else 3e-4)
-        assert t.train.samples >= 1_000_000 and t.train.batch_size == 64 and t.train.warmup_samples == 10_000
+        assert t.train.samples == 5_000_000 and t.train.batch_size == 64 and t.train.warmup_samples == 10_000
+        assert t.train.eval_every == 100_000 and t.train.val_samples == 5_000
     names = [t.name for t in trials]
     assert len(set(names)) == 81 and "transformer-cot-0.5M-n32-lr1e-3-s0" in names
+
+
+def test_the_1m_grid_is_the_paper_grid_at_a_fifth_of_the_samples():
+    full, cheap = load_spec(SWEEPS / "istree_grid.yaml"), load_spec(SWEEPS / "istree_grid_1m.yaml")
+    assert cheap.training.samples == 1_000_000
+    assert full.model_copy(update={"name": cheap.name, "training": cheap.training}) == cheap
 
 
 def test_expansion_gives_the_config_icr_sweep_train_takes():
