@@ -48,19 +48,20 @@ class Batch:
 
 
 class IsTreeTask:
-    """Streams IsTree samples, tokenised with a vocabulary that depends only on n."""
+    """Streams IsTree samples, tokenised with the reference's vocabulary (its 16
+    special tokens, then the vertices 0..n), which depends only on n."""
 
     def __init__(self, config: IsTreeConfig):
         self.config = config
         n = config.n
         self.n = n
-        self.vocab = tuple(str(v) for v in range(n + 1)) + K.SPECIALS
+        self.vocab = K.SPECIALS + tuple(str(v) for v in range(n + 1))
         self._ids = {tok: i for i, tok in enumerate(self.vocab)}
-        self.pad_id = n + K.PAD
-        self.eos_id = n + K.EOS
-        self.true_id = n + K.TRUE
-        self.false_id = n + K.FALSE
-        self.end_search_id = n + K.END
+        self.pad_id = K.PAD
+        self.eos_id = K.EOS
+        self.true_id = K.TRUE
+        self.false_id = K.FALSE
+        self.end_search_id = K.END
         self.uses_retriever = config.setup == "retrieval"
         self.prompt_length = 3 * (n - 1) + 2  # BOS, n-1 edges of 3 tokens, EOS
         self._family = K.FAMILIES.index(config.family)

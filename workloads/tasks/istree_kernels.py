@@ -6,15 +6,21 @@ stream needs no memory beyond the batch being built. Python-level generation
 of retrieval traces at n=64 (~2,500 tokens each) runs at a few hundred samples
 per second; these kernels are what make a GPU trial not wait for its data.
 
-Token ids depend only on n: vertex v has id v for v in 0..n, and the special
-tokens follow in the order of `SPECIALS` (id n+1+k for SPECIALS[k]).
+Token ids are the reference implementation's: its 16 special tokens first, in its
+order (id k for SPECIALS[k]; six of them are never written), then vertex v at id
+16 + v for v in 0..n. The frozen sinusoidal embedding makes the id of a token its
+input vector and output row, so the ids are part of the model (PAPER.md).
 """
 
 import numpy as np
 from numba import njit
 
-SPECIALS = ("-", "~", "BOS", "EOS", "PAD", "TRUE", "FALSE", "STARTSEARCH", "ENDSEARCH", "FAILED")
-DASH, TILDE, BOS, EOS, PAD, TRUE, FALSE, START, END, FAILED = range(1, len(SPECIALS) + 1)
+SPECIALS = ("[", "]", ",", "-", "PAD", "EOS", "TRUE", "FALSE", "SPACE", "NEWLINE", "UNK", "BOS",
+            "STARTSEARCH", "ENDSEARCH", "FAILED", "~")
+DASH, PAD, EOS, TRUE, FALSE, BOS, START, END, FAILED, TILDE = (
+    SPECIALS.index(t) for t in ("-", "PAD", "EOS", "TRUE", "FALSE", "BOS", "STARTSEARCH", "ENDSEARCH", "FAILED", "~")
+)
+V0 = len(SPECIALS)  # the id of vertex 0
 
 FAMILIES = ("binary", "random")
 SETUPS = ("vanilla", "cot", "retrieval")
@@ -143,7 +149,7 @@ def _cot_trace(n, nbr, deg, out, sup, pos):
     stack[0] = 0
     visited[0] = True
     n_visited = 1
-    out[pos] = 0
+    out[pos] = V0
     sup[pos] = 1
     pos += 1
     while top >= 0:
@@ -155,7 +161,7 @@ def _cot_trace(n, nbr, deg, out, sup, pos):
                 continue
             if visited[c]:
                 return pos, False
-            out[pos] = c
+            out[pos] = V0 + c
             sup[pos] = 1
             pos += 1
             visited[c] = True
@@ -166,7 +172,7 @@ def _cot_trace(n, nbr, deg, out, sup, pos):
         else:
             top -= 1
             if top >= 0:
-                out[pos] = stack[top]
+                out[pos] = V0 + stack[top]
                 sup[pos] = 1
                 pos += 1
     return pos, n_visited == n
@@ -180,24 +186,29 @@ def _emit(out, sup, pos, tok, supervised):
 
 
 @njit(cache=True)
-def _query(out, sup, pos, n, a, b, c, answer):
-    """Writes `STARTSEARCH a b [c] ENDSEARCH answer`; the answer is the retriever's
-    (no loss), the rest is the model's."""
-    pos = _emit(out, sup, pos, n + START, 1)
-    pos = _emit(out, sup, pos, a, 1)
-    pos = _emit(out, sup, pos, b, 1)
-    if c >= 0:
-        pos = _emit(out, sup, pos, c, 1)
-    pos = _emit(out, sup, pos, n + END, 1)
-    return _emit(out, sup, pos, answer, 0)
+def _tok(v):
+    """The token of vertex v, or FAILED for -1."""
+    return FAILED if v < 0 else V0 + v
+
+
+@njit(cache=True)
+def _query(out, sup, pos, v, op, u, answer):
+    """Writes `STARTSEARCH v op [u] ENDSEARCH answer` (u, answer: vertices, -1 for
+    none / FAILED); the answer is the retriever's (no loss), the rest the model's."""
+    pos = _emit(out, sup, pos, START, 1)
+    pos = _emit(out, sup, pos, V0 + v, 1)
+    pos = _emit(out, sup, pos, op, 1)
+    if u >= 0:
+        pos = _emit(out, sup, pos, V0 + u, 1)
+    pos = _emit(out, sup, pos, END, 1)
+    return _emit(out, sup, pos, _tok(answer), 0)
 
 
 @njit(cache=True)
 def _retrieval_trace(n, nbr, deg, out, sup, pos):
     """The DFS of `_cot_trace` with every look-up written as a retrieval query (see
-    PAPER.md, setup 3). Returns (pos, tree found)."""
-    failed = n + FAILED
-    recorded = np.full(n, failed, np.int64)  # what `v ~` answers: the `v ~ u` record
+    PAPER.md, setup 3). Vertices are numbers here, -1 is FAILED. Returns (pos, tree found)."""
+    recorded = np.full(n, -1, np.int64)  # what `v ~` answers: the `v ~ u` record
     stack = np.empty(n, np.int64)
     st_ptr = np.empty(n, np.int64)  # index in nbr[v] of the last neighbour asked for
     top = 0
@@ -206,29 +217,29 @@ def _retrieval_trace(n, nbr, deg, out, sup, pos):
     n_visited = 1
     while top >= 0:
         t = stack[top]
-        pos = _emit(out, sup, pos, t, 1)
-        p = failed if t == 0 else recorded[t]
-        pos = _query(out, sup, pos, n, t, n + TILDE, -1, p)
+        pos = _emit(out, sup, pos, V0 + t, 1)
+        p = recorded[t]  # the root is never recorded: -1
+        pos = _query(out, sup, pos, t, TILDE, -1, p)
         k = st_ptr[top] + 1
-        c = nbr[t, k] if k < deg[t] else failed
-        pos = _query(out, sup, pos, n, t, n + DASH, -1 if k == 0 else nbr[t, k - 1], c)
-        if c != failed and c == p:
+        c = nbr[t, k] if k < deg[t] else -1
+        pos = _query(out, sup, pos, t, DASH, -1 if k == 0 else nbr[t, k - 1], c)
+        if c >= 0 and c == p:
             k += 1
-            c = nbr[t, k] if k < deg[t] else failed
-            pos = _query(out, sup, pos, n, t, n + DASH, p, c)
+            c = nbr[t, k] if k < deg[t] else -1
+            pos = _query(out, sup, pos, t, DASH, p, c)
         st_ptr[top] = k
-        if c == failed:
+        if c < 0:
             top -= 1
             continue
-        a = failed if c == 0 else recorded[c]
-        pos = _query(out, sup, pos, n, c, n + TILDE, -1, a)
+        a = recorded[c]
+        pos = _query(out, sup, pos, c, TILDE, -1, a)
         # `0 ~` answers FAILED, yet the root is always visited: meeting it closes a
         # cycle, and the trace stops right after the query (the reference's rule).
-        if a != failed or c == 0:
+        if a >= 0 or c == 0:
             return pos, False
-        pos = _emit(out, sup, pos, c, 1)
-        pos = _emit(out, sup, pos, n + TILDE, 1)
-        pos = _emit(out, sup, pos, t, 1)
+        pos = _emit(out, sup, pos, V0 + c, 1)
+        pos = _emit(out, sup, pos, TILDE, 1)
+        pos = _emit(out, sup, pos, V0 + t, 1)
         recorded[c] = t
         n_visited += 1
         top += 1
@@ -266,12 +277,12 @@ def render(n, setup, eu, ev, out, sup):
     """Writes the sample of the graph whose edges, in input order, are (eu[e], ev[e]):
     `BOS edges EOS [trace EOS] answer` into out (token ids) and sup (1 where the
     token carries loss). Returns (length, is_tree)."""
-    pos = _emit(out, sup, 0, n + BOS, 0)
+    pos = _emit(out, sup, 0, BOS, 0)
     for e in range(eu.shape[0]):
-        pos = _emit(out, sup, pos, max(eu[e], ev[e]), 0)
-        pos = _emit(out, sup, pos, n + DASH, 0)
-        pos = _emit(out, sup, pos, min(eu[e], ev[e]), 0)
-    pos = _emit(out, sup, pos, n + EOS, 0)
+        pos = _emit(out, sup, pos, V0 + max(eu[e], ev[e]), 0)
+        pos = _emit(out, sup, pos, DASH, 0)
+        pos = _emit(out, sup, pos, V0 + min(eu[e], ev[e]), 0)
+    pos = _emit(out, sup, pos, EOS, 0)
     if setup == 0:
         is_tree = _is_tree(n, eu, ev)
     else:
@@ -280,8 +291,8 @@ def render(n, setup, eu, ev, out, sup):
             pos, is_tree = _cot_trace(n, nbr, deg, out, sup, pos)
         else:
             pos, is_tree = _retrieval_trace(n, nbr, deg, out, sup, pos)
-        pos = _emit(out, sup, pos, n + EOS, 1)
-    pos = _emit(out, sup, pos, n + (TRUE if is_tree else FALSE), 1)
+        pos = _emit(out, sup, pos, EOS, 1)
+    pos = _emit(out, sup, pos, TRUE if is_tree else FALSE, 1)
     return pos, is_tree
 
 
@@ -307,7 +318,7 @@ def fill_batch(n, family, setup, seed, stream, start, tokens, sup, lengths, labe
 
 @njit(cache=True)
 def _is_vertex(tok, n):
-    return 0 <= tok <= n
+    return V0 <= tok <= V0 + n
 
 
 @njit(cache=True)
@@ -319,28 +330,28 @@ def retrieve(seq, length, n):
     touching v. `v - u`: the other end of the next input edge touching v after
     edge {v, u}. A malformed query, or one with no answer, gets FAILED.
     """
-    failed = n + FAILED
+    failed = FAILED
     q = length - 2
-    while q >= 0 and seq[q] != n + START:
+    while q >= 0 and seq[q] != START:
         q -= 1
     if q < 0:
         return failed
     q_len = length - 1 - (q + 1)
     eos = 0
-    while eos < length and seq[eos] != n + EOS:
+    while eos < length and seq[eos] != EOS:
         eos += 1
     if q_len < 2 or q_len > 3 or not _is_vertex(seq[q + 1], n):
         return failed
     v = seq[q + 1]
     op = seq[q + 2]
-    if op == n + TILDE and q_len == 2:
-        if v == 0:
+    if op == TILDE and q_len == 2:
+        if v == V0:
             return failed
         for i in range(eos + 1, q - 2):
-            if seq[i] == v and seq[i + 1] == n + TILDE and _is_vertex(seq[i + 2], n):
+            if seq[i] == v and seq[i + 1] == TILDE and _is_vertex(seq[i + 2], n):
                 return seq[i + 2]
         return failed
-    if op != n + DASH:
+    if op != DASH:
         return failed
     n_edges = (eos - 1) // 3
     i = 0

@@ -119,21 +119,20 @@ def test_retriever_answers_each_query_kind_from_the_text():
     t = task(6, "retrieval")
     enc = lambda s: [t.token_id(x) for x in s.split()]  # noqa: E731
     prompt = "BOS 3 - 0 5 - 3 4 - 0 2 - 1 5 - 1 EOS "
-    failed = t.token_id("FAILED")
     cases = {
-        "0 STARTSEARCH 0 - ENDSEARCH": 3,
-        "0 STARTSEARCH 0 - 3 ENDSEARCH": 4,
-        "0 STARTSEARCH 0 - 4 ENDSEARCH": failed,
-        "0 STARTSEARCH 5 - 3 ENDSEARCH": 1,
-        "0 STARTSEARCH 2 - 5 ENDSEARCH": failed,  # no edge {2, 5}
-        "0 STARTSEARCH 3 ~ ENDSEARCH": failed,  # never recorded
-        "0 3 ~ 0 3 STARTSEARCH 3 ~ ENDSEARCH": 0,
-        "0 3 ~ 0 0 ~ 3 STARTSEARCH 0 ~ ENDSEARCH": failed,  # the root has no parent
-        "0 STARTSEARCH ~ 3 ENDSEARCH": failed,  # malformed
-        "0 STARTSEARCH 3 ENDSEARCH": failed,
+        "0 STARTSEARCH 0 - ENDSEARCH": "3",
+        "0 STARTSEARCH 0 - 3 ENDSEARCH": "4",
+        "0 STARTSEARCH 0 - 4 ENDSEARCH": "FAILED",
+        "0 STARTSEARCH 5 - 3 ENDSEARCH": "1",
+        "0 STARTSEARCH 2 - 5 ENDSEARCH": "FAILED",  # no edge {2, 5}
+        "0 STARTSEARCH 3 ~ ENDSEARCH": "FAILED",  # never recorded
+        "0 3 ~ 0 3 STARTSEARCH 3 ~ ENDSEARCH": "0",
+        "0 3 ~ 0 0 ~ 3 STARTSEARCH 0 ~ ENDSEARCH": "FAILED",  # the root has no parent
+        "0 STARTSEARCH ~ 3 ENDSEARCH": "FAILED",  # malformed
+        "0 STARTSEARCH 3 ENDSEARCH": "FAILED",
     }
     for trace, want in cases.items():
-        assert t.retrieve(enc(prompt + trace)) == want, trace
+        assert t.vocab[t.retrieve(enc(prompt + trace))] == want, trace
 
 
 @pytest.mark.parametrize("setup", SETUPS)
@@ -174,7 +173,12 @@ def test_lengths_stay_within_the_bound_the_buffers_use(n, family):
     assert set(b.tokens.unique().tolist()) <= set(range(t.vocab_size))
 
 
-def test_vocabulary_depends_only_on_n():
+def test_vocabulary_is_the_references_and_depends_only_on_n():
     a, b = task(16, "vanilla", "binary"), task(16, "retrieval", "random")
-    assert a.vocab == b.vocab and len(a.vocab) == 16 + 1 + 10
-    assert [a.vocab[i] for i in range(17)] == [str(v) for v in range(17)]
+    assert a.vocab == b.vocab and len(a.vocab) == 16 + 16 + 1
+    # rnn-icrag's ids: its 16 specials in its order, then vertex v at 16 + v. With a
+    # frozen sinusoidal table the id is the embedding, so these are part of the model.
+    ids = {"-": 3, "PAD": 4, "EOS": 5, "TRUE": 6, "FALSE": 7, "BOS": 11, "STARTSEARCH": 12, "ENDSEARCH": 13,
+           "FAILED": 14, "~": 15}
+    assert {tok: a.token_id(tok) for tok in ids} == ids
+    assert [a.vocab[16 + v] for v in range(17)] == [str(v) for v in range(17)]
