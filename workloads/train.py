@@ -34,9 +34,10 @@ def resolve_device(requested: str) -> torch.device:
 
 
 def lr_factor(step: int, warmup_steps: int, total_steps: int) -> float:
-    """Linear warm-up to 1, then cosine decay to 0 at the last step."""
+    """Linear warm-up from 0 to 1, then cosine decay to 0 at the last step: Hugging
+    Face's cosine schedule, as the reference trains with."""
     if step < warmup_steps:
-        return (step + 1) / warmup_steps
+        return step / warmup_steps
     progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
     return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
 

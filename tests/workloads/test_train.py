@@ -24,8 +24,8 @@ def small_trial(arch="transformer", setup="cot", n=6, **train) -> TrialConfig:
 def test_schedule_warms_up_linearly_then_decays_to_zero():
     warmup, total = 10, 110
     f = [lr_factor(s, warmup, total) for s in range(total + 1)]
-    assert f[0] == pytest.approx(0.1) and f[warmup - 1] == pytest.approx(1.0)
-    assert all(a < b for a, b in zip(f[:warmup], f[1:warmup]))
+    assert f[0] == 0.0 and f[warmup - 1] == pytest.approx(0.9) and f[warmup] == pytest.approx(1.0)
+    assert all(a < b for a, b in zip(f[:warmup], f[1 : warmup + 1]))
     assert all(a >= b for a, b in zip(f[warmup:], f[warmup + 1 :]))
     assert f[total] == pytest.approx(0.0, abs=1e-12)
     assert f[warmup + (total - warmup) // 2] == pytest.approx(0.5)
