@@ -3,17 +3,26 @@
 The three setups differ only in what the model writes after the first EOS:
 the answer (vanilla), a DFS Euler tour then the answer (cot), or the same DFS with
 every look-up asked of a retriever (retrieval). The heavy lifting is compiled in
-`istree_kernels`; this module is the typed face of it.
+`istree_kernels`; this module is the typed face of it. torch and the kernels
+(numba) are imported where they are used, so that reading a config is instant.
 """
 
-from dataclasses import dataclass
-from typing import Literal, Sequence
+from __future__ import annotations
 
-import numpy as np
-import torch
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, Sequence
+
 from pydantic import BaseModel, ConfigDict, Field
 
-from workloads.tasks import istree_kernels as K
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+
+def _kernels():
+    from workloads.tasks import istree_kernels
+
+    return istree_kernels
 
 # Training and validation samples come from disjoint streams of per-sample seeds,
 # so a validation set never depends on how far training has gone.
@@ -43,7 +52,7 @@ class Batch:
     lengths: torch.Tensor  # (B,) int64, BOS to answer inclusive
     labels: torch.Tensor  # (B,) bool, is the graph a tree
 
-    def to(self, device):
+    def to(self, device) -> Batch:
         return Batch(*(t.to(device, non_blocking=True) for t in (self.tokens, self.supervised, self.lengths, self.labels)))
 
 
@@ -52,6 +61,7 @@ class IsTreeTask:
     special tokens, then the vertices 0..n), which depends only on n."""
 
     def __init__(self, config: IsTreeConfig):
+        K = _kernels()
         self.config = config
         n = config.n
         self.n = n
@@ -80,11 +90,14 @@ class IsTreeTask:
 
     def batch(self, seed: int, stream: int, start: int, count: int) -> Batch:
         """Samples start..start+count-1 of stream `stream` under `seed`."""
+        import numpy as np
+        import torch
+
         tokens = np.full((count, self.max_length), self.pad_id, np.int64)
         sup = np.zeros((count, self.max_length), np.uint8)
         lengths = np.empty(count, np.int64)
         labels = np.empty(count, np.bool_)
-        K.fill_batch(self.n, self._family, self._setup, seed, stream, start, tokens, sup, lengths, labels)
+        _kernels().fill_batch(self.n, self._family, self._setup, seed, stream, start, tokens, sup, lengths, labels)
         width = int(lengths.max())
         return Batch(
             tokens=torch.from_numpy(np.ascontiguousarray(tokens[:, :width])),
@@ -95,13 +108,17 @@ class IsTreeTask:
 
     def retrieve(self, ids) -> int:
         """The retriever's answer to the query that ends `ids` (last token ENDSEARCH)."""
+        import numpy as np
+
         seq = np.asarray(ids, dtype=np.int64)
-        return int(K.retrieve(seq, len(seq), self.n))
+        return int(_kernels().retrieve(seq, len(seq), self.n))
 
     def retrieve_rows(self, tokens: np.ndarray, lengths: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Answers for the rows of a (B, T) int64 array whose sequences end in ENDSEARCH."""
+        import numpy as np
+
         answers = np.empty(len(rows), np.int64)
-        K.retrieve_rows(tokens, lengths, rows.astype(np.int64), self.n, answers)
+        _kernels().retrieve_rows(tokens, lengths, rows.astype(np.int64), self.n, answers)
         return answers
 
     def samples(self, seed: int, stream: int, start: int, count: int) -> list[dict]:
@@ -124,11 +141,13 @@ class IsTreeTask:
                 raise ValueError(f"edge {u}-{v}: vertices must be distinct and in 0..{n - 1}")
         if len({frozenset(e) for e in edges}) != len(edges):
             raise ValueError("an edge is repeated")
+        import numpy as np
+
         eu = np.array([e[0] for e in edges], np.int64)
         ev = np.array([e[1] for e in edges], np.int64)
         tokens = np.full(self.max_length, self.pad_id, np.int64)
         sup = np.zeros(self.max_length, np.uint8)
-        length, is_tree = K.render(n, self._setup, eu, ev, tokens, sup)
+        length, is_tree = _kernels().render(n, self._setup, eu, ev, tokens, sup)
         return self._record(tokens, sup, length, bool(is_tree))
 
     def _record(self, tokens: np.ndarray, sup: np.ndarray, length: int, label: bool) -> dict:
