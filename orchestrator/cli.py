@@ -53,16 +53,24 @@ def show_task(
 
     if task not in TASKS:
         _fail(f"unknown task {task!r}; known tasks: {', '.join(sorted(TASKS))}")
+    from workloads.config import SEED_MAX
+
+    if not 0 <= seed <= SEED_MAX:
+        _fail(f"--seed must be in 0..{SEED_MAX} (2^64 - 1), got {seed}")
     graph = _parse_edges(edges) if edges is not None else None
     if n is None:
         n = len(graph) + 1 if graph is not None else 8
     try:
         t = build_task(IsTreeConfig(n=n, setup=setup, family=family))
-        samples = [t.render(graph)] if graph is not None else t.samples(seed, TRAIN_STREAM, 0, count)
+        first = [t.render(graph)] if graph is not None else []
     except ValidationError as e:
         _fail(_first_error(e))
     except ValueError as e:
         _fail(f"--edges: {e}")
+    # Streamed in chunks of about 2M tokens: memory stays flat whatever --count and n.
+    chunk = max(1, 2_000_000 // t.max_length)
+    batches = (t.samples(seed, TRAIN_STREAM, start, min(chunk, count - start)) for start in range(0, count, chunk))
+    samples = iter(first) if graph is not None else (s for batch in batches for s in batch)
     for i, s in enumerate(samples):
         if format == "jsonl":
             typer.echo(json.dumps(s))
@@ -134,22 +142,26 @@ def train(
     lr: Optional[float] = typer.Option(None, help="peak learning rate [default: 1e-3 transformer, 3e-4 others]"),
     seed: int = typer.Option(0),
     batch_size: int = typer.Option(64),
-    warmup_samples: int = typer.Option(10_000),
+    warmup_samples: Optional[int] = typer.Option(
+        None, help="linear warm-up [default: 10,000 (the paper's), or a tenth of --samples when that is less]"
+    ),
     eval_every: int = typer.Option(100_000, help="samples between evaluations and checkpoints"),
     val_samples: int = typer.Option(5_000),
     gen_every_eval: bool = typer.Option(False, help="generation accuracy at every evaluation"),
     grad_clip: Optional[float] = typer.Option(None),
     device: Device = typer.Option("auto"),
     precision: Precision = typer.Option("fp32"),
+    cpus: int = typer.Option(1, min=1, help="threads for torch, OpenMP and numba (resources.cpus_per_trial in a sweep)"),
 ):
     """Train and evaluate one trial without Ray. Re-running with the same --out resumes it."""
     from pydantic import ValidationError
-    from tqdm import tqdm
 
+    from orchestrator.rundir import RunDirError, check_storage
     from workloads.config import trial_config
     from workloads.tasks import IsTreeConfig
-    from workloads.train import CHECKPOINT_FILE, run_trial
 
+    if warmup_samples is None:
+        warmup_samples = min(10_000, samples // 10)
     try:
         config = trial_config(
             arch, size, IsTreeConfig(n=n, setup=setup, family=family), lr=lr,
@@ -157,9 +169,20 @@ def train(
             eval_every=eval_every, val_samples=val_samples, gen_every_eval=gen_every_eval,
             grad_clip=grad_clip, device=device, precision=precision,
         )
-    except (ValidationError, ValueError) as e:
-        _fail(_first_error(e) if isinstance(e, ValidationError) else str(e))
-    out.mkdir(parents=True, exist_ok=True)
+        check_storage(str(out), flag="--out")
+        out.mkdir(parents=True, exist_ok=True)
+    except ValidationError as e:
+        _fail(_flag_error(e))
+    except (RunDirError, ValueError, OSError) as e:
+        _fail(str(e))
+
+    from workloads.threads import bound_threads
+
+    bound_threads(cpus)  # before torch starts its pools
+    from tqdm import tqdm
+
+    from workloads.train import CHECKPOINT_FILE, CheckpointError, run_trial
+
     checkpoint = out / "checkpoint"
     resume = checkpoint if (checkpoint / CHECKPOINT_FILE).exists() else None
     typer.echo(f"{config.name}: {samples:,} samples -> {out}" + (" (resuming)" if resume else ""), err=True)
@@ -176,7 +199,7 @@ def train(
 
     try:
         metrics = run_trial(config, report=report, checkpoint_dir=checkpoint, resume_from=resume, on_step=on_step)
-    except ValueError as e:  # e.g. a checkpoint in --out from another config
+    except CheckpointError as e:
         _fail(str(e))
     finally:
         bar.close()
@@ -184,14 +207,36 @@ def train(
     typer.echo(json.dumps({k: v for k, v in metrics.items() if k != "config"}))
 
 
-def _spec(path: Path):
-    from orchestrator.spec import SpecError, load_spec
+def _flag_error(e) -> str:
+    """A validation error of `train`'s options, in the words of its flags."""
+    import re
+
+    err = e.errors()[0]
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["loc"]:
+        return f"--{str(err['loc'][-1]).replace('_', '-')}: {msg} (got {err.get('input')!r})"
+    return re.sub(r"\b([a-z]+_[a-z_]+|samples)\b", lambda m: "--" + m.group(1).replace("_", "-"), msg)
+
+
+def _spec(path: Path, storage: Optional[str] = None):
+    """The validated spec (with --storage applied), its warnings printed; exit 2 if invalid."""
+    from pydantic import ValidationError
+
+    from orchestrator.spec import SpecError, SweepSpec, format_errors, load_spec
 
     try:
-        return load_spec(path)
+        spec = load_spec(path)
+        if storage is not None:
+            spec = SweepSpec.model_validate({**spec.model_dump(), "storage": storage})
     except SpecError as e:
         typer.secho(str(e), fg=typer.colors.RED, err=True)
         raise typer.Exit(2) from None
+    except ValidationError as e:
+        typer.secho(format_errors(e, "--storage"), fg=typer.colors.RED, err=True)
+        raise typer.Exit(2) from None
+    for warning in spec.warnings():
+        typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
+    return spec
 
 
 @app.command("schema")
@@ -243,25 +288,56 @@ def _ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus):
 def _start_ray(opts: dict, spec):
     from orchestrator import tune as sweep
 
-    ctx = sweep.start_ray(spec, **opts)
-    url = getattr(ctx, "dashboard_url", None)
-    if url:
-        typer.secho(f"Ray dashboard: http://{url}", fg=typer.colors.GREEN, err=True)
-        typer.echo("  It asks for Ray's token: print it with `ray get-auth-token` (kept in ~/.ray/auth_token).", err=True)
-    resources, note = sweep.trial_resources(spec)
+    try:
+        ctx, notes = sweep.start_ray(spec, **opts)
+        for note in notes:
+            typer.secho(note, fg=typer.colors.YELLOW, err=True)
+        url = getattr(ctx, "dashboard_url", None)
+        if url:
+            typer.secho(f"Ray dashboard: http://{url}", fg=typer.colors.GREEN, err=True)
+            typer.echo("  It asks for Ray's token: print it with `ray get-auth-token` (kept in ~/.ray/auth_token).", err=True)
+        resources, note = sweep.trial_resources(spec, attached=opts["address"] is not None)
+    except sweep.ClusterError as e:
+        _fail(str(e))
     typer.echo(f"Trials: {note}.", err=True)
     return resources
 
 
 def _finish(run_dir: str) -> None:
-    """Reports a finished sweep; exits 1 when some trials failed for good."""
+    """Reports the sweep; exits 130 when trials are left to run (interrupted), 1
+    when some failed for good, 0 when every planned trial finished."""
     if "://" in run_dir:
         typer.echo(f"Results are in {run_dir}; copy them locally (e.g. aws s3 sync) and run `icr-sweep report DIR`.")
         return
-    failed = _report(Path(run_dir))
+    trials = _report(Path(run_dir))
+    left = trials[trials["state"].isin(["pending", "interrupted", "running"])]
+    failed = sorted(trials.loc[trials["state"] == "error", "trial"])
+    if len(left):
+        counts = ", ".join(f"{v} {k}" for k, v in sorted(left["state"].value_counts().items()))
+        typer.secho(f"The sweep stopped with {len(left)} of {len(trials)} trials unfinished ({counts}). "
+                    f"Continue it with:\n  icr-sweep resume {run_dir}", fg=typer.colors.YELLOW, err=True)
+        raise typer.Exit(130)
     if failed:
         typer.secho(f"{len(failed)} trial(s) failed (errors in the report): {', '.join(failed)}", fg=typer.colors.RED, err=True)
         raise typer.Exit(1)
+
+
+def _run_locked(run_dir: str, work) -> None:
+    """Runs `work()` holding the run directory's lock (local storage), then reports.
+    Ctrl-C stops the sweep; the report then says what is left and how to resume."""
+    import contextlib
+
+    from orchestrator.rundir import RunDirError, RunLock
+
+    lock = RunLock(run_dir) if "://" not in run_dir else contextlib.nullcontext()
+    try:
+        with lock:
+            work()
+    except RunDirError as e:
+        _fail(str(e))
+    except KeyboardInterrupt:
+        typer.secho("Interrupted.", fg=typer.colors.YELLOW, err=True)
+    _finish(run_dir)
 
 
 RAY_OPTIONS = dict(
@@ -284,17 +360,26 @@ def launch(
     num_cpus: Optional[int] = RAY_OPTIONS["num_cpus"],
 ):
     """Run a sweep on Ray Tune (embedded local Ray unless --address) and write its report."""
-    s = _spec(spec)
-    if storage:
-        s = s.model_copy(update={"storage": storage})
-    from orchestrator import tune as sweep
+    from orchestrator.rundir import RunDirError, check_storage
 
+    s = _spec(spec, storage)
     run_dir = s.run_dir()
-    if "://" not in run_dir and Path(run_dir).exists() and any(Path(run_dir).glob("*/params.json")):
-        _fail(f"{run_dir} already holds a sweep; continue it with `icr-sweep resume {run_dir}`, or pick another name or --storage")
-    resources = _start_ray(_ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus), s)
-    typer.echo(f"Sweep {s.name!r} -> {run_dir}", err=True)
-    _finish(sweep.launch(s, resources))
+    try:
+        check_storage(run_dir)
+    except RunDirError as e:
+        _fail(str(e))
+
+    def work():
+        from orchestrator import tune as sweep
+
+        if "://" not in run_dir and any(Path(run_dir).glob("*/params.json")):
+            _fail(f"{run_dir} already holds a sweep; continue it with `icr-sweep resume {run_dir}`, "
+                  "or pick another name or --storage")
+        resources = _start_ray(_ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus), s)
+        typer.echo(f"Sweep {s.name!r} -> {run_dir}", err=True)
+        sweep.launch(s, resources)
+
+    _run_locked(run_dir, work)
 
 
 @app.command("resume")
@@ -307,26 +392,37 @@ def resume(
     num_cpus: Optional[int] = RAY_OPTIONS["num_cpus"],
 ):
     """Continue an interrupted sweep: finished trials stay, the rest continue from their checkpoints."""
-    from orchestrator import tune as sweep
-    from orchestrator.spec import SPEC_FILE, run_spec
+    from orchestrator.spec import SPEC_FILE, SpecError, run_spec
 
-    s = run_spec(run_dir)
+    try:
+        s = run_spec(run_dir)
+    except SpecError as e:
+        _fail(f"{e}; launch the spec again into a new directory (finished trials there are kept as they are)")
     if s is None:
         _fail(f"{run_dir} is not a sweep run directory (no {SPEC_FILE})")
-    if not sweep.can_resume(str(run_dir.resolve())):
-        _fail(f"{run_dir}: Ray Tune saved no experiment state there yet; launch the spec again")
-    resources = _start_ray(_ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus), s)
-    _finish(sweep.resume(str(run_dir.resolve()), s, resources))
+    run = str(run_dir.resolve())
+
+    def work():
+        from orchestrator import tune as sweep
+
+        if not sweep.can_resume(run):
+            _fail(f"{run_dir}: Ray Tune saved no experiment state there yet; launch the spec again")
+        resources = _start_ray(_ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus), s)
+        sweep.resume(run, s, resources)
+
+    _run_locked(run, work)
 
 
 @app.command("status")
 def status(run_dir: Path = typer.Argument(..., help="the sweep's run directory")):
     """Trials of a sweep with their state and latest metrics (during or after it)."""
-    from orchestrator.report import load_trials
+    from orchestrator.report import read_run
 
-    df = load_trials(run_dir)
+    df, _, notes = read_run(run_dir)
     if df.empty:
         _fail(f"{run_dir}: no trials yet")
+    for note in notes:
+        typer.secho(f"note: {note}", fg=typer.colors.YELLOW, err=True)
     rows = [
         dict(trial=r["trial"], state=r["state"], samples=_int(r["samples"]), train_loss=_f(r["train_loss"]),
              val_exact_match=_f(r["val_exact_match"]), gen_accuracy=_f(r["gen_accuracy"]), error=r["error"][:60])
@@ -347,23 +443,22 @@ def _f(v):
 @app.command("report")
 def report(run_dir: Path = typer.Argument(..., help="the sweep's run directory")):
     """Aggregate stored results: report.md, results.csv, best.csv and accuracy plots."""
-    _report(run_dir)
+    failed = sorted(_report(run_dir).query("state == 'error'")["trial"])
+    if failed:
+        typer.secho(f"{len(failed)} trial(s) failed (errors in the report): {', '.join(failed)}", fg=typer.colors.RED, err=True)
 
 
-def _report(run_dir: Path) -> list[str]:
-    """Writes and prints the report; returns the trials that failed for good."""
+def _report(run_dir: Path):
+    """Writes and prints the report; returns the per-trial table."""
     from orchestrator.report import write_report
-    from orchestrator.spec import run_spec
 
-    spec = run_spec(run_dir)
-    search = spec.search if spec is not None else None
     try:
-        text, _, trials = write_report(run_dir, *((search.metric, search.mode) if search else ()))
+        text, _, trials = write_report(run_dir)
     except FileNotFoundError as e:
         _fail(str(e))
     typer.echo(text.split("## Every trial")[0].rstrip())
     typer.echo(f"Report: {run_dir / 'report.md'} (results.csv, best.csv, exact_match_*.png, gen_accuracy_*.png beside it)")
-    return sorted(trials.loc[trials["state"] == "error", "trial"])
+    return trials
 
 
 def _first_error(e) -> str:

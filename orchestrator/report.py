@@ -1,8 +1,9 @@
 """Status and report of a run directory, from the stored results alone (no Ray).
 
 Ray Tune writes one directory per trial holding params.json (the trial's full
-resolved config) and result.json (one line per report). Everything here is
-derived from those files, so a report can always be regenerated.
+resolved config) and result.json (one line per report), and records each trial's
+status in the run's experiment state. Everything here is derived from those
+files, so a report can always be regenerated.
 """
 
 import json
@@ -11,54 +12,99 @@ from pathlib import Path
 
 import pandas as pd
 
+from orchestrator.rundir import driver_is_live, tune_statuses
+
 GROUP = ["arch", "setup", "size", "n"]
 SIZE_ORDER = {"tiny": 0, "0.5M": 1, "1M": 2, "2M": 3}
 COLUMNS = {"model.arch": "arch", "task.setup": "setup", "model.size": "size", "task.n": "n",
            "task.family": "family", "train.lr": "lr", "train.seed": "seed"}
 
 
-def _read_results(path: Path) -> list[dict]:
+METRIC_KEYS = ("samples", "train_loss", "val_loss", "val_exact_match", "gen_accuracy", "samples_per_s")
+STATES = ("finished", "running", "pending", "interrupted", "error", "unreadable")
+
+
+def _read_results(path: Path) -> tuple[list[dict], list[str]]:
+    """The result rows of a trial, and the problems met (lines that are not JSON)."""
     if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
+        return [], []
+    rows, problems = [], []
+    lines = path.read_bytes().decode("utf-8", errors="replace").splitlines()
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError:
-            pass  # a line cut short by a killed process
-    return rows
+            row = None
+        if isinstance(row, dict):
+            rows.append(row)
+        else:
+            cut = " (cut short, as by a killed process)" if number == len(lines) else ""
+            problems.append(f"{path.name} line {number} is not a result{cut}; skipped")
+    return rows, problems
 
 
-def _state(trial_dir: Path, last: dict) -> tuple[str, str]:
+def _read_config(trial_dir: Path) -> tuple[dict | None, str]:
+    path = trial_dir / "params.json"
+    try:
+        config = json.loads(path.read_bytes().decode("utf-8"))["trial"]
+        if not isinstance(config, dict):
+            raise TypeError(f"'trial' is a {type(config).__name__}")
+        return config, ""
+    except FileNotFoundError:
+        return None, f"{path.name} is missing"
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return None, f"{path.name} is unreadable ({type(e).__name__}: {e})"
+
+
+def _state(status: str | None, results: list[dict], trial_dir: Path, live: bool) -> tuple[str, str]:
+    """A trial's state from what Tune recorded (`status`), its results, and whether
+    a driver is working on the sweep now."""
     error_file = trial_dir / "error.txt"
-    if last.get("final_eval"):
+    if status == "ERROR" or (status is None and not live and error_file.exists() and not results[-1:]):
+        lines = [ln for ln in error_file.read_text(errors="replace").splitlines() if ln.strip()] if error_file.exists() else []
+        return "error", lines[-1] if lines else "failed (no error file)"
+    if results and results[-1].get("final_eval"):
         return "finished", ""
-    if error_file.exists():
-        lines = [ln for ln in error_file.read_text().splitlines() if ln.strip()]
-        result_file = trial_dir / "result.json"
-        if result_file.exists() and result_file.stat().st_mtime > error_file.stat().st_mtime:
-            return "running", ""  # retried from its checkpoint after the error
-        return "error", lines[-1] if lines else "unknown error"
-    return ("running" if last else "pending"), ""
+    if live:
+        return ("running" if results or status == "RUNNING" else "pending"), ""
+    return ("interrupted" if results or status in ("RUNNING", "PAUSED") else "pending"), ""
 
 
-def load_trials(run_dir: Path) -> pd.DataFrame:
-    """One row per trial: its flattened config, state and latest metrics."""
+def load_trials(run_dir: Path, planned: dict[str, dict] | None = None) -> pd.DataFrame:
+    """One row per trial, planned or found: its flattened config, state and latest
+    metrics. `planned` maps the names of the trials a sweep will run to their
+    configs (those not started are `pending`). A trial whose files cannot be read
+    is listed as `unreadable`, with the file and the problem in `error`."""
+    run_dir = Path(run_dir)
+    planned = planned or {}
+    statuses, problem = tune_statuses(run_dir)
+    live = driver_is_live(run_dir)
+    names = {p.parent.name for pattern in ("*/params.json", "*/result.json") for p in run_dir.glob(pattern)}
+    names |= set(statuses) | set(planned)
     rows = []
-    for params in sorted(Path(run_dir).glob("*/params.json")):
-        trial_dir = params.parent
-        config = json.loads(params.read_text())["trial"]
-        results = _read_results(trial_dir / "result.json")
+    for name in sorted(names):
+        trial_dir = run_dir / name
+        config, config_problem = _read_config(trial_dir) if trial_dir.is_dir() else (None, "")
+        results, problems = _read_results(trial_dir / "result.json")
+        state, error = _state(statuses.get(name), results, trial_dir, live)
+        if config is None:
+            config = planned.get(name)
+            if config_problem and config is None:
+                state, error = "unreadable", config_problem
+            elif config_problem:
+                problems.append(config_problem + "; config taken from the spec")
         last = results[-1] if results else {}
-        state, error = _state(trial_dir, last)
-        metrics = {k: last.get(k) for k in ("samples", "train_loss", "val_loss", "val_exact_match", "gen_accuracy", "samples_per_s")}
-        flat = pd.json_normalize(config, sep=".").iloc[0].to_dict()
-        rows.append({"trial": trial_dir.name, "state": state, **metrics, "error": error, **flat})
+        metrics = {k: last.get(k) for k in METRIC_KEYS}
+        flat = pd.json_normalize(config, sep=".").iloc[0].to_dict() if config else {}
+        rows.append({"trial": name, "state": state, **metrics, "error": "; ".join(filter(None, [error, *problems])), **flat})
     df = pd.DataFrame(rows)
     if df.empty:
         return df
+    df.attrs["problem"] = problem
     df = df.rename(columns=COLUMNS)
-    for column in ("val_exact_match", "gen_accuracy", "val_loss"):
+    for column in ("val_exact_match", "gen_accuracy", "val_loss", "samples"):
         df[column] = pd.to_numeric(df[column], errors="coerce")
     return df
 
@@ -164,14 +210,41 @@ def plot(best: pd.DataFrame, out_dir: Path) -> list[Path]:
     return paths
 
 
-def write_report(run_dir: Path, metric: str = "val_exact_match", mode: str = "max") -> tuple[str, pd.DataFrame, pd.DataFrame]:
+def read_run(run_dir: Path):
+    """The trials of a run directory (planned ones included), the spec it was
+    launched with (None if absent or damaged), and notes on what could not be read."""
+    from orchestrator.spec import SpecError, planned_trials, run_spec
+
+    notes = []
+    try:
+        spec = run_spec(run_dir)
+    except SpecError as e:
+        spec = None
+        notes.append(f"{e}: trials not started yet are not listed, and lrs are chosen by val_exact_match (max)")
+    df = load_trials(run_dir, planned_trials(spec) if spec else None)
+    if df.empty:
+        return df, spec, notes
+    if df.attrs.get("problem"):
+        notes.append(df.attrs["problem"])
+    if spec is not None and spec.search.method != "grid":
+        missing = spec.trial_count() - len(df)
+        if missing > 0:
+            notes.append(f"{missing} of the {spec.trial_count()} planned Optuna trials have not started")
+    unreadable = df.loc[df["state"] == "unreadable", "trial"].tolist()
+    if unreadable:
+        notes.append(f"{len(unreadable)} trial(s) could not be read (see their error): {', '.join(unreadable)}")
+    return df, spec, notes
+
+
+def write_report(run_dir: Path) -> tuple[str, pd.DataFrame, pd.DataFrame]:
     """Writes report.md, results.csv, best.csv and the plots into `run_dir`; returns
-    the markdown, the per-cell best table and the per-trial table. `metric` and
-    `mode` choose each cell's learning rate (the spec's search.metric and mode)."""
+    the markdown, the per-cell best table and the per-trial table. Each cell's
+    learning rate is chosen by the sweep's search.metric and search.mode."""
     run_dir = Path(run_dir)
-    df = load_trials(run_dir)
+    df, spec, notes = read_run(run_dir)
     if df.empty:
         raise FileNotFoundError(f"{run_dir}: no trial results (no */params.json)")
+    metric, mode = (spec.search.metric, spec.search.mode) if spec else ("val_exact_match", "max")
     df.to_csv(run_dir / "results.csv", index=False)
     best = best_by_cell(df, metric, mode)
     best.to_csv(run_dir / "best.csv", index=False)
@@ -180,6 +253,7 @@ def write_report(run_dir: Path, metric: str = "val_exact_match", mode: str = "ma
     selected_by = f"{metric} ({'highest' if mode == 'max' else 'lowest'} mean over seeds)"
     lines = [f"# Sweep report: {run_dir.name}", "",
              f"{len(df)} trials: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + ".", "",
+             *[f"**Note:** {note}\n" for note in notes],
              "Headline: teacher-forced exact match on the validation set at the last evaluation, the metric the "
              "paper reports. Beside it: generation accuracy, greedy decoding with the real retriever filling "
              "every ENDSEARCH (this project's addition; a model that fails still scores about 0.5 by guessing).", "",

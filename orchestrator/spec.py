@@ -7,17 +7,24 @@ configs, the very ones `icr-sweep train` takes.
 
 import itertools
 import json
+import math
 from pathlib import Path
 from typing import Literal, Optional, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from workloads.config import PAPER_LR, Device, Precision, TrainConfig, TrialConfig
+from workloads.config import PAPER_LR, Device, Precision, Seed, TrainConfig, TrialConfig
 from workloads.models import preset
 from workloads.models.config import Arch, Size
 from workloads.tasks import IsTreeConfig
-from workloads.tasks.istree import Family, Setup
+from workloads.tasks.istree import N_MAX, N_MIN, Family, Setup
+
+# Where Ray Tune can store results (pyarrow filesystems); a plain path is local.
+STORAGE_SCHEMES = ("s3", "gs", "gcs", "hdfs", "file")
+# A spec that expands to more trials than this gets a warning: likely a typo.
+PLAUSIBLE_TRIALS = 2_000
+MAX_SPEC_BYTES = 1_000_000
 
 
 class _Spec(BaseModel):
@@ -30,16 +37,16 @@ class AxesSpec(_Spec):
     archs: list[Arch] = Field(["transformer", "mamba", "hybrid"], min_length=1)
     setups: list[Setup] = Field(["vanilla", "cot", "retrieval"], min_length=1)
     sizes: list[Size] = Field(["0.5M", "1M", "2M"], min_length=1)
-    n: list[int] = Field([16, 32, 64], min_length=1, description="graph sizes (vertices), each >= 4")
+    n: list[int] = Field([16, 32, 64], min_length=1, description=f"graph sizes (vertices), each in {N_MIN}..{N_MAX}")
     family: Family = "binary"
-    seeds: list[int] = Field([0], min_length=1)
+    seeds: list[Seed] = Field([0], min_length=1)
 
     @field_validator("n")
     @classmethod
-    def _n_at_least_4(cls, values):
-        bad = [v for v in values if v < 4]
+    def _n_supported(cls, values):
+        bad = [v for v in values if not N_MIN <= v <= N_MAX]
         if bad:
-            raise ValueError(f"graph sizes must be >= 4 (IsTree needs n-1 >= 3 edges), got {bad}")
+            raise ValueError(f"graph sizes must be in {N_MIN}..{N_MAX} (the sizes IsTree supports), got {bad}")
         return values
 
     @field_validator("archs", "setups", "sizes", "n", "seeds")
@@ -54,8 +61,8 @@ class Distribution(_Spec):
     """A learning-rate range for Optuna to search."""
 
     distribution: Literal["loguniform", "uniform"]
-    low: float = Field(gt=0)
-    high: float = Field(gt=0)
+    low: float = Field(gt=0, allow_inf_nan=False)
+    high: float = Field(gt=0, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _ordered(self):
@@ -81,8 +88,10 @@ class LearningRateSpec(_Spec):
         values = value if isinstance(value, list) else [value] if isinstance(value, float) else []
         if isinstance(value, list) and not value:
             raise ValueError("an empty list of learning rates")
-        if any(v <= 0 for v in values):
-            raise ValueError(f"learning rates must be > 0, got {value}")
+        if any(not (math.isfinite(v) and v > 0) for v in values):
+            raise ValueError(f"learning rates must be finite and > 0, got {value}")
+        if len(set(values)) != len(values):
+            raise ValueError(f"repeated learning rates in {value}: each would run twice and count as extra seeds")
         return value
 
     def values(self, arch: str) -> list[float]:
@@ -102,7 +111,7 @@ class TrainingSpec(_Spec):
     warmup_samples: int = Field(10_000, ge=0)
     eval_every: int = Field(100_000, gt=0)
     val_samples: int = Field(5_000, gt=0)
-    val_seed: int = 1234
+    val_seed: Seed = 1234
     eval_batch_size: int = Field(250, gt=0)
     gen_every_eval: bool = False
     grad_clip: Optional[float] = Field(None, gt=0)
@@ -138,6 +147,17 @@ class SweepSpec(_Spec):
     search: SearchSpec = SearchSpec()
     storage: str = Field("./runs", description="results go to <storage>/<name>/; a local path or s3://...")
 
+    @field_validator("storage")
+    @classmethod
+    def _known_scheme(cls, value):
+        scheme, sep, _ = value.partition("://")
+        if sep and scheme not in STORAGE_SCHEMES:
+            raise ValueError(f"unknown storage scheme {scheme + '://'!r} in {value!r}; use a local path or one of "
+                             + ", ".join(f"{s}://" for s in STORAGE_SCHEMES))
+        if not value.strip():
+            raise ValueError("storage is empty; use a local path (default ./runs) or s3://bucket/prefix")
+        return value
+
     @model_validator(mode="after")
     def _consistent(self):
         searched = self.lr.searched(self.axes.archs)
@@ -158,16 +178,35 @@ class SweepSpec(_Spec):
     def run_dir(self) -> str:
         return f"{self.storage_uri().rstrip('/')}/{self.name}"
 
+    def trial_count(self) -> int:
+        """How many trials the spec runs, computed without expanding it."""
+        a = self.axes
+        per_arch = len(a.setups) * len(a.sizes) * len(a.n) * len(a.seeds)
+        if self.search.method == "optuna":
+            return len(a.archs) * per_arch * self.search.num_samples
+        return sum(len(self.lr.values(arch)) for arch in a.archs) * per_arch
+
+    def warnings(self) -> list[str]:
+        count = self.trial_count()
+        if count > PLAUSIBLE_TRIALS:
+            return [f"the spec expands to {count:,} trials (more than {PLAUSIBLE_TRIALS:,}); check its axes and lr lists"]
+        return []
+
 
 SPEC_FILE = "icr-sweep.json"  # the resolved spec, written into the run directory by launch
 
 
 def run_spec(run_dir: Path | str) -> Optional["SweepSpec"]:
-    """The spec a run directory was launched with, or None where it holds none."""
+    """The spec a run directory was launched with, or None where it holds none;
+    SpecError naming the file when it is damaged."""
     path = Path(run_dir) / SPEC_FILE
     if not path.is_file():
         return None
-    return SweepSpec.model_validate(json.loads(path.read_text())["spec"])
+    try:
+        return SweepSpec.model_validate(json.loads(path.read_bytes().decode("utf-8"))["spec"])
+    except (ValueError, KeyError, TypeError) as e:
+        problem = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise SpecError(f"{path} is damaged ({type(e).__name__}: {problem})") from None
 
 
 class SpecError(ValueError):
@@ -208,13 +247,47 @@ def format_errors(error: ValidationError, source: str) -> str:
     return "\n".join(dict.fromkeys(lines))
 
 
+class _SpecLoader(yaml.SafeLoader):
+    """YAML for specs: no aliases (an alias bomb expands exponentially once
+    validated), and a repeated key is an error instead of a silent overwrite."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.constructor.ConstructorError(
+                None, None, f"aliases (*{event.anchor}) are not allowed in a spec; write the value out", event.start_mark
+            )
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
 def load_spec(path: Path | str) -> SweepSpec:
     """Reads and validates a YAML spec; raises SpecError with every problem found."""
     path = Path(path)
     if not path.is_file():
         raise SpecError(f"{path}: no such spec file")
+    size = path.stat().st_size
+    if size > MAX_SPEC_BYTES:
+        raise SpecError(f"{path}: {size:,} bytes is not a spec (specs are a few hundred bytes; the limit is {MAX_SPEC_BYTES:,})")
     try:
-        data = yaml.safe_load(path.read_text())
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SpecError(f"{path}: not UTF-8 text (byte {e.start}); a spec is a YAML file") from None
+    if "\x00" in text:
+        raise SpecError(f"{path}: a binary file (it holds NUL bytes); a spec is a YAML file")
+    try:
+        data = yaml.load(text, Loader=_SpecLoader)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark
+        raise SpecError(f"{path}:{mark.line + 1}:{mark.column + 1}: not valid YAML: {e.problem}") from None
     except yaml.YAMLError as e:
         raise SpecError(f"{path}: not valid YAML: {e}") from None
     if not isinstance(data, dict):
@@ -242,6 +315,14 @@ def trial_for(spec: SweepSpec, arch: str, setup: str, size: str, n: int, seed: i
         model=preset(arch, size),
         train=_train_config(spec, lr, seed),
     )
+
+
+def planned_trials(spec: SweepSpec) -> dict[str, dict]:
+    """The trials a grid spec runs, by name, as the configs stored with them
+    (an Optuna spec's trial names are not known in advance: empty)."""
+    if spec.search.method != "grid":
+        return {}
+    return {t.name: t.model_dump(mode="json") for t in expand(spec)}
 
 
 def expand(spec: SweepSpec) -> list[TrialConfig]:

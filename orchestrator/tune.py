@@ -5,12 +5,12 @@ import json
 import math
 import os
 import pickle
+import socket
 import tempfile
 from pathlib import Path
 from typing import Optional
 
 import ray
-import torch
 from optuna.distributions import FloatDistribution
 from ray import tune
 from ray.tune.search import Searcher
@@ -18,13 +18,14 @@ from ray.tune.search.optuna import OptunaSearch
 
 from orchestrator.spec import SPEC_FILE, SweepSpec, cells, expand, trial_for
 from workloads.config import TrialConfig
+from workloads.threads import bound_threads, thread_env
 from workloads.train import run_trial
 
 
 def _trainable(config: dict) -> None:
     """One trial inside a Ray worker: resumes from Tune's checkpoint when there is one."""
     cpus = tune.get_context().get_trial_resources().required_resources.get("CPU", 1)
-    torch.set_num_threads(max(1, int(cpus)))
+    bound_threads(max(1, int(cpus)))
     with tempfile.TemporaryDirectory(prefix="icr-trial-") as work:
         resume = None
         checkpoint = tune.get_checkpoint()
@@ -108,30 +109,95 @@ class CellwiseOptuna(Searcher):
             self.studies[cell].__dict__.update(study_state)
 
 
+class ClusterError(RuntimeError):
+    """The Ray cluster cannot be reached, or cannot run the sweep's trials."""
+
+
+def resolve_address(address: str, timeout: float = 5.0) -> str:
+    """The host:port of the cluster `address` names (`auto` reads RAY_ADDRESS or
+    the last `ray start`), checked to answer within `timeout` seconds: Ray itself
+    retries an unreachable address forever."""
+    from ray._private.services import canonicalize_bootstrap_address
+
+    if address == "auto":
+        source = "RAY_ADDRESS" if os.environ.get("RAY_ADDRESS") else "Ray's record of the last `ray start` (ray_current_cluster)"
+    else:
+        source = "--address"
+    target = address.split("://", 1)[-1]  # ray://host:port: the client server's port
+    try:
+        resolved = target if "://" in address else canonicalize_bootstrap_address(target)
+    except (ConnectionError, ValueError) as e:
+        raise ClusterError(f"--address {address}: {e}") from None
+    host, _, port = resolved.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            pass
+    except (OSError, ValueError) as e:
+        shown = address if address == resolved else f"{address} ({resolved})"
+        raise ClusterError(f"nothing answers at {shown}, from {source}, within {timeout:g} s: {e}. Start the "
+                           "cluster (`ray start --head`, `ray up cluster.yaml`), or drop --address to run on a local Ray") from None
+    return address if "://" in address else resolved
+
+
+def _free_port(host: str, port: int) -> int:
+    """`port` if it can be bound on `host`, else a free one."""
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+            return port
+        except OSError:
+            pass
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
 def start_ray(spec: SweepSpec, address: Optional[str], temp_dir: Optional[str], dashboard_host: str,
               dashboard_port: int, num_cpus: Optional[int]):
-    """Attaches to a cluster at `address`, or starts an embedded local Ray with its dashboard."""
+    """Attaches to a cluster at `address`, or starts an embedded local Ray with its
+    dashboard (never a stale cluster found in RAY_ADDRESS or Ray's records).
+    Returns Ray's context and notes for the user."""
     # Tune gives a trial its CPUs through a placement group and runs the trial in a
     # thread of its own, so neither Ray nor torch.set_num_threads there bounds the
     # OpenMP and numba pools: without this, a 1-CPU trial ran 3.6x slower, its
     # extra threads spinning against the other trials.
-    threads = str(max(1, int(spec.resources.cpus_per_trial)))
-    runtime_env = {"env_vars": {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "NUMBA_NUM_THREADS": threads}}
+    runtime_env = {"env_vars": thread_env(max(1, int(spec.resources.cpus_per_trial)))}
     if address:
-        return ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
-    return ray.init(
-        include_dashboard=True, dashboard_host=dashboard_host, dashboard_port=dashboard_port,
+        return ray.init(address=resolve_address(address), runtime_env=runtime_env, log_to_driver=True), []
+    notes = []
+    port = _free_port(dashboard_host, dashboard_port)
+    if port != dashboard_port:
+        notes.append(f"Port {dashboard_port} is taken; the dashboard listens on {port} instead (--dashboard-port to choose).")
+    ctx = ray.init(
+        address="local", include_dashboard=True, dashboard_host=dashboard_host, dashboard_port=port,
         num_cpus=num_cpus, _temp_dir=temp_dir, runtime_env=runtime_env, log_to_driver=True,
     )
+    return ctx, notes
 
 
-def trial_resources(spec: SweepSpec) -> tuple[dict, str]:
-    """Ray resources per trial, and a note on how trials will run."""
+def trial_resources(spec: SweepSpec, attached: bool) -> tuple[dict, str]:
+    """Ray resources per trial, and a note on how trials will run. Refuses (ClusterError)
+    trials that no node of an embedded Ray can hold; on an attached cluster an
+    autoscaler may add nodes, so that is a note instead."""
     res = spec.resources
-    gpus_in_cluster = ray.cluster_resources().get("GPU", 0)
+    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+    gpus_in_cluster = sum(n.get("GPU", 0) for n in nodes)
     if res.device == "cpu" or (res.device == "auto" and gpus_in_cluster == 0):
-        return {"cpu": res.cpus_per_trial, "gpu": 0}, f"no GPU in the cluster: trials run on CPU ({res.cpus_per_trial:g} CPU each)" if res.device == "auto" else "device: cpu"
-    return {"cpu": res.cpus_per_trial, "gpu": res.gpus_per_trial}, f"{res.gpus_per_trial:g} GPU and {res.cpus_per_trial:g} CPU per trial"
+        resources = {"cpu": res.cpus_per_trial, "gpu": 0}
+        note = f"no GPU in the cluster: trials run on CPU ({res.cpus_per_trial:g} CPU each)" if res.device == "auto" else "device: cpu"
+    else:
+        resources = {"cpu": res.cpus_per_trial, "gpu": res.gpus_per_trial}
+        note = f"{res.gpus_per_trial:g} GPU and {res.cpus_per_trial:g} CPU per trial"
+    most = {kind: max((n.get(kind, 0) for n in nodes), default=0) for kind in ("CPU", "GPU")}
+    short = [f"resources.{field} is {resources[key]:g}, but the largest node has {most[kind]:g} {kind}"
+             for field, key, kind in (("cpus_per_trial", "cpu", "CPU"), ("gpus_per_trial", "gpu", "GPU"))
+             if resources[key] > most[kind]]
+    if short and not attached:
+        hint = " (device: cuda asks for a GPU; use device: auto or cpu here)" if resources["gpu"] > most["GPU"] else ""
+        raise ClusterError("no trial could ever start: " + "; ".join(short) + hint)
+    if short:
+        note += ". Waiting for an autoscaler to add nodes: " + "; ".join(short)
+    return resources, note
 
 
 def _tuner_parts(spec: SweepSpec, resources: dict):

@@ -1,6 +1,6 @@
 """The resolved config of one trial: what `icr-sweep train` takes and every result stores."""
 
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -17,6 +17,10 @@ def paper_lr(arch: str) -> float:
     return PAPER_LR[arch]
 
 
+# Seeds feed 64-bit hashes (the data) and torch's generator: 0 .. 2^64 - 1.
+SEED_MAX = 2**64 - 1
+Seed = Annotated[int, Field(ge=0, le=SEED_MAX)]
+
 Device = Literal["auto", "cpu", "cuda"]
 Precision = Literal["fp32", "bf16"]
 
@@ -31,10 +35,10 @@ class TrainConfig(BaseModel):
     grad_clip: Optional[float] = Field(None, gt=0, description="max global grad norm; None: no clipping")
     eval_every: int = Field(100_000, gt=0, description="samples between evaluations (and checkpoints)")
     val_samples: int = Field(5_000, gt=0)
-    val_seed: int = Field(1234, description="seed of the validation set, shared by all trials")
+    val_seed: Seed = Field(1234, description="seed of the validation set, shared by all trials")
     gen_every_eval: bool = Field(False, description="generation accuracy at every evaluation, not only the last")
     eval_batch_size: int = Field(250, gt=0)
-    seed: int = 0
+    seed: Seed = 0
     device: Device = "auto"
     precision: Precision = Field(
         "fp32", description="bf16: autocast on CUDA (ignored on CPU, which always trains in fp32)"

@@ -25,6 +25,22 @@ Report = Callable[[dict, Optional[Path]], None]
 _LOSS_CHECK_STEPS = 32
 
 
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be continued; the message names the file and what to do."""
+
+
+def _differences(saved: dict, wanted: dict, prefix: str = "") -> list[str]:
+    """'field (checkpoint A, now B)' for every leaf where two nested configs differ."""
+    out = []
+    for key in sorted(set(saved) | set(wanted)):
+        a, b = saved.get(key), wanted.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _differences(a, b, f"{prefix}{key}.")
+        elif a != b:
+            out.append(f"{prefix}{key} (checkpoint {a!r}, now {b!r})")
+    return out
+
+
 def resolve_device(requested: str) -> torch.device:
     if requested == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("device 'cuda' was asked for, but torch sees no CUDA GPU")
@@ -80,8 +96,10 @@ class Trial:
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        if state["config"] != self.config.model_dump(mode="json"):
-            raise ValueError("checkpoint was written by a trial with another config")
+        wanted = self.config.model_dump(mode="json")
+        if state["config"] != wanted:
+            differ = _differences(state["config"], wanted)
+            raise CheckpointError(f"the checkpoint was written by a trial with another config: {'; '.join(differ)}")
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -98,8 +116,19 @@ class Trial:
         os.replace(tmp, directory / CHECKPOINT_FILE)  # a crash mid-write leaves the old one
 
     def restore(self, directory: Path) -> None:
-        state = torch.load(directory / CHECKPOINT_FILE, map_location=self.device, weights_only=True)
-        self.load_state_dict(state)
+        path = directory / CHECKPOINT_FILE
+        start_over = f"delete {path} (or use another directory) to start the trial over"
+        try:
+            state = torch.load(path, map_location=self.device, weights_only=True)
+            if not isinstance(state, dict) or not {"config", "model", "optimizer"} <= set(state):
+                raise ValueError("it is not a checkpoint of icr-sweep")
+        except Exception as e:  # truncated, empty or foreign bytes fail in many ways
+            raise CheckpointError(f"{path} cannot be read ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+                                  f"{start_over}") from None
+        try:
+            self.load_state_dict(state)
+        except CheckpointError as e:
+            raise CheckpointError(f"{path}: {e}; {start_over}") from None
 
     def validation_batches(self):
         tc = self.config.train

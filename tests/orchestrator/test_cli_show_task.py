@@ -45,3 +45,27 @@ def test_bad_edges_are_named(edges, message):
     args = ["show-task", "--edges", edges] + (["--n", "6"] if "5 edges" in message else [])
     result = runner.invoke(app, args)
     assert result.exit_code == 2 and message in result.output
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**64)])
+def test_seeds_outside_64_bits_are_refused(seed):
+    result = runner.invoke(app, ["show-task", "--seed", seed])
+    assert result.exit_code == 2 and "--seed must be in 0..18446744073709551615" in result.output
+
+
+def test_a_size_beyond_the_supported_graphs_is_refused():
+    result = runner.invoke(app, ["show-task", "--n", "5000"])
+    assert result.exit_code == 2 and "n:" in result.output and "1024" in result.output
+
+
+def test_large_counts_stream_in_chunks_that_join_seamlessly():
+    from workloads.tasks import IsTreeConfig, build_task
+    from workloads.tasks.istree import TRAIN_STREAM
+
+    # At n=1024 a chunk holds 2M tokens // ~56k tokens per sample = 35 samples.
+    result = runner.invoke(app, ["show-task", "--n", "1024", "--setup", "retrieval", "--count", "40", "--seed", "3",
+                                 "--format", "jsonl"])
+    assert result.exit_code == 0
+    lines = [json.loads(line) for line in result.output.splitlines()]
+    expected = build_task(IsTreeConfig(n=1024, setup="retrieval")).samples(3, TRAIN_STREAM, 0, 40)
+    assert len(lines) == 40 and lines == expected

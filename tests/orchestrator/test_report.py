@@ -1,6 +1,8 @@
 """Aggregation from stored results: states, best learning rate per cell, report files."""
 
 import json
+import os
+import shutil
 
 import pandas as pd
 import pytest
@@ -8,7 +10,8 @@ from typer.testing import CliRunner
 
 from orchestrator.cli import app
 from orchestrator.report import best_by_cell, load_trials, write_report
-from orchestrator.spec import SPEC_FILE, SweepSpec, expand
+from orchestrator.rundir import RunLock
+from orchestrator.spec import SPEC_FILE, SweepSpec, expand, planned_trials
 
 
 def fake_run(tmp_path, accuracy, unfinished=(), errored=(), search=None):
@@ -89,7 +92,9 @@ def test_report_command_uses_the_specs_metric_and_mode(tmp_path):
 def test_states_and_errors_come_from_the_trial_files(tmp_path):
     run, trials = fake_run(tmp_path, accuracy, unfinished={trials_name(0)}, errored={trials_name(1)})
     df = load_trials(run).set_index("trial")
-    assert df.loc[trials_name(0), "state"] == "running"
+    assert df.loc[trials_name(0), "state"] == "interrupted"  # no driver holds the sweep
+    with RunLock(str(run)):
+        assert load_trials(run).set_index("trial").loc[trials_name(0), "state"] == "running"
     assert df.loc[trials_name(1), "state"] == "error"
     assert "CUDA out of memory" in df.loc[trials_name(1), "error"]
     assert (df["state"] == "finished").sum() == len(trials) - 2
@@ -134,3 +139,93 @@ def test_write_report_is_a_function_of_the_files_alone(tmp_path):
     first, _, _ = write_report(run)
     second, _, _ = write_report(run)
     assert first == second
+
+
+def _tune_state(run, statuses: dict) -> None:
+    """An experiment state file as Ray Tune writes it, with these trial statuses."""
+    trials = [[json.dumps({"status": status, "relative_logdir": name, "trial_id": name}), json.dumps({})]
+              for name, status in statuses.items()]
+    (run / "experiment_state-2026-11-22_00-00-00.json").write_text(json.dumps({"trial_data": trials, "runner_data": {}}))
+
+
+def test_trial_state_comes_from_what_tune_recorded_not_from_file_times(tmp_path):
+    errored, midway, untouched = trials_name(0), trials_name(1), "mamba-cot-0.5M-n16-lr3e-4-s1"
+    run, trials = fake_run(tmp_path, accuracy, unfinished={midway, errored})
+    # The failed trial's last result is newer than its error file: mtimes would call it running.
+    (run / errored / "error.txt").write_text("Traceback ...\nRuntimeError: boom\n")
+    os.utime(run / errored / "error.txt", (1, 1))
+    shutil.rmtree(run / untouched)  # planned, never started
+    _tune_state(run, {**{t.name: "TERMINATED" for t in trials[:3]}, errored: "ERROR", midway: "RUNNING"})
+    df = load_trials(run, planned_trials(SweepSpec.model_validate(json.loads((run / SPEC_FILE).read_text())["spec"])))
+    states = df.set_index("trial")["state"]
+    assert states[errored] == "error" and "RuntimeError: boom" in df.set_index("trial").loc[errored, "error"]
+    assert states[midway] == "interrupted"  # Tune says running, but no driver holds the sweep
+    assert states[untouched] == "pending" and len(df) == len(trials)
+    with RunLock(str(run)):
+        assert load_trials(run).set_index("trial").loc[midway, "state"] == "running"
+
+
+def test_status_and_report_exit_nonzero_only_for_failures_and_list_every_planned_trial(tmp_path):
+    run, trials = fake_run(tmp_path, accuracy)
+    shutil.rmtree(run / trials_name(0))
+    status = CliRunner().invoke(app, ["status", str(run)])
+    assert status.exit_code == 0 and trials_name(0) in status.output and "1 pending" in status.output
+    result = CliRunner().invoke(app, ["report", str(run)])
+    assert result.exit_code == 0, result.output
+    report = (run / "report.md").read_text()
+    assert f"| {trials_name(0)} | pending |" in report and f"{len(trials)} trials:" in report
+
+
+@pytest.mark.parametrize("damage", ["garbage result line", "cut result line", "empty params", "garbage params",
+                                    "garbage spec file", "garbage experiment state"])
+def test_one_damaged_file_is_named_and_the_rest_is_reported(tmp_path, damage):
+    run, trials = fake_run(tmp_path, accuracy)
+    victim = run / trials_name(1)
+    expected = {
+        "garbage result line": ("result.json line 1 is not a result; skipped", "finished"),
+        "cut result line": ("result.json line 3 is not a result (cut short", "finished"),
+        "empty params": ("params.json is unreadable", "finished"),
+        "garbage params": ("params.json is unreadable", "finished"),
+        "garbage spec file": (f"{SPEC_FILE} is damaged", None),
+        "garbage experiment state": ("experiment_state-2026-11-22_00-00-00.json: unreadable", None),
+    }[damage]
+    results = victim / "result.json"
+    if damage == "garbage result line":
+        results.write_text("\x00\x17garbage\n" + results.read_text())
+    elif damage == "cut result line":
+        results.write_text(results.read_text() + '{"samples": 3')
+    elif damage == "empty params":
+        (victim / "params.json").write_text("")
+    elif damage == "garbage params":
+        (victim / "params.json").write_bytes(os.urandom(64))
+    elif damage == "garbage spec file":
+        (run / SPEC_FILE).write_text('{"spec": {"name": ')
+    else:
+        (run / "experiment_state-2026-11-22_00-00-00.json").write_text("{not json")
+    result = CliRunner().invoke(app, ["report", str(run)])
+    assert result.exit_code == 0, result.output
+    text = (run / "report.md").read_text()
+    assert expected[0] in text
+    for t in trials:  # every trial is still listed
+        assert f"| {t.name} |" in text
+    if expected[1]:  # the damaged trial keeps its config and state from what could be read
+        assert f"| {trials_name(1)} | {expected[1]} |" in text
+    status = CliRunner().invoke(app, ["status", str(run)])
+    assert status.exit_code == 0, status.output
+
+
+def test_an_unreadable_trial_without_a_spec_is_listed_as_such(tmp_path):
+    run, trials = fake_run(tmp_path, accuracy)
+    (run / SPEC_FILE).unlink()
+    (run / trials_name(1) / "params.json").write_text("[]")
+    result = CliRunner().invoke(app, ["report", str(run)])
+    assert result.exit_code == 0, result.output
+    text = (run / "report.md").read_text()
+    assert f"| {trials_name(1)} | unreadable |" in text and "1 trial(s) could not be read" in text
+
+
+def test_resume_of_a_damaged_run_names_the_file(tmp_path):
+    run, _ = fake_run(tmp_path, accuracy)
+    (run / SPEC_FILE).write_bytes(b"\x00garbage")
+    result = CliRunner().invoke(app, ["resume", str(run)])
+    assert result.exit_code == 2 and f"{run / SPEC_FILE} is damaged" in result.output

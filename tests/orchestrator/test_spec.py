@@ -87,7 +87,18 @@ BAD_SPECS = {
     "unknown nested key": ("name: x\ntraining: {sampels: 10}\n", ["training.sampels", "unknown key", "samples, batch_size"]),
     "unknown top key": ("name: x\naxis: {n: [8]}\n", ["axis", "unknown key", "axes"]),
     "unknown arch": ("name: x\naxes: {archs: [transformer, rwkv]}\n", ["axes.archs[1]", "'transformer', 'mamba' or 'hybrid'", "rwkv"]),
-    "n too small": ("name: x\naxes: {n: [16, 3]}\n", ["axes.n", ">= 4", "[3]"]),
+    "n too small": ("name: x\naxes: {n: [16, 3]}\n", ["axes.n", "in 4..1024", "[3]"]),
+    "n too large": ("name: x\naxes: {n: [16, 4096]}\n", ["axes.n", "in 4..1024", "[4096]"]),
+    "lr nan": ("name: x\nlr: {transformer: .nan}\n", ["lr.transformer", "finite and > 0", "nan"]),
+    "lr inf in a list": ("name: x\nlr: {mamba: [1.0e-3, .inf]}\n", ["lr.mamba", "finite and > 0", "inf"]),
+    "distribution bound inf": ("name: x\nlr: {mamba: {distribution: uniform, low: 1.0e-4, high: .inf}}\n"
+                               "search: {method: optuna}\n", ["lr.mamba", "finite number"]),
+    "repeated lr": ("name: x\nlr: {hybrid: [3.0e-4, 1.0e-3, 3.0e-4]}\n", ["lr.hybrid", "repeated learning rates", "extra seeds"]),
+    "seed beyond 64 bits": ("name: x\naxes: {seeds: [0, 18446744073709551616]}\n", ["axes.seeds[1]", "18446744073709551615"]),
+    "negative seed": ("name: x\naxes: {seeds: [-1]}\n", ["axes.seeds[0]", "greater than or equal to 0"]),
+    "unknown storage scheme": ("name: x\nstorage: ftp://host/runs\n", ["storage", "unknown storage scheme 'ftp://'", "s3://"]),
+    "duplicate key": ("name: x\naxes: {n: [8]}\naxes: {n: [16]}\n", [":3:1: not valid YAML", "duplicate key 'axes'"]),
+    "yaml alias": ("name: x\naxes: {n: &sizes [8, 16]}\nlr: {mamba: *sizes}\n", ["not valid YAML", "aliases (*sizes) are not allowed"]),
     "gpu fraction": ("name: x\nresources: {gpus_per_trial: 1.5}\n", ["resources.gpus_per_trial", "less than or equal to 1", "1.5"]),
     "zero gpus": ("name: x\nresources: {gpus_per_trial: 0}\n", ["resources.gpus_per_trial", "greater than 0"]),
     "wrong type": ("name: x\ntraining: {samples: lots}\n", ["training.samples", "integer", "lots"]),
@@ -111,6 +122,36 @@ def test_bad_specs_are_refused_with_path_value_and_allowed_values(case, tmp_path
     assert str(path) in str(err.value)
     result = runner.invoke(app, ["validate", str(path)])
     assert result.exit_code != 0 and fragments[0] in result.output
+
+
+@pytest.mark.parametrize("content, fragment", [
+    (b"name: x\n\xff\xfeaxes: {}\n", "not UTF-8 text (byte 8)"),
+    (b"name: x\x00\x01\x02", "a binary file"),
+    (b"name: x\n" + b"# padding\n" * 200_000, "is not a spec"),
+])
+def test_files_that_are_not_specs_are_refused_without_reading_them_as_yaml(content, fragment, tmp_path):
+    path = tmp_path / "spec.yaml"
+    path.write_bytes(content)
+    result = runner.invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2 and fragment in result.output and str(path) in result.output
+
+
+def test_an_alias_bomb_is_refused_at_once(tmp_path):
+    # 30 levels of doubling: 2^30 leaves once expanded, which validation would walk.
+    lines = ["a0: &a0 [x, x]"] + [f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}]" for i in range(1, 30)] + ["name: x"]
+    path = tmp_path / "bomb.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(SpecError, match="aliases"):
+        load_spec(path)
+
+
+def test_an_implausible_trial_count_is_warned_about(tmp_path):
+    path = tmp_path / "big.yaml"
+    path.write_text("name: big\naxes: {seeds: [" + ", ".join(map(str, range(100))) + "]}\n")
+    result = runner.invoke(app, ["validate", str(path)])
+    assert result.exit_code == 0
+    assert "warning: the spec expands to 8,100 trials" in result.output
+    assert load_spec(path).trial_count() == len(expand(load_spec(path))) == 8100
 
 
 def test_launch_refuses_a_bad_spec_before_starting_anything(tmp_path):

@@ -2,6 +2,7 @@
 
 import json
 import math
+import os
 
 import pytest
 import torch
@@ -174,7 +175,7 @@ def test_cached_batched_generation_equals_naive_generation(arch):
         assert fast[row, : len(s)].tolist() == s
 
 
-def test_train_command_writes_metrics_and_resumes(tmp_path):
+def test_train_command_writes_metrics_and_resumes(tmp_path, thread_pools):
     out = tmp_path / "trial"
     args = ["train", "--arch", "mamba", "--size", "tiny", "--setup", "retrieval", "--n", "5", "--samples", "256",
             "--eval-every", "128", "--val-samples", "32", "--warmup-samples", "64", "--out", str(out)]
@@ -190,8 +191,76 @@ def test_train_command_writes_metrics_and_resumes(tmp_path):
     assert again.exit_code == 0 and "resuming" in again.output
     assert len((out / "history.jsonl").read_text().splitlines()) == 2
     assert json.loads((out / "metrics.json").read_text()) == metrics
-    other = CliRunner().invoke(app, args[:-2] + ["--seed", "1", "--out", str(out)])
-    assert other.exit_code != 0 and "another config" in other.output
+    other = CliRunner().invoke(app, args[:-2] + ["--seed", "1", "--lr", "1e-3", "--out", str(out)])
+    assert other.exit_code == 2 and "another config" in other.output
+    assert "train.lr (checkpoint 0.0003, now 0.001)" in other.output and "train.seed (checkpoint 0, now 1)" in other.output
+    assert f"delete {out / 'checkpoint' / CHECKPOINT_FILE}" in other.output
+
+
+@pytest.fixture
+def thread_pools():
+    """Restores the process's thread pools after a test that runs `train --cpus`."""
+    import numba
+
+    from workloads.threads import THREAD_VARS
+
+    saved = torch.get_num_threads(), numba.get_num_threads(), {v: os.environ.get(v) for v in THREAD_VARS}
+    yield
+    torch.set_num_threads(saved[0])
+    numba.set_num_threads(saved[1])
+    for var, value in saved[2].items():
+        os.environ.pop(var, None) if value is None else os.environ.__setitem__(var, value)
+
+
+TRAIN = ["train", "--arch", "transformer", "--size", "tiny", "--setup", "vanilla", "--n", "4", "--val-samples", "32"]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty", "random bytes", "not a checkpoint"])
+def test_a_damaged_checkpoint_is_named_with_how_to_start_over(tmp_path, damage, thread_pools):
+    out = tmp_path / "trial"
+    args = TRAIN + ["--samples", "128", "--eval-every", "64", "--out", str(out)]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    path = out / "checkpoint" / CHECKPOINT_FILE
+    data = path.read_bytes()
+    path.write_bytes({"truncated": data[: len(data) // 2], "empty": b"", "random bytes": os.urandom(4096),
+                      "not a checkpoint": b""}[damage])
+    if damage == "not a checkpoint":
+        torch.save({"weights": torch.zeros(3)}, path)
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert f"{path} cannot be read" in result.output and "to start the trial over" in result.output
+
+
+def test_a_file_as_out_is_refused(tmp_path):
+    blocker = tmp_path / "out"
+    blocker.write_text("")
+    result = CliRunner().invoke(app, TRAIN + ["--samples", "128", "--out", str(blocker)])
+    assert result.exit_code == 2 and f"{blocker} is a file" in result.output and "--out" in result.output
+
+
+def test_a_short_run_scales_its_warm_up_and_a_too_long_warm_up_names_the_flags(tmp_path, thread_pools):
+    out = tmp_path / "short"
+    result = CliRunner().invoke(app, TRAIN + ["--samples", "640", "--eval-every", "640", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "metrics.json").read_text())["config"]["train"]["warmup_samples"] == 64
+    result = CliRunner().invoke(app, TRAIN + ["--samples", "6400", "--warmup-samples", "10000", "--out", str(out)])
+    assert result.exit_code == 2 and "--warmup-samples (10000) must be below --samples (6400)" in result.output
+
+
+def test_train_bounds_its_thread_pools_to_cpus(tmp_path, thread_pools):
+    import numba
+
+    out = tmp_path / "threads"
+    result = CliRunner().invoke(app, TRAIN + ["--samples", "64", "--eval-every", "64", "--cpus", "1", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert torch.get_num_threads() == 1 and numba.get_num_threads() == 1
+    assert os.environ["OMP_NUM_THREADS"] == os.environ["NUMBA_NUM_THREADS"] == "1"
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**64)])
+def test_seeds_outside_64_bits_are_refused(tmp_path, seed):
+    result = CliRunner().invoke(app, TRAIN + ["--seed", seed, "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2 and "--seed" in result.output
 
 
 # What "learns" means here: the tiny preset of each family, CoT at n=6, more than

@@ -30,6 +30,10 @@ TRAIN_STREAM = 0
 VALID_STREAM = 1
 
 
+# Graph sizes the task supports: n-1 >= 3 edges, and the kernels' n x n adjacency
+# and ~55n-token retrieval traces stay small. The spec checks the same bounds.
+N_MIN, N_MAX = 4, 1024
+
 Setup = Literal["vanilla", "cot", "retrieval"]
 Family = Literal["binary", "random"]
 
@@ -38,7 +42,7 @@ class IsTreeConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: Literal["istree"] = "istree"
-    n: int = Field(ge=4, le=1024, description="vertices in each graph")
+    n: int = Field(ge=N_MIN, le=N_MAX, description="vertices in each graph")
     family: Family = "binary"
     setup: Setup = "cot"
 

@@ -1,0 +1,23 @@
+"""One rule for a trial's thread pools, in a sweep and in `icr-sweep train`: torch's,
+OpenMP's and numba's pools get as many threads as the trial has CPUs. Unbounded,
+they spin against each other and against other jobs on a shared machine."""
+
+import os
+
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
+
+
+def thread_env(n: int) -> dict[str, str]:
+    """The environment that bounds pools not started yet (e.g. Ray workers')."""
+    return {var: str(n) for var in THREAD_VARS}
+
+
+def bound_threads(n: int) -> None:
+    """Caps this process's pools at n threads. Called before torch and numba are
+    imported, the environment sizes their pools from the start."""
+    os.environ.update(thread_env(n))
+    import numba
+    import torch
+
+    torch.set_num_threads(n)
+    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
