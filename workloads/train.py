@@ -16,6 +16,7 @@ import torch
 from workloads.config import TrialConfig
 from workloads.evaluate import generation_accuracy, supervised_loss, teacher_forced
 from workloads.models import build_model
+from workloads.models.mamba import require_scan_kernels
 from workloads.tasks import build_task
 from workloads.tasks.istree import TRAIN_STREAM, VALID_STREAM
 
@@ -70,9 +71,16 @@ class Trial:
             (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_bf16 else contextlib.nullcontext
         )
         self.task = build_task(config.task)
+        require_scan_kernels(config.model, self.device)
         torch.manual_seed(tc.seed)
         self.model = build_model(config.model, self.task.vocab_size).to(self.device)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=tc.lr, weight_decay=0.0)
+        cuda = self.device.type == "cuda"
+        if cuda:
+            # TF32 for fp32 matmuls: tensor-core speed at fp32's range (bf16 stays opt-in).
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+        # Adam, as the paper: AdamW with weight decay 0; fused into one kernel on CUDA.
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=tc.lr, weight_decay=0.0, fused=cuda or None)
         warmup_steps = max(1, tc.warmup_samples // tc.batch_size)
         total_steps = math.ceil(tc.samples / tc.batch_size)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -119,7 +127,9 @@ class Trial:
         path = directory / CHECKPOINT_FILE
         start_over = f"delete {path} (or use another directory) to start the trial over"
         try:
-            state = torch.load(path, map_location=self.device, weights_only=True)
+            # Loaded to CPU: RNG states must stay CPU byte tensors, and load_state_dict
+            # moves weights and optimizer state to wherever the model lives.
+            state = torch.load(path, map_location="cpu", weights_only=True)
             if not isinstance(state, dict) or not {"config", "model", "optimizer"} <= set(state):
                 raise ValueError("it is not a checkpoint of icr-sweep")
         except Exception as e:  # truncated, empty or foreign bytes fail in many ways
@@ -178,7 +188,9 @@ def run_trial(
     while trial.samples < tc.samples:
         started = time.perf_counter()
         count = min(tc.batch_size, tc.samples - trial.samples)
-        batch = task.batch(tc.seed, TRAIN_STREAM, trial.samples, count).to(trial.device)
+        batch = task.batch(tc.seed, TRAIN_STREAM, trial.samples, count)
+        batch_tokens = int(batch.lengths.sum())  # counted on the CPU copy: no GPU sync per step
+        batch = batch.to(trial.device)
         with trial.autocast():
             logits = model(batch.tokens[:, :-1])
         loss = supervised_loss(logits, batch)
@@ -193,7 +205,7 @@ def run_trial(
         before = trial.samples
         trial.samples += count
         trained += count
-        train_tokens += int(batch.lengths.sum())
+        train_tokens += batch_tokens
         eval_due = trial.samples // tc.eval_every > before // tc.eval_every or trial.samples == tc.samples
         if len(pending) == _LOSS_CHECK_STEPS or eval_due:
             recent = torch.stack(pending).cpu()

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.report import load_trials
+from orchestrator.report import load_trials, read_run
 from orchestrator.spec import expand, load_spec
 
 SWEEPS = Path(__file__).parents[2] / "sweeps"
@@ -77,8 +77,10 @@ def test_a_tiny_sweep_completes_with_its_report_and_the_dashboard_up(tmp_path, r
     spec["lr"]["transformer"] = [3e-3, 1e12]  # the second one diverges at once: a trial that fails for good
     spec_path = tmp_path / "micro.yaml"
     spec_path.write_text(yaml.safe_dump(spec))
+    # A stale address lying around must not make a plain launch attach (or hang).
+    stale = {**os.environ, "RAY_ADDRESS": "127.0.0.1:9"}
     proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=port),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True, env=stale)
     answered_while_running = False
     while proc.poll() is None and not answered_while_running:
         answered_while_running = dashboard_answers(port) and proc.poll() is None
@@ -116,12 +118,7 @@ def _results(trial_dir: Path) -> list[dict]:
 
 
 def test_a_killed_driver_resumes_without_rerunning_finished_trials(tmp_path, ray_temp):
-    spec = yaml.safe_load((SWEEPS / "istree_micro.yaml").read_text())
-    spec.update(name="killme", axes=dict(archs=["transformer"], setups=["cot"], sizes=["tiny"], n=[5], seeds=[0, 1, 2]))
-    spec["training"].update(samples=12288, eval_every=1024)
-    spec["resources"].update(max_concurrent=1)
-    spec_path = tmp_path / "killme.yaml"
-    spec_path.write_text(yaml.safe_dump(spec))
+    spec_path = _killme_spec(tmp_path)
     storage, port = tmp_path / "runs", free_port()
     run_dir = storage / "killme"
     proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=port),
@@ -153,6 +150,56 @@ def test_a_killed_driver_resumes_without_rerunning_finished_trials(tmp_path, ray
     samples = [r["samples"] for r in _results(run_dir / interrupted)]
     assert samples == sorted(set(samples)), f"{interrupted} restarted instead of continuing: {samples}"
     assert samples[-1] == 12288
+
+
+def _killme_spec(tmp_path) -> Path:
+    """Three seeds of one tiny trial, one at a time, each long enough to be caught midway."""
+    spec = yaml.safe_load((SWEEPS / "istree_micro.yaml").read_text())
+    spec.update(name="killme", axes=dict(archs=["transformer"], setups=["cot"], sizes=["tiny"], n=[5], seeds=[0, 1, 2]))
+    spec["training"].update(samples=12288, eval_every=1024)
+    spec["resources"].update(max_concurrent=1)
+    path = tmp_path / "killme.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_ctrl_c_stops_with_the_resume_command_and_every_trial_in_its_true_state(tmp_path, ray_temp):
+    spec_path = _killme_spec(tmp_path)
+    storage = tmp_path / "runs"
+    run_dir = storage / "killme"
+    proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=free_port()),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None:
+        results = {p.parent.name: _results(p.parent) for p in run_dir.glob("*/params.json")}
+        if any(r and r[-1].get("final_eval") for r in results.values()) and any(
+                len(r) >= 2 and not r[-1].get("final_eval") for r in results.values()):
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 130, out[-3000:]
+    assert f"icr-sweep resume {run_dir}" in out
+    states = read_run(run_dir)[0].set_index("trial")["state"].to_dict()
+    assert len(states) == 3, states  # the never-started trial is listed too
+    assert sorted(states.values()) == ["finished", "interrupted", "pending"], states
+    report = (run_dir / "report.md").read_text()
+    assert "1 finished, 1 interrupted, 1 pending" in report
+
+
+@pytest.mark.parametrize("resources, message", [
+    ({"cpus_per_trial": 100}, "resources.cpus_per_trial is 100, but the largest node has 2 CPU"),
+    ({"device": "cuda"}, "resources.gpus_per_trial is 1, but the largest node has 0 GPU"),
+])
+def test_trials_that_could_never_start_are_refused(tmp_path, ray_temp, resources, message):
+    spec = yaml.safe_load((SWEEPS / "istree_micro.yaml").read_text())
+    spec["resources"].update(resources)
+    spec_path = tmp_path / "impossible.yaml"
+    spec_path.write_text(yaml.safe_dump(spec))
+    result = subprocess.run(cli("launch", str(spec_path), "--storage", str(tmp_path / "runs"), ray_temp=ray_temp,
+                                port=free_port()), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and message in result.stderr, result.stderr[-3000:]
+    assert not list((tmp_path / "runs").glob("*/*/params.json"))
 
 
 def test_an_optuna_sweep_runs_its_trial_budget_per_cell(tmp_path, ray_temp):

@@ -33,6 +33,11 @@ class ModelConfig(BaseModel):
     expand: int = Field(2, gt=0)
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
+    scan: Literal["auto", "cuda", "cpu", "reference"] = Field(
+        "auto",
+        description="Mamba's selective scan: auto = mamba-ssm's kernel on CUDA (required there), our compiled "
+        "kernel on CPU; reference = the step-by-step scan, on any device (slow: tests and debugging)",
+    )
     attn_init: Literal["normal", "torch"] = Field(
         "normal",
         description="attention layers' Linear init: normal = N(0, 0.02) (Hugging Face LLaMA, the reference's "

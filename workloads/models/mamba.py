@@ -1,10 +1,11 @@
 """Mamba (v1) layer: in/out projections, depthwise causal conv, selective scan.
 
 One module, parameter for parameter the layout of mamba-ssm's `Mamba`, with three
-ways to run the scan (`scan_impl`): mamba-ssm's CUDA kernel when it imports and the
-tensors are on a GPU, our compiled kernel on CPU, the step-by-step reference
-elsewhere. mamba-ssm is imported lazily: `import mamba_ssm` fails outright on a
-machine without its compiled CUDA extension.
+ways to run the scan (the config's `scan`): mamba-ssm's CUDA kernel on a GPU, our
+compiled kernel on CPU, or the step-by-step reference, only when asked for. On a
+GPU without mamba-ssm the model refuses to build rather than fall back to the
+reference scan (tens of GB and days per long trial). mamba-ssm is imported
+lazily: `import mamba_ssm` fails outright without its compiled CUDA extension.
 """
 
 import functools
@@ -22,13 +23,32 @@ SCAN_IMPLS = ("auto", "cuda", "cpu", "reference")
 
 
 @functools.cache
-def mamba_ssm_scan():
-    """mamba-ssm's selective_scan_fn, or None where it does not import."""
+def _import_mamba_ssm_scan():
     try:
         from mamba_ssm.ops.selective_scan_interface import selective_scan_fn
-    except Exception:  # ImportError, or the extension failing to load
-        return None
-    return selective_scan_fn
+    except Exception as e:  # ImportError, or the extension failing to load
+        return None, f"{type(e).__name__}: {e}"
+    return selective_scan_fn, ""
+
+
+def mamba_ssm_scan():
+    """mamba-ssm's selective_scan_fn, or None where it does not import."""
+    return _import_mamba_ssm_scan()[0]
+
+
+def require_scan_kernels(cfg: ModelConfig, device) -> None:
+    """Refuses a model whose Mamba layers would run the reference scan on a GPU
+    without being asked to: mamba-ssm must import there."""
+    if torch.device(device).type != "cuda" or not cfg.n_mamba_layers or cfg.scan not in ("auto", "cuda"):
+        return
+    kernel, error = _import_mamba_ssm_scan()
+    if kernel is None:
+        raise RuntimeError(
+            f"Mamba on CUDA needs mamba-ssm's selective-scan kernel, which does not import here ({error}). "
+            "Install it on this host with `ICR_EXTRAS=dev,cuda scripts/setup-env` "
+            "(pip install --no-build-isolation -e '.[cuda]'), or set the model's scan: reference to run the "
+            "step-by-step scan on purpose (very slow)"
+        )
 
 
 @dataclass
@@ -39,11 +59,11 @@ class MambaCache:
 
 
 class MambaMixer(nn.Module):
-    def __init__(self, cfg: ModelConfig, scan_impl: str = "auto"):
+    def __init__(self, cfg: ModelConfig):
         super().__init__()
         d_inner, n_state, dt_rank = cfg.d_inner, cfg.d_state, cfg.dt_rank
         self.d_inner, self.d_state, self.dt_rank, self.d_conv = d_inner, n_state, dt_rank, cfg.d_conv
-        self.scan_impl = scan_impl
+        self.scan_impl = cfg.scan
         self.in_proj = nn.Linear(cfg.d_model, 2 * d_inner, bias=False)
         self.conv1d = nn.Conv1d(d_inner, d_inner, cfg.d_conv, groups=d_inner, padding=cfg.d_conv - 1)
         self.x_proj = nn.Linear(d_inner, dt_rank + 2 * n_state, bias=False)
@@ -70,9 +90,11 @@ class MambaMixer(nn.Module):
     def _impl(self, x: torch.Tensor) -> str:
         if self.scan_impl != "auto":
             return self.scan_impl
-        if x.is_cuda and mamba_ssm_scan() is not None:
-            return "cuda"
-        return "cpu" if x.device.type == "cpu" else "reference"
+        if x.device.type == "cpu":
+            return "cpu"
+        if mamba_ssm_scan() is None:
+            raise RuntimeError(f"no fast selective scan on {x.device}: install mamba-ssm, or set scan: reference")
+        return "cuda"
 
     def forward(self, h: torch.Tensor, cache: MambaCache | None = None) -> torch.Tensor:
         if cache is not None and cache.filled:

@@ -111,8 +111,11 @@ class AttentionLayer(nn.Module):
                     nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
     def new_cache(self, batch: int, max_length: int, like: torch.Tensor) -> KVCache:
+        """Zeroed keys and values, in the dtype attention computes in (bf16 under autocast)."""
         shape = (batch, self.attn.n_heads, max_length, self.attn.head_dim)
-        return KVCache(k=like.new_zeros(shape), v=like.new_zeros(shape))
+        kind = like.device.type
+        dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else like.dtype
+        return KVCache(k=like.new_zeros(shape, dtype=dtype), v=like.new_zeros(shape, dtype=dtype))
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         x = x + self.attn(self.attn_norm(x), cache)

@@ -57,7 +57,12 @@ class Batch:
     labels: torch.Tensor  # (B,) bool, is the graph a tree
 
     def to(self, device) -> Batch:
-        return Batch(*(t.to(device, non_blocking=True) for t in (self.tokens, self.supervised, self.lengths, self.labels)))
+        """The batch on `device`; to a GPU through pinned memory, without blocking."""
+        import torch
+
+        pin = torch.device(device).type == "cuda"
+        tensors = (self.tokens, self.supervised, self.lengths, self.labels)
+        return Batch(*((t.pin_memory() if pin else t).to(device, non_blocking=True) for t in tensors))
 
 
 class IsTreeTask:
