@@ -192,13 +192,14 @@ def plot(best: pd.DataFrame, out_dir: Path) -> list[Path]:
                 ax.set_xscale("log", base=2)
                 ax.set_xticks(sorted(part["n"].unique()), labels=[str(n) for n in sorted(part["n"].unique())])
                 if metric == "gen_accuracy":
-                    ax.set_ylim(0.4, 1.02)
+                    # Rows that never write an answer count as wrong: below chance is possible.
+                    ax.set_ylim(min(0.4, part[metric].min() - 0.05), 1.02)
                     ax.axhline(0.5, color="grey", lw=0.5, ls="--")  # guessing the answer
                 else:
                     ax.set_ylim(-0.02, 1.02)
                 ax.grid(alpha=0.3)
             axes[0][0].set_ylabel(metric)
-            axes[0][-1].legend(loc="lower left", fontsize=8)
+            axes[0][-1].legend(loc="best", fontsize=8)
             short = "teacher-forced exact match" if metric == "val_exact_match" else "generation accuracy (ours)"
             fig.suptitle(f"IsTree, {size} models: {short}")
             fig.tight_layout()

@@ -19,9 +19,6 @@ from torch import nn
 from workloads.models.config import ModelConfig
 from workloads.models.selective_scan import scan_cpu, scan_reference
 
-SCAN_IMPLS = ("auto", "cuda", "cpu", "reference")
-
-
 @functools.cache
 def _import_mamba_ssm_scan():
     try:
