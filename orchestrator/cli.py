@@ -64,7 +64,7 @@ def show_task(
         t = build_task(IsTreeConfig(n=n, setup=setup, family=family))
         first = [t.render(graph)] if graph is not None else []
     except ValidationError as e:
-        _fail(_first_error(e))
+        _fail(_flag_error(e))
     except ValueError as e:
         _fail(f"--edges: {e}")
     # Streamed in chunks of about 2M tokens: memory stays flat whatever --count and n.
@@ -208,7 +208,7 @@ def train(
 
 
 def _flag_error(e) -> str:
-    """A validation error of `train`'s options, in the words of its flags."""
+    """A validation error of a command's options, in the words of its flags."""
     import re
 
     err = e.errors()[0]
@@ -311,14 +311,12 @@ def _finish(run_dir: str) -> None:
         return
     trials = _report(Path(run_dir))
     left = trials[trials["state"].isin(["pending", "interrupted", "running"])]
-    failed = sorted(trials.loc[trials["state"] == "error", "trial"])
     if len(left):
         counts = ", ".join(f"{v} {k}" for k, v in sorted(left["state"].value_counts().items()))
         typer.secho(f"The sweep stopped with {len(left)} of {len(trials)} trials unfinished ({counts}). "
                     f"Continue it with:\n  icr-sweep resume {run_dir}", fg=typer.colors.YELLOW, err=True)
         raise typer.Exit(130)
-    if failed:
-        typer.secho(f"{len(failed)} trial(s) failed (errors in the report): {', '.join(failed)}", fg=typer.colors.RED, err=True)
+    if _say_failed(trials):
         raise typer.Exit(1)
 
 
@@ -443,9 +441,15 @@ def _f(v):
 @app.command("report")
 def report(run_dir: Path = typer.Argument(..., help="the sweep's run directory")):
     """Aggregate stored results: report.md, results.csv, best.csv and accuracy plots."""
-    failed = sorted(_report(run_dir).query("state == 'error'")["trial"])
+    _say_failed(_report(run_dir))
+
+
+def _say_failed(trials) -> list[str]:
+    """Names the trials that failed for good, if any; returns them."""
+    failed = sorted(trials.loc[trials["state"] == "error", "trial"])
     if failed:
         typer.secho(f"{len(failed)} trial(s) failed (errors in the report): {', '.join(failed)}", fg=typer.colors.RED, err=True)
+    return failed
 
 
 def _report(run_dir: Path):
@@ -459,12 +463,6 @@ def _report(run_dir: Path):
     typer.echo(text.split("## Every trial")[0].rstrip())
     typer.echo(f"Report: {run_dir / 'report.md'} (results.csv, best.csv, exact_match_*.png, gen_accuracy_*.png beside it)")
     return trials
-
-
-def _first_error(e) -> str:
-    err = e.errors()[0]
-    path = ".".join(str(p) for p in err["loc"]) or "(root)"
-    return f"{path}: {err['msg']} (got {err.get('input')!r})"
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ COLUMNS = {"model.arch": "arch", "task.setup": "setup", "model.size": "size", "t
 
 
 METRIC_KEYS = ("samples", "train_loss", "val_loss", "val_exact_match", "gen_accuracy", "samples_per_s")
-STATES = ("finished", "running", "pending", "interrupted", "error", "unreadable")
 
 
 def _read_results(path: Path) -> tuple[list[dict], list[str]]:
