@@ -306,10 +306,7 @@ def _start_ray(opts: dict, spec):
 def _finish(run_dir: str) -> None:
     """Reports the sweep; exits 130 when trials are left to run (interrupted), 1
     when some failed for good, 0 when every planned trial finished."""
-    if "://" in run_dir:
-        typer.echo(f"Results are in {run_dir}; copy them locally (e.g. aws s3 sync) and run `icr-sweep report DIR`.")
-        return
-    trials = _report(Path(run_dir))
+    trials = _report(run_dir)
     left = trials[trials["state"].isin(["pending", "interrupted", "running"])]
     if len(left):
         counts = ", ".join(f"{v} {k}" for k, v in sorted(left["state"].value_counts().items()))
@@ -321,13 +318,15 @@ def _finish(run_dir: str) -> None:
 
 
 def _run_locked(run_dir: str, work) -> None:
-    """Runs `work()` holding the run directory's lock (local storage), then reports.
-    Ctrl-C stops the sweep; the report then says what is left and how to resume."""
+    """Runs `work()` holding the run directory's lock (local storage; remote storage
+    has no lock), then reports. Ctrl-C stops the sweep; the report then says what
+    is left and how to resume."""
     import contextlib
 
     from orchestrator.rundir import RunDirError, RunLock
+    from orchestrator.storage import is_remote
 
-    lock = RunLock(run_dir) if "://" not in run_dir else contextlib.nullcontext()
+    lock = contextlib.nullcontext() if is_remote(run_dir) else RunLock(run_dir)
     try:
         with lock:
             work()
@@ -370,7 +369,7 @@ def launch(
     def work():
         from orchestrator import tune as sweep
 
-        if "://" not in run_dir and any(Path(run_dir).glob("*/params.json")):
+        if sweep.holds_sweep(run_dir):
             _fail(f"{run_dir} already holds a sweep; continue it with `icr-sweep resume {run_dir}`, "
                   "or pick another name or --storage")
         resources = _start_ray(_ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus), s)
@@ -380,9 +379,19 @@ def launch(
     _run_locked(run_dir, work)
 
 
+RUN_DIR = typer.Argument(..., help="the sweep's run directory: a path, or a URI such as s3://bucket/prefix/name")
+
+
+def _run_location(run_dir: str) -> str:
+    """The run directory as the commands use it: a URI as given, a path made absolute."""
+    from orchestrator.storage import is_remote
+
+    return run_dir.rstrip("/") if is_remote(run_dir) else str(Path(run_dir.removeprefix("file://")).resolve())
+
+
 @app.command("resume")
 def resume(
-    run_dir: Path = typer.Argument(..., help="the sweep's run directory"),
+    run_dir: str = RUN_DIR,
     address: Optional[str] = RAY_OPTIONS["address"],
     temp_dir: Optional[str] = RAY_OPTIONS["temp_dir"],
     dashboard_host: str = RAY_OPTIONS["dashboard_host"],
@@ -390,15 +399,18 @@ def resume(
     num_cpus: Optional[int] = RAY_OPTIONS["num_cpus"],
 ):
     """Continue an interrupted sweep: finished trials stay, the rest continue from their checkpoints."""
+    from orchestrator.rundir import RunDirError
     from orchestrator.spec import SPEC_FILE, SpecError, run_spec
 
+    run = _run_location(run_dir)
     try:
-        s = run_spec(run_dir)
+        s = run_spec(run)
     except SpecError as e:
         _fail(f"{e}; launch the spec again into a new directory (finished trials there are kept as they are)")
+    except (RunDirError, OSError) as e:
+        _fail(f"{run_dir}: cannot be read ({e})")
     if s is None:
         _fail(f"{run_dir} is not a sweep run directory (no {SPEC_FILE})")
-    run = str(run_dir.resolve())
 
     def work():
         from orchestrator import tune as sweep
@@ -411,12 +423,23 @@ def resume(
     _run_locked(run, work)
 
 
-@app.command("status")
-def status(run_dir: Path = typer.Argument(..., help="the sweep's run directory")):
-    """Trials of a sweep with their state and latest metrics (during or after it)."""
+def _read_run(run_dir: str):
+    """The run's trials, spec and notes, read from a local copy when it is remote."""
     from orchestrator.report import read_run
+    from orchestrator.rundir import RunDirError
+    from orchestrator.storage import is_remote, local_view
 
-    df, _, notes = read_run(run_dir)
+    try:
+        with local_view(run_dir) as local:
+            return read_run(local, locked=not is_remote(run_dir))
+    except (RunDirError, OSError) as e:
+        _fail(f"{run_dir}: cannot be read ({e})")
+
+
+@app.command("status")
+def status(run_dir: str = RUN_DIR):
+    """Trials of a sweep with their state and latest metrics (during or after it)."""
+    df, _, notes = _read_run(_run_location(run_dir))
     if df.empty:
         _fail(f"{run_dir}: no trials yet")
     for note in notes:
@@ -439,9 +462,13 @@ def _f(v):
 
 
 @app.command("report")
-def report(run_dir: Path = typer.Argument(..., help="the sweep's run directory")):
-    """Aggregate stored results: report.md, results.csv, best.csv and accuracy plots."""
-    _say_failed(_report(run_dir))
+def report(
+    run_dir: str = RUN_DIR,
+    out: Optional[Path] = typer.Option(None, help="remote runs: also keep the report here (default ./reports/NAME)"),
+):
+    """Aggregate stored results: report.md, results.csv, best.csv and accuracy plots, written
+    into the run directory (on remote storage too)."""
+    _say_failed(_report(_run_location(run_dir), out))
 
 
 def _say_failed(trials) -> list[str]:
@@ -452,16 +479,34 @@ def _say_failed(trials) -> list[str]:
     return failed
 
 
-def _report(run_dir: Path):
-    """Writes and prints the report; returns the per-trial table."""
-    from orchestrator.report import write_report
+def _report(run_dir: str, out: Optional[Path] = None):
+    """Writes and prints the report (into the run directory; for a remote run also
+    into `out`, a local folder); returns the per-trial table."""
+    import shutil
 
+    from orchestrator.report import report_files, write_report
+    from orchestrator.rundir import RunDirError
+    from orchestrator.storage import is_remote, local_view, upload
+
+    remote = is_remote(run_dir)
     try:
-        text, _, trials = write_report(run_dir)
-    except FileNotFoundError as e:
-        _fail(str(e))
+        with local_view(run_dir) as local:
+            try:
+                text, _, trials = write_report(local, locked=not remote)
+            except FileNotFoundError as e:
+                _fail(str(e).replace(str(local), run_dir))
+            files = report_files(local)
+            if remote:
+                upload(files, run_dir)
+                out = out or Path("reports") / local.name
+                out.mkdir(parents=True, exist_ok=True)
+                for file in files:
+                    shutil.copy(file, out / file.name)
+    except (RunDirError, OSError) as e:
+        _fail(f"{run_dir}: cannot be read or written ({e})")
     typer.echo(text.split("## Every trial")[0].rstrip())
-    typer.echo(f"Report: {run_dir / 'report.md'} (results.csv, best.csv, exact_match_*.png, gen_accuracy_*.png beside it)")
+    where = f"{run_dir}/report.md and {out}/report.md" if remote else f"{run_dir}/report.md"
+    typer.echo(f"Report: {where} (results.csv, best.csv, exact_match_*.png, gen_accuracy_*.png beside it)")
     return trials
 
 

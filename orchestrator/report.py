@@ -59,7 +59,7 @@ def _read_config(trial_dir: Path) -> tuple[dict | None, str]:
 
 def _state(status: str | None, results: list[dict], trial_dir: Path, live: bool) -> tuple[str, str]:
     """A trial's state from what Tune recorded (`status`), its results, and whether
-    a driver is working on the sweep now."""
+    a driver is working on the trial now."""
     error_file = trial_dir / "error.txt"
     if status == "ERROR" or (status is None and not live and error_file.exists() and not results[-1:]):
         lines = [ln for ln in error_file.read_text(errors="replace").splitlines() if ln.strip()] if error_file.exists() else []
@@ -71,15 +71,17 @@ def _state(status: str | None, results: list[dict], trial_dir: Path, live: bool)
     return ("interrupted" if results or status in ("RUNNING", "PAUSED") else "pending"), ""
 
 
-def load_trials(run_dir: Path, planned: dict[str, dict] | None = None) -> pd.DataFrame:
+def load_trials(run_dir: Path, planned: dict[str, dict] | None = None, locked: bool = True) -> pd.DataFrame:
     """One row per trial, planned or found: its flattened config, state and latest
     metrics. `planned` maps the names of the trials a sweep will run to their
     configs (those not started are `pending`). A trial whose files cannot be read
-    is listed as `unreadable`, with the file and the problem in `error`."""
+    is listed as `unreadable`, with the file and the problem in `error`. Without a
+    run lock to ask (`locked` False: a copy of a remote run), a trial is running
+    when Tune last recorded it so."""
     run_dir = Path(run_dir)
     planned = planned or {}
     statuses, problem = tune_statuses(run_dir)
-    live = driver_is_live(run_dir)
+    live = driver_is_live(run_dir) if locked else None
     names = {p.parent.name for pattern in ("*/params.json", "*/result.json") for p in run_dir.glob(pattern)}
     names |= set(statuses) | set(planned)
     rows = []
@@ -87,7 +89,8 @@ def load_trials(run_dir: Path, planned: dict[str, dict] | None = None) -> pd.Dat
         trial_dir = run_dir / name
         config, config_problem = _read_config(trial_dir) if trial_dir.is_dir() else (None, "")
         results, problems = _read_results(trial_dir / "result.json")
-        state, error = _state(statuses.get(name), results, trial_dir, live)
+        status = statuses.get(name)
+        state, error = _state(status, results, trial_dir, status == "RUNNING" if live is None else live)
         if config is None:
             config = planned.get(name)
             if config_problem and config is None:
@@ -210,18 +213,21 @@ def plot(best: pd.DataFrame, out_dir: Path) -> list[Path]:
     return paths
 
 
-def read_run(run_dir: Path):
+def read_run(run_dir: Path, locked: bool = True):
     """The trials of a run directory (planned ones included), the spec it was
-    launched with (None if absent or damaged), and notes on what could not be read."""
+    launched with (None if absent or damaged), and notes on what could not be read.
+    `locked`: whether the directory is the run's own, with its driver lock (not a
+    copy of a remote run)."""
     from orchestrator.spec import SpecError, planned_trials, run_spec
 
-    notes = []
+    notes = [] if locked else ["a remote run has no driver lock: 'running' is Tune's last record, "
+                               "which a driver killed mid-sweep leaves behind (`icr-sweep resume` continues it)"]
     try:
         spec = run_spec(run_dir)
     except SpecError as e:
         spec = None
         notes.append(f"{e}: trials not started yet are not listed, and lrs are chosen by val_exact_match (max)")
-    df = load_trials(run_dir, planned_trials(spec) if spec else None)
+    df = load_trials(run_dir, planned_trials(spec) if spec else None, locked)
     if df.empty:
         return df, spec, notes
     if df.attrs.get("problem"):
@@ -236,12 +242,12 @@ def read_run(run_dir: Path):
     return df, spec, notes
 
 
-def write_report(run_dir: Path) -> tuple[str, pd.DataFrame, pd.DataFrame]:
+def write_report(run_dir: Path, locked: bool = True) -> tuple[str, pd.DataFrame, pd.DataFrame]:
     """Writes report.md, results.csv, best.csv and the plots into `run_dir`; returns
     the markdown, the per-cell best table and the per-trial table. Each cell's
     learning rate is chosen by the sweep's search.metric and search.mode."""
     run_dir = Path(run_dir)
-    df, spec, notes = read_run(run_dir)
+    df, spec, notes = read_run(run_dir, locked)
     if df.empty:
         raise FileNotFoundError(f"{run_dir}: no trial results (no */params.json)")
     metric, mode = (spec.search.metric, spec.search.mode) if spec else ("val_exact_match", "max")
@@ -268,6 +274,14 @@ def write_report(run_dir: Path) -> tuple[str, pd.DataFrame, pd.DataFrame]:
     text = "\n".join(lines) + "\n"
     (run_dir / "report.md").write_text(text)
     return text, best, df
+
+
+REPORT_FILES = ("report.md", "results.csv", "best.csv", "exact_match_*.png", "gen_accuracy_*.png")
+
+
+def report_files(out_dir: Path) -> list[Path]:
+    """The files write_report wrote into `out_dir`."""
+    return [p for pattern in REPORT_FILES for p in sorted(Path(out_dir).glob(pattern))]
 
 
 def _num(v, fmt="{:.3f}") -> str:

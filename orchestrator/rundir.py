@@ -24,8 +24,12 @@ class RunDirError(RuntimeError):
 def check_storage(run_dir: str, flag: str = "--storage") -> None:
     """Creates a local directory and proves it writable, or refuses it (RunDirError)
     before anything starts; `flag` is the option the user would change."""
-    if "://" in run_dir:
-        return  # remote storage is checked by Ray Tune's own filesystem layer
+    from orchestrator.storage import check_remote, is_remote
+
+    if is_remote(run_dir):
+        check_remote(run_dir, flag)
+        return
+    run_dir = run_dir.removeprefix("file://")
     path = Path(run_dir)
     if len(os.fsencode(path)) > PATH_MAX:
         raise RunDirError(f"storage path is {len(os.fsencode(path))} bytes long, over the {PATH_MAX}-byte limit: {path}")

@@ -197,16 +197,23 @@ SPEC_FILE = "icr-sweep.json"  # the resolved spec, written into the run director
 
 
 def run_spec(run_dir: Path | str) -> Optional["SweepSpec"]:
-    """The spec a run directory was launched with, or None where it holds none;
-    SpecError naming the file when it is damaged."""
-    path = Path(run_dir) / SPEC_FILE
-    if not path.is_file():
+    """The spec a run directory (local or remote) was launched with, or None where
+    it holds none; SpecError naming the file when it is damaged."""
+    from orchestrator.storage import is_remote, read_file
+
+    location = f"{str(run_dir).rstrip('/')}/{SPEC_FILE}"
+    if is_remote(str(run_dir)):
+        data = read_file(location)
+    else:
+        path = Path(location.removeprefix("file://"))
+        data = path.read_bytes() if path.is_file() else None
+    if data is None:
         return None
     try:
-        return SweepSpec.model_validate(json.loads(path.read_bytes().decode("utf-8"))["spec"])
+        return SweepSpec.model_validate(json.loads(data.decode("utf-8"))["spec"])
     except (ValueError, KeyError, TypeError) as e:
         problem = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise SpecError(f"{path} is damaged ({type(e).__name__}: {problem})") from None
+        raise SpecError(f"{location} is damaged ({type(e).__name__}: {problem})") from None
 
 
 class SpecError(ValueError):

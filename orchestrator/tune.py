@@ -17,6 +17,7 @@ from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from orchestrator.spec import SPEC_FILE, SweepSpec, cells, expand, trial_for
+from orchestrator.storage import is_remote, write_file
 from workloads.config import TrialConfig
 from workloads.threads import bound_threads, thread_env
 from workloads.train import run_trial
@@ -224,9 +225,12 @@ def _tuner_parts(spec: SweepSpec, resources: dict):
 def launch(spec: SweepSpec, resources: dict) -> str:
     """Runs every trial of `spec`; returns the run directory. Ray must be initialised."""
     run_dir = spec.run_dir()
-    if "://" not in run_dir:
+    record = json.dumps({"spec": spec.model_dump(mode="json"), "resources": resources}, indent=1).encode()
+    if is_remote(run_dir):
+        write_file(f"{run_dir}/{SPEC_FILE}", record)
+    else:
         Path(run_dir).mkdir(parents=True, exist_ok=True)
-        Path(run_dir, SPEC_FILE).write_text(json.dumps({"spec": spec.model_dump(mode="json"), "resources": resources}, indent=1))
+        Path(run_dir, SPEC_FILE).write_bytes(record)
     trainable, run_config = _tuner_parts(spec, resources)
     if spec.search.method == "grid":
         trials = [t.model_dump(mode="json") for t in sorted(expand(spec), key=_cost, reverse=True)]
@@ -256,3 +260,10 @@ def resume(run_dir: str, spec: SweepSpec, resources: dict) -> str:
 
 def can_resume(run_dir: str) -> bool:
     return tune.Tuner.can_restore(run_dir)
+
+
+def holds_sweep(run_dir: str) -> bool:
+    """Whether trials were already started in `run_dir` (local or remote)."""
+    if is_remote(run_dir):
+        return can_resume(run_dir)
+    return any(Path(run_dir).glob("*/params.json"))

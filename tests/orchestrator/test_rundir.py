@@ -44,9 +44,10 @@ def test_unwritable_storage_is_refused():
     assert "/sys/icr-sweep-runs/istree_micro cannot be written" in result.output and "choose another --storage" in result.output
 
 
-def test_check_storage_accepts_a_new_directory_and_remote_storage(tmp_path):
+def test_check_storage_accepts_a_new_directory(tmp_path):
     check_storage(str(tmp_path / "a" / "b"))
-    check_storage("s3://bucket/prefix/run")
+    check_storage(f"file://{tmp_path}/c")
+    assert (tmp_path / "a" / "b").is_dir() and (tmp_path / "c").is_dir()
 
 
 def test_a_second_driver_on_a_running_sweep_is_refused(tmp_path):

@@ -1,0 +1,105 @@
+"""Run directories on remote storage (s3://, gs://, ...), through the filesystem
+layer Ray Tune itself stores results with (pyarrow.fs), so whatever Tune can
+write there, status, report and resume can read. Credentials and endpoints come
+from the environment as for Tune (AWS_PROFILE, AWS_ENDPOINT_URL, ...).
+
+Reading a remote run copies its small files (configs, results, experiment state,
+the spec) into a local directory and reads that with the same code as a local
+run; checkpoints stay where they are.
+"""
+
+import contextlib
+import tempfile
+from pathlib import Path
+from typing import Iterator, Optional
+
+from orchestrator.rundir import RunDirError
+
+PROBE = ".icr-sweep-probe"
+
+
+def is_remote(location: str) -> bool:
+    """Whether `location` names remote storage (file:// and plain paths are local)."""
+    scheme, sep, _ = str(location).partition("://")
+    return bool(sep) and scheme != "file"
+
+
+def _fs(uri: str):
+    import pyarrow.fs
+
+    try:
+        return pyarrow.fs.FileSystem.from_uri(uri)
+    except (OSError, ValueError) as e:
+        raise RunDirError(f"{uri}: cannot open this storage ({e})") from None
+
+
+def check_remote(run_dir: str, flag: str = "--storage") -> None:
+    """Proves `run_dir` writable by writing and deleting a probe object, so that a
+    missing bucket or credentials stop the launch before Ray starts."""
+    fs, path = _fs(run_dir)
+    probe = f"{path.rstrip('/')}/{PROBE}"
+    try:
+        with fs.open_output_stream(probe) as f:
+            f.write(b"")
+        fs.delete_file(probe)
+    except OSError as e:
+        raise RunDirError(f"{run_dir} cannot be written ({str(e).splitlines()[0]}); check the bucket, "
+                          f"the credentials (AWS_PROFILE, an instance profile) or choose another {flag}") from None
+
+
+def write_file(uri: str, data: bytes) -> None:
+    fs, path = _fs(uri)
+    with fs.open_output_stream(path) as f:
+        f.write(data)
+
+
+def read_file(uri: str) -> Optional[bytes]:
+    """The file's bytes, or None where there is no such file."""
+    import pyarrow.fs
+
+    fs, path = _fs(uri)
+    if fs.get_file_info(path).type != pyarrow.fs.FileType.File:
+        return None
+    with fs.open_input_stream(path) as f:
+        return f.read()
+
+
+def _is_checkpoint(relative: str) -> bool:
+    return any(part.startswith("checkpoint_") for part in relative.split("/"))
+
+
+def download_run(run_dir: str, local: Path) -> Path:
+    """Copies every file of the remote `run_dir` but its checkpoints into `local`."""
+    import pyarrow.fs
+
+    fs, root = _fs(run_dir)
+    root = root.rstrip("/")
+    info = fs.get_file_info(root)
+    if info.type == pyarrow.fs.FileType.NotFound:
+        raise FileNotFoundError(f"{run_dir}: no such run directory")
+    for item in fs.get_file_info(pyarrow.fs.FileSelector(root, recursive=True)):
+        relative = item.path[len(root):].lstrip("/")
+        if item.type != pyarrow.fs.FileType.File or _is_checkpoint(relative):
+            continue
+        target = local / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with fs.open_input_stream(item.path) as src:
+            target.write_bytes(src.read())
+    return local
+
+
+@contextlib.contextmanager
+def local_view(run_dir: str) -> Iterator[Path]:
+    """A local directory holding the run's files: the run directory itself when it
+    is local, else a temporary copy of it (checkpoints left out)."""
+    if not is_remote(run_dir):
+        yield Path(run_dir.removeprefix("file://"))
+        return
+    with tempfile.TemporaryDirectory(prefix="icr-run-") as tmp:
+        yield download_run(run_dir, Path(tmp) / run_dir.rstrip("/").rsplit("/", 1)[-1])
+
+
+def upload(files: list[Path], run_dir: str) -> None:
+    """Writes `files` into the remote `run_dir` under their own names."""
+    for file in files:
+        write_file(f"{run_dir.rstrip('/')}/{file.name}", file.read_bytes())

@@ -1,0 +1,125 @@
+"""Sweeps stored on S3: launch, status, report and resume against a real S3 server
+(moto's, on 127.0.0.1), through the filesystem layer Ray Tune itself uses."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.rundir import RunDirError, check_storage
+from orchestrator.spec import SPEC_FILE, load_spec, run_spec
+from orchestrator.storage import download_run, read_file
+from tests.orchestrator.test_sweep_e2e import SWEEPS, _kill_leftovers, cli, free_port, ray_temp  # noqa: F401
+
+BUCKET = "icr-sweep-test"
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """A real S3 endpoint on 127.0.0.1 with one bucket; the environment points
+    boto3, pyarrow (and so Ray Tune) and child processes at it."""
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    env = dict(AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}", AWS_ACCESS_KEY_ID="testing",
+               AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    import boto3
+
+    client = boto3.client("s3")
+    client.create_bucket(Bucket=BUCKET)
+    yield client
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    server.stop()
+
+
+def command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "orchestrator.cli", *args]
+
+
+def _keys(client, prefix: str) -> list[str]:
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+    return [o["Key"] for page in pages for o in page.get("Contents", [])]
+
+
+def test_storage_is_probed_with_a_real_write(s3):
+    check_storage(f"s3://{BUCKET}/probe/run")
+    assert not [k for k in _keys(s3, "probe/") if k.endswith(".icr-sweep-probe")]  # the probe is gone again
+    with pytest.raises(RunDirError, match=r"s3://no-such-bucket-icr/run cannot be written .*credentials"):
+        check_storage("s3://no-such-bucket-icr/run")
+
+
+def test_a_launch_to_a_missing_bucket_starts_nothing(s3, tmp_path, ray_temp):
+    result = subprocess.run(cli("launch", str(SWEEPS / "istree_micro.yaml"), "--storage", "s3://no-such-bucket-icr/runs",
+                                ray_temp=ray_temp, port=free_port()), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "s3://no-such-bucket-icr/runs/istree_micro cannot be written" in result.stderr
+    assert not list(Path(ray_temp).glob("session_*")), "Ray was started for a sweep that could not be stored"
+
+
+def test_status_report_and_resume_work_on_an_s3_run_directory(s3, tmp_path, ray_temp):
+    spec = yaml.safe_load((SWEEPS / "istree_micro.yaml").read_text())
+    spec.update(name="s3run", axes=dict(archs=["transformer"], setups=["cot"], sizes=["tiny"], n=[5], seeds=[0, 1, 2]))
+    spec["training"].update(samples=8192, eval_every=1024)
+    spec["resources"].update(max_concurrent=1)
+    spec_path = tmp_path / "s3run.yaml"
+    spec_path.write_text(yaml.safe_dump(spec))
+    run = f"s3://{BUCKET}/runs/s3run"
+    proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", f"s3://{BUCKET}/runs", ray_temp=ray_temp,
+                                port=free_port()), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    # Workers upload each checkpoint straight to the bucket: stop once a second trial has some.
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None:
+        with_checkpoints = {k.split("/")[2] for k in _keys(s3, "runs/s3run/") if "/checkpoint_" in k}
+        if len(with_checkpoints) >= 2:
+            break
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 130 and f"icr-sweep resume {run}" in out, out[-3000:]
+    _kill_leftovers(ray_temp)
+    assert run_spec(run) == load_spec(spec_path).model_copy(update={"storage": f"s3://{BUCKET}/runs"})
+    assert read_file(f"{run}/report.md") is not None  # the launch's own report went beside the trials
+
+    status = subprocess.run(command("status", run), capture_output=True, text=True, timeout=120)
+    assert status.returncode == 0, status.stderr[-3000:]
+    assert status.stdout.count("finished") >= 1 and "pending" in status.stdout + status.stderr
+
+    before = download_run(run, tmp_path / "before")
+    finished = [d.name for d in before.iterdir() if (d / "result.json").exists()
+                and '"final_eval": true' in (d / "result.json").read_text()]
+    midway = [d.name for d in before.iterdir() if (d / "result.json").exists() and d.name not in finished]
+    assert finished and midway, "the launch was not stopped between trials' checkpoints"
+
+    resumed = subprocess.run(cli("resume", run, ray_temp=ray_temp, port=free_port()), capture_output=True, text=True,
+                             timeout=900)
+    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
+    after = download_run(run, tmp_path / "after")
+    for name in finished:
+        assert (after / name / "result.json").read_text() == (before / name / "result.json").read_text(), f"{name} rerun"
+    samples = [json.loads(line)["samples"] for line in (after / midway[0] / "result.json").read_text().splitlines()]
+    assert samples == sorted(set(samples)) and samples[-1] == 8192, f"{midway[0]} restarted: {samples}"
+
+    report = subprocess.run(command("report", run, "--out", str(tmp_path / "local")), capture_output=True,
+                            text=True, timeout=120)
+    assert report.returncode == 0, report.stderr[-3000:]
+    assert "3 trials: 3 finished." in read_file(f"{run}/report.md").decode()
+    assert (tmp_path / "local" / "report.md").read_text() == read_file(f"{run}/report.md").decode()
+    assert read_file(f"{run}/best.csv") and [k for k in _keys(s3, "runs/s3run/exact_match_")]
+    assert SPEC_FILE in {Path(k).name for k in _keys(s3, "runs/s3run/")}
