@@ -123,8 +123,8 @@ class ResourcesSpec(_Spec):
     gpus_per_trial: float = Field(1.0, gt=0, le=1, description="a GPU or a fraction of one, in (0, 1]")
     device: Device = Field(
         "auto",
-        description="auto: GPUs if the cluster has any when the sweep starts, else CPU; "
-        "cuda: always ask for GPUs (an autoscaling cluster will add them)",
+        description="auto: GPUs if the cluster has any when the sweep starts or, attached to a cluster, "
+        "its autoscaler can add GPU nodes; else CPU (trials then see no GPU). cuda: always ask for GPUs",
     )
     max_concurrent: Optional[int] = Field(None, gt=0, description="cap on trials running at once")
     max_failures: int = Field(2, ge=0, description="retries of a crashed trial, from its last checkpoint")

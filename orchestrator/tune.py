@@ -25,8 +25,13 @@ from workloads.train import run_trial
 
 def _trainable(config: dict) -> None:
     """One trial inside a Ray worker: resumes from Tune's checkpoint when there is one."""
-    cpus = tune.get_context().get_trial_resources().required_resources.get("CPU", 1)
-    bound_threads(max(1, int(cpus)))
+    given = tune.get_context().get_trial_resources().required_resources
+    gpus = given.get("GPU", 0)
+    if not gpus:
+        # Ray leaves CUDA_VISIBLE_DEVICES alone for a task given no GPU, so it would
+        # see every GPU of its node and pile onto cuda:0 beside the GPU trials.
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    bound_threads(max(1, int(given.get("CPU", 1))))
     with tempfile.TemporaryDirectory(prefix="icr-trial-") as work:
         resume = None
         checkpoint = tune.get_checkpoint()
@@ -36,6 +41,7 @@ def _trainable(config: dict) -> None:
         def report(metrics: dict, checkpoint_dir: Optional[Path]) -> None:
             # Tune stores the trial config beside every result (params.json, result.json).
             flat = {k: (math.nan if v is None else v) for k, v in metrics.items() if k != "config"}
+            flat.update(gpu_share=gpus, cuda_devices=os.environ.get("CUDA_VISIBLE_DEVICES", "all"))
             tune.report(flat, checkpoint=tune.Checkpoint.from_directory(str(checkpoint_dir)))
 
         run_trial(config["trial"], report=report, checkpoint_dir=Path(work) / "checkpoint", resume_from=resume)
@@ -176,20 +182,56 @@ def start_ray(spec: SweepSpec, address: Optional[str], temp_dir: Optional[str], 
     return ctx, notes
 
 
+def _node_type_gpus(config: dict) -> dict[str, float]:
+    """GPUs per node of each worker type an autoscaler config may start."""
+    types = config.get("available_node_types") or {}
+    head = config.get("head_node_type")
+    return {name: float((t.get("resources") or {}).get("GPU", 0)) for name, t in types.items()
+            if name != head and isinstance(t, dict) and t.get("max_workers", config.get("max_workers", 0)) > 0}
+
+
+def addable_gpus() -> tuple[float, str]:
+    """GPUs per node that the cluster's autoscaler can add, and where that was read
+    (0 and "" when it cannot, or says nothing). Autoscaler v2 reports its node types
+    to the GCS; v1 (`ray up`) is asked through its config, which `ray up` puts on the
+    head as ~/ray_bootstrap_config.yaml (ICR_CLUSTER_CONFIG names another file)."""
+    try:
+        config = ray._private.state.state.get_cluster_config()
+        groups = {g.name: float(g.resources.get("GPU", 0)) for g in config.node_group_configs if g.max_count != 0} if config else {}
+    except Exception:  # an older GCS without the call: fall back to the file
+        groups = {}
+    if max(groups.values(), default=0) > 0:
+        return max(groups.values()), "the autoscaler's node types"
+    path = Path(os.environ.get("ICR_CLUSTER_CONFIG", "~/ray_bootstrap_config.yaml")).expanduser()
+    try:
+        import yaml
+
+        types = _node_type_gpus(yaml.safe_load(path.read_text()) or {})
+    except (OSError, ValueError, AttributeError, TypeError):
+        return 0.0, ""
+    if max(types.values(), default=0) > 0:
+        name = max(types, key=types.get)
+        return types[name], f"node type {name} in {path}"
+    return 0.0, ""
+
+
 def trial_resources(spec: SweepSpec, attached: bool) -> tuple[dict, str]:
-    """Ray resources per trial, and a note on how trials will run. Refuses (ClusterError)
-    trials that no node of an embedded Ray can hold; on an attached cluster an
-    autoscaler may add nodes, so that is a note instead."""
+    """Ray resources per trial, and a note on how trials will run. With device auto,
+    trials ask for GPUs when the cluster has some, or (attached) its autoscaler can
+    add GPU nodes. Refuses (ClusterError) trials that no node of an embedded Ray can
+    hold; on an attached cluster an autoscaler may add nodes, so that is a note."""
     res = spec.resources
     nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
-    gpus_in_cluster = sum(n.get("GPU", 0) for n in nodes)
-    if res.device == "cpu" or (res.device == "auto" and gpus_in_cluster == 0):
+    most = {kind: max((n.get(kind, 0) for n in nodes), default=0) for kind in ("CPU", "GPU")}
+    addable, source = addable_gpus() if attached and most["GPU"] == 0 else (0.0, "")
+    if res.device == "cpu" or (res.device == "auto" and most["GPU"] == 0 and addable == 0):
         resources = {"cpu": res.cpus_per_trial, "gpu": 0}
         note = f"no GPU in the cluster: trials run on CPU ({res.cpus_per_trial:g} CPU each)" if res.device == "auto" else "device: cpu"
     else:
         resources = {"cpu": res.cpus_per_trial, "gpu": res.gpus_per_trial}
         note = f"{res.gpus_per_trial:g} GPU and {res.cpus_per_trial:g} CPU per trial"
-    most = {kind: max((n.get(kind, 0) for n in nodes), default=0) for kind in ("CPU", "GPU")}
+        if addable:
+            note += f" (no GPU node is up yet; the autoscaler can add nodes of {addable:g} GPU: {source})"
     short = [f"resources.{field} is {resources[key]:g}, but the largest node has {most[kind]:g} {kind}"
              for field, key, kind in (("cpus_per_trial", "cpu", "CPU"), ("gpus_per_trial", "gpu", "GPU"))
              if resources[key] > most[kind]]

@@ -41,19 +41,30 @@ def ray_temp():
 
 
 def _kill_leftovers(temp_dir: str) -> None:
-    """Ends the Ray processes of one test's cluster (those naming its temp dir)."""
+    """Ends the Ray processes of one test's cluster: those naming its temp dir on
+    their command line, or holding a file under it open (Ray's agents rename
+    themselves, ray::DashboardAgent, but keep their logs there)."""
     for pid in os.listdir("/proc"):
-        if not pid.isdigit():
+        if not pid.isdigit() or int(pid) == os.getpid():
             continue
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            fds = os.listdir(f"/proc/{pid}/fd") if temp_dir not in cmdline else []
+            holds = temp_dir in cmdline or any(temp_dir in _readlink(f"/proc/{pid}/fd/{fd}") for fd in fds)
         except OSError:
             continue
-        if temp_dir in cmdline:
+        if holds:
             try:
                 os.kill(int(pid), signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def _readlink(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return ""
 
 
 def cli(*args: str, ray_temp: str, port: int) -> list[str]:
@@ -103,6 +114,9 @@ def test_a_tiny_sweep_completes_with_its_report_and_the_dashboard_up(tmp_path, r
     assert df.loc[diverging, "state"] == "error" and "loss is nan at step" in df.loc[diverging, "error"]
     others = df.drop(index=diverging)
     assert (others["state"] == "finished").all() and others["gen_accuracy"].between(0, 1).all()
+    for name in others.index:  # trials given no GPU see none (Ray itself would show them every GPU)
+        last = _results(run_dir / name)[-1]
+        assert last["gpu_share"] == 0 and last["cuda_devices"] == "", last
     assert (run_dir / "results.csv").exists() and list(run_dir.glob("exact_match_*.png")) and list(run_dir.glob("gen_accuracy_*.png"))
 
     again = subprocess.run(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=port),
