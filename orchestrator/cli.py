@@ -256,28 +256,41 @@ def validate(spec: Path = typer.Argument(..., help="sweep spec (YAML)")):
 
 @app.command("plan")
 def plan(spec: Path = typer.Argument(..., help="sweep spec (YAML)"), format: ListFormat = typer.Option("table", "--format")):
-    """Show the trials a spec would run."""
-    from orchestrator.spec import cells, expand
+    """Show the trials a spec would run, with each trial's estimated peak GPU memory
+    and GPU share, and warnings for trials that would not fit their share."""
+    from orchestrator.spec import cells, expand, gpu_share, memory_warnings, trial_for
 
     s = _spec(spec)
+    on_gpu = s.resources.device != "cpu"
+    rows, shares = [], {}
     if s.search.method == "grid":
-        trials = expand(s)
-        rows = [dict(name=t.name, arch=t.model.arch, setup=t.task.setup, size=t.model.size, n=t.task.n,
-                     family=t.task.family, lr=t.train.lr, seed=t.train.seed, samples=t.train.samples,
-                     config=t.model_dump(mode="json")) for t in trials]
+        for t in expand(s):
+            rows.append(dict(name=t.name, arch=t.model.arch, setup=t.task.setup, size=t.model.size, n=t.task.n,
+                             family=t.task.family, lr=t.train.lr, seed=t.train.seed, samples=t.train.samples,
+                             config=t.model_dump(mode="json")))
+            shares[t.name] = gpu_share(s, t) if on_gpu else None
     else:
-        rows = []
         for arch, setup, size, n, seed in cells(s):
             d = getattr(s.lr, arch)
-            rows.append(dict(name=f"{arch}-{setup}-{size}-n{n}-s{seed}", arch=arch, setup=setup, size=size, n=n,
+            name = f"{arch}-{setup}-{size}-n{n}-s{seed}"
+            rows.append(dict(name=name, arch=arch, setup=setup, size=size, n=n,
                              family=s.axes.family, lr=f"{d.distribution}({d.low:g}, {d.high:g})", seed=seed,
                              trials=s.search.num_samples, samples=s.training.samples * s.search.num_samples))
+            shares[name] = gpu_share(s, trial_for(s, arch, setup, size, n, seed, d.low)) if on_gpu else None
+    if on_gpu:
+        for row in rows:
+            row["gpus"], row["gpu_mem_gb"] = shares[row["name"]][0], round(shares[row["name"]][1], 1)
     if format == "json":
         typer.echo(json.dumps(rows, indent=1))
         return
     _print_table([{k: v for k, v in r.items() if k != "config"} for r in rows])
     n_trials = sum(r.get("trials", 1) for r in rows)
     typer.echo(f"{n_trials} trials, {sum(r['samples'] for r in rows):,} training samples in all -> {s.run_dir()}")
+    if on_gpu:
+        typer.echo(f"gpu_mem_gb: estimated peak GPU memory of a training step (workloads/memory.py), "
+                   f"against {s.resources.gpu_memory_gb:g} GB GPUs (resources.gpu_memory_gb)")
+        for warning in memory_warnings(s, shares):
+            typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
 
 
 def _ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus):

@@ -118,9 +118,27 @@ class TrainingSpec(_Spec):
     precision: Precision = "fp32"
 
 
+GPU_SHARES = (0.125, 0.25, 0.5, 1.0)  # what `gpus_per_trial: auto` chooses from
+GPU_HEADROOM = 0.9  # a trial fits a share when its estimate is below 90% of it (fragmentation)
+
+
 class ResourcesSpec(_Spec):
     cpus_per_trial: float = Field(1.0, gt=0)
-    gpus_per_trial: float = Field(1.0, gt=0, le=1, description="a GPU or a fraction of one, in (0, 1]")
+    gpus_per_trial: Union[float, Literal["auto"]] = Field(
+        1.0, description="a GPU or a fraction of one, in (0, 1]; auto: per trial, the smallest of "
+        "1/8, 1/4, 1/2 or 1 GPU that its estimated peak memory fits (`icr-sweep plan` shows them)",
+    )
+    gpu_memory_gb: float = Field(40.0, gt=0, description="memory of the GPUs trials run on (A100 40 GB by default): "
+                                 "plan's fit check and gpus_per_trial: auto use it")
+
+    @field_validator("gpus_per_trial", mode="before")
+    @classmethod
+    def _share(cls, value):
+        if value == "auto":
+            return value
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+            raise ValueError(f"a GPU or a fraction of one, in (0, 1], or auto; got {value!r}")
+        return float(value)
     device: Device = Field(
         "auto",
         description="auto: GPUs if the cluster has any when the sweep starts or, attached to a cluster, "
@@ -322,6 +340,43 @@ def trial_for(spec: SweepSpec, arch: str, setup: str, size: str, n: int, seed: i
         model=preset(arch, size),
         train=_train_config(spec, lr, seed),
     )
+
+
+def gpu_share(spec: SweepSpec, trial: TrialConfig) -> tuple[float, float]:
+    """The GPU share a trial asks for (gpus_per_trial, or auto's choice) and its
+    estimated peak memory in GB."""
+    from workloads.memory import GiB, trial_estimate
+
+    need = trial_estimate(trial).total / GiB
+    share = spec.resources.gpus_per_trial
+    if share == "auto":
+        room = spec.resources.gpu_memory_gb * GPU_HEADROOM
+        share = next((s for s in GPU_SHARES if need <= s * room), 1.0)
+    return share, need
+
+
+def gpu_shares(spec: SweepSpec) -> dict[str, tuple[float, float]]:
+    """{trial name: gpu_share(...)} for every trial of a grid spec, or for one
+    trial per cell of an Optuna spec (its learning rate does not change memory)."""
+    if spec.search.method == "grid":
+        trials = expand(spec)
+    else:
+        trials = [trial_for(spec, *cell, getattr(spec.lr, cell[0]).low) for cell in cells(spec)]
+    return {t.name: gpu_share(spec, t) for t in trials}
+
+
+def memory_warnings(spec: SweepSpec, shares: dict[str, tuple[float, float]]) -> list[str]:
+    """Trials whose estimated peak memory exceeds their share of the GPU, given
+    gpu_shares(spec)."""
+    gpu = spec.resources.gpu_memory_gb
+    out = []
+    for name, (share, need) in shares.items():
+        if need > share * gpu * GPU_HEADROOM:
+            fix = "more than one GPU holds: lower training.batch_size" if need > gpu * GPU_HEADROOM else \
+                "raise resources.gpus_per_trial (or set it to auto)"
+            out.append(f"{name} needs about {need:.1f} GB, more than its {share:g} of a {gpu:g} GB GPU "
+                       f"({share * gpu:.1f} GB): it would run out of GPU memory; {fix}")
+    return out
 
 
 def planned_trials(spec: SweepSpec) -> dict[str, dict]:

@@ -16,7 +16,7 @@ from ray import tune
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
-from orchestrator.spec import SPEC_FILE, SweepSpec, cells, expand, trial_for
+from orchestrator.spec import SPEC_FILE, SweepSpec, cells, expand, gpu_share, gpu_shares, trial_for
 from orchestrator.storage import is_remote, write_file
 from workloads.config import TrialConfig
 from workloads.threads import bound_threads, thread_env
@@ -229,22 +229,42 @@ def trial_resources(spec: SweepSpec, attached: bool) -> tuple[dict, str]:
         note = f"no GPU in the cluster: trials run on CPU ({res.cpus_per_trial:g} CPU each)" if res.device == "auto" else "device: cpu"
     else:
         resources = {"cpu": res.cpus_per_trial, "gpu": res.gpus_per_trial}
-        note = f"{res.gpus_per_trial:g} GPU and {res.cpus_per_trial:g} CPU per trial"
+        if res.gpus_per_trial == "auto":
+            shares = sorted({share for share, _ in gpu_shares(spec).values()})
+            note = (f"{', '.join(f'{s:g}' for s in shares)} GPU per trial by estimated peak memory "
+                    f"(gpus_per_trial: auto; `icr-sweep plan` lists each) and {res.cpus_per_trial:g} CPU")
+        else:
+            note = f"{res.gpus_per_trial:g} GPU and {res.cpus_per_trial:g} CPU per trial"
         if addable:
             note += f" (no GPU node is up yet; the autoscaler can add nodes of {addable:g} GPU: {source})"
-    short = [f"resources.{field} is {resources[key]:g}, but the largest node has {most[kind]:g} {kind}"
+    asked = {**resources, "gpu": max(shares) if resources["gpu"] == "auto" else resources["gpu"]}
+    short = [f"resources.{field} is {asked[key]:g}, but the largest node has {most[kind]:g} {kind}"
              for field, key, kind in (("cpus_per_trial", "cpu", "CPU"), ("gpus_per_trial", "gpu", "GPU"))
-             if resources[key] > most[kind]]
+             if asked[key] > most[kind]]
     if short and not attached:
-        hint = " (device: cuda asks for a GPU; use device: auto or cpu here)" if resources["gpu"] > most["GPU"] else ""
+        hint = " (device: cuda asks for a GPU; use device: auto or cpu here)" if asked["gpu"] > most["GPU"] else ""
         raise ClusterError("no trial could ever start: " + "; ".join(short) + hint)
     if short:
         note += ". Waiting for an autoscaler to add nodes: " + "; ".join(short)
     return resources, note
 
 
+def _per_trial(spec: SweepSpec, resources: dict):
+    """The resources argument of tune.with_resources: the dict itself, or, for
+    gpus_per_trial: auto, each trial's share by its estimated peak memory."""
+    if resources["gpu"] != "auto":
+        return resources
+    from ray.tune.execution.placement_groups import resource_dict_to_pg_factory
+
+    def per_trial(config: dict):
+        share, _ = gpu_share(spec, TrialConfig.model_validate(config["trial"]))
+        return resource_dict_to_pg_factory({"cpu": resources["cpu"], "gpu": share})
+
+    return per_trial
+
+
 def _tuner_parts(spec: SweepSpec, resources: dict):
-    trainable = tune.with_resources(_trainable, resources)
+    trainable = tune.with_resources(_trainable, _per_trial(spec, resources))
     # Tune's newer console output prints every config key (here: the whole nested
     # trial config) as a column; the classic reporter lets us pick the metrics.
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")

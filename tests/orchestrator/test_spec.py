@@ -99,8 +99,10 @@ BAD_SPECS = {
     "unknown storage scheme": ("name: x\nstorage: ftp://host/runs\n", ["storage", "unknown storage scheme 'ftp://'", "s3://"]),
     "duplicate key": ("name: x\naxes: {n: [8]}\naxes: {n: [16]}\n", [":3:1: not valid YAML", "duplicate key 'axes'"]),
     "yaml alias": ("name: x\naxes: {n: &sizes [8, 16]}\nlr: {mamba: *sizes}\n", ["not valid YAML", "aliases (*sizes) are not allowed"]),
-    "gpu fraction": ("name: x\nresources: {gpus_per_trial: 1.5}\n", ["resources.gpus_per_trial", "less than or equal to 1", "1.5"]),
-    "zero gpus": ("name: x\nresources: {gpus_per_trial: 0}\n", ["resources.gpus_per_trial", "greater than 0"]),
+    "gpu fraction": ("name: x\nresources: {gpus_per_trial: 1.5}\n", ["resources.gpus_per_trial", "in (0, 1], or auto", "1.5"]),
+    "zero gpus": ("name: x\nresources: {gpus_per_trial: 0}\n", ["resources.gpus_per_trial", "in (0, 1], or auto", "got 0"]),
+    "gpu share in words": ("name: x\nresources: {gpus_per_trial: half}\n", ["resources.gpus_per_trial", "or auto", "'half'"]),
+    "gpu memory": ("name: x\nresources: {gpu_memory_gb: 0}\n", ["resources.gpu_memory_gb", "greater than 0"]),
     "wrong type": ("name: x\ntraining: {samples: lots}\n", ["training.samples", "integer", "lots"]),
     "missing name": ("axes: {n: [8]}\n", ["name", "required"]),
     "distribution without optuna": ("name: x\nlr: {mamba: {distribution: loguniform, low: 1.0e-4, high: 1.0e-3}}\n", ["optuna"]),
@@ -168,3 +170,41 @@ def test_launch_refuses_a_bad_spec_before_starting_anything(tmp_path):
 def test_a_missing_spec_file_is_named():
     result = runner.invoke(app, ["validate", "no/such/spec.yaml"])
     assert result.exit_code != 0 and "no/such/spec.yaml: no such spec file" in result.output
+
+
+def test_plan_gives_each_trial_its_memory_estimate_and_auto_gpu_share():
+    result = runner.invoke(app, ["plan", str(SWEEPS / "istree_grid.yaml"), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    rows = {r["name"]: r for r in json.loads(result.output)}
+    spec = load_spec(SWEEPS / "istree_grid.yaml")
+    room = spec.resources.gpu_memory_gb * 0.9
+    for r in rows.values():
+        assert r["gpus"] in (0.125, 0.25, 0.5, 1.0)
+        assert r["gpu_mem_gb"] <= r["gpus"] * room + 0.05  # fits its share (the estimate is rounded to 0.1)
+        if r["gpus"] > 0.125:
+            assert r["gpu_mem_gb"] > r["gpus"] / 2 * room - 0.05  # ... and the next smaller share would not do
+    # Retrieval at n=64 is the one that needs a whole GPU; short vanilla trials pack 8 to a GPU.
+    assert rows["mamba-retrieval-2M-n64-lr3e-4-s0"]["gpus"] == 1.0
+    assert rows["transformer-vanilla-0.5M-n16-lr1e-3-s0"]["gpus"] == 0.125
+    for setup in ("vanilla", "cot", "retrieval"):
+        by_n = [rows[f"mamba-{setup}-1M-n{n}-lr3e-4-s0"]["gpu_mem_gb"] for n in (16, 32, 64)]
+        assert by_n == sorted(by_n)
+
+
+def test_plan_warns_of_trials_that_would_not_fit_their_gpu_share(tmp_path):
+    spec = yaml.safe_load((SWEEPS / "istree_grid.yaml").read_text())
+    spec["resources"]["gpus_per_trial"] = 0.25
+    path = tmp_path / "packed.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    result = runner.invoke(app, ["plan", str(path)])
+    assert result.exit_code == 0
+    warned = [line for line in result.output.splitlines() if line.startswith("warning:")]
+    rows = json.loads(runner.invoke(app, ["plan", str(path), "--format", "json"]).output)
+    too_big = [r["name"] for r in rows if r["gpu_mem_gb"] > 0.25 * 40 * 0.9]
+    assert too_big and len(warned) == len(too_big)
+    assert all(any(name in line for line in warned) for name in too_big)
+    assert "more than its 0.25 of a 40 GB GPU (10.0 GB)" in warned[0] and "raise resources.gpus_per_trial" in warned[0]
+    spec["resources"]["device"] = "cpu"  # CPU trials: no GPU figures, no warnings
+    path.write_text(yaml.safe_dump(spec))
+    result = runner.invoke(app, ["plan", str(path)])
+    assert "warning" not in result.output and "gpu_mem_gb" not in result.output

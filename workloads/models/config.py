@@ -67,6 +67,16 @@ class ModelConfig(BaseModel):
         return top
 
     @property
+    def n_params(self) -> int:
+        """Trainable parameters (the frozen embedding aside), counted from the layer
+        shapes without building the model."""
+        d, d_inner, n_state, dt_rank = self.d_model, self.d_inner, self.d_state, self.dt_rank
+        mamba = (d + 2 * d * d_inner + d_inner * (self.d_conv + 1) + d_inner * (dt_rank + 2 * n_state)
+                 + (dt_rank + 1) * d_inner + d_inner * n_state + d_inner + d_inner * d)
+        attention = 2 * d + 4 * d * d + 3 * d * self.d_mlp
+        return self.n_mamba_layers * mamba + len(self.attn_layer_idx) * attention + d
+
+    @property
     def d_inner(self) -> int:
         return self.expand * self.d_model
 

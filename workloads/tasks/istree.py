@@ -33,6 +33,7 @@ VALID_STREAM = 1
 # Graph sizes the task supports: n-1 >= 3 edges, and the kernels' n x n adjacency
 # and ~55n-token retrieval traces stay small. The spec checks the same bounds.
 N_MIN, N_MAX = 4, 1024
+N_SPECIALS = 16  # istree_kernels.SPECIALS: [ ] , - PAD EOS TRUE FALSE SPACE NEWLINE UNK BOS STARTSEARCH ENDSEARCH FAILED ~
 
 Setup = Literal["vanilla", "cot", "retrieval"]
 Family = Literal["binary", "random"]
@@ -45,6 +46,19 @@ class IsTreeConfig(BaseModel):
     n: int = Field(ge=N_MIN, le=N_MAX, description="vertices in each graph")
     family: Family = "binary"
     setup: Setup = "cot"
+
+    @property
+    def vocab_size(self) -> int:
+        """The reference's 16 special tokens, then the vertices 0..n."""
+        return N_SPECIALS + self.n + 1
+
+    @property
+    def longest_sample(self) -> int:
+        """Tokens in the longest sample (BOS to answer): a tree's, whose trace visits
+        every vertex, where a non-tree's stops at its first cycle. Every tree of n
+        vertices writes as many: 3n with the answer alone, 5n with its chain of
+        thought, 40n - 25 with its retrieval trace (tests check it against the renderer)."""
+        return {"vanilla": 3 * self.n, "cot": 5 * self.n, "retrieval": 40 * self.n - 25}[self.setup]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,111 @@
+"""The peak-memory estimate that `plan` and `gpus_per_trial: auto` rely on: its
+per-token activation counts equal what autograd really keeps, measured on CPU
+with the layers' own code and a stand-in for mamba-ssm's scan that keeps what
+the CUDA kernel keeps (selective_scan_fn: u, delta, A, B, C, D, z, delta_bias,
+the per-chunk states and the ungated output)."""
+
+import math
+
+import pytest
+import torch
+
+import workloads.models.mamba as mamba
+from workloads.config import trial_config
+from workloads.memory import SCAN_CHUNK, activation_floats_per_token, estimate, trial_estimate
+from workloads.models import PRESETS, build_model, preset
+from workloads.models.selective_scan import scan_cpu
+from workloads.tasks import IsTreeConfig
+from workloads.tasks.istree import IsTreeTask
+
+
+class KernelSavingScan(torch.autograd.Function):
+    """Forward only: computes the scan and saves for backward exactly the tensors,
+    of the shapes and dtypes, that mamba-ssm's SelectiveScanFn saves with a gate z."""
+
+    @staticmethod
+    def forward(ctx, u, delta, A, B, C, D, z, delta_bias):
+        batch, d_inner, length = u.shape
+        dt = torch.nn.functional.softplus(delta + delta_bias[:, None])
+        y, last = scan_cpu(u.transpose(1, 2).float(), dt.transpose(1, 2).float(), A, B.transpose(1, 2).float(),
+                           C.transpose(1, 2).float())
+        out = y.transpose(1, 2) + u * D[:, None]
+        states = u.new_zeros(batch, d_inner, math.ceil(length / SCAN_CHUNK), 2 * A.shape[1], dtype=torch.float32)
+        ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, states, out)
+        return out * torch.nn.functional.silu(z), last
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise NotImplementedError("a stand-in for counting saved tensors")
+
+
+def kernel_saving_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, return_last_state=False):
+    assert delta_softplus and return_last_state
+    return KernelSavingScan.apply(u, delta, A, B, C, D, z, delta_bias)
+
+
+def saved_bytes(model, tokens) -> int:
+    """Bytes of the distinct storages autograd keeps for backward in a forward pass,
+    weights and buffers left out (they live for the whole run)."""
+    own = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers()]}
+    seen = {}
+
+    def pack(t):
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in own:
+            seen[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(tokens)
+    return sum(seen.values())
+
+
+@pytest.mark.parametrize("arch, size", [(a, s) for a in ("transformer", "mamba", "hybrid") for s in ("0.5M", "1M", "2M")])
+def test_activation_count_is_what_autograd_keeps(monkeypatch, arch, size):
+    cfg = preset(arch, size).model_copy(update={"scan": "cuda"})  # the CUDA path, with the stand-in kernel
+    monkeypatch.setattr(mamba, "mamba_ssm_scan", lambda: kernel_saving_scan)
+    torch.manual_seed(0)
+    model = build_model(cfg, vocab_size=81)
+    batch, length = 2, 2 * SCAN_CHUNK  # two scan chunks
+    tokens = torch.randint(0, 81, (batch, length))
+    measured = saved_bytes(model, tokens)
+    predicted = batch * length * activation_floats_per_token(cfg) * 4
+    assert measured == pytest.approx(predicted, rel=0.02), (measured, predicted)
+
+
+@pytest.mark.parametrize("setup", ["vanilla", "cot", "retrieval"])
+def test_the_longest_sample_is_every_trees_and_bounds_every_batch(setup):
+    for n in (4, 5, 16, 37, 64):
+        config = IsTreeConfig(n=n, setup=setup)
+        task = IsTreeTask(config)
+        path, star = [(v + 1, v) for v in range(n - 1)], [(v, 0) for v in range(1, n)]
+        assert len(task.render(path)["tokens"]) == len(task.render(star)["tokens"]) == config.longest_sample
+        longest = max(int(task.batch(0, 0, i * 64, 64).lengths.max()) for i in range(4))
+        assert longest == config.longest_sample  # a batch of 64 holds a tree
+        assert task.vocab_size == config.vocab_size
+
+
+def test_parameter_counts_without_building_equal_the_built_models():
+    for arch, sizes in PRESETS.items():
+        for size, cfg in sizes.items():
+            assert cfg.n_params == build_model(cfg, vocab_size=33).num_params(), (arch, size)
+
+
+def test_estimate_grows_with_graph_size_batch_and_setup_and_shrinks_in_bf16():
+    def gib(setup="retrieval", n=32, batch=64, precision="fp32", arch="mamba"):
+        trial = trial_config(arch, "1M", IsTreeConfig(n=n, setup=setup), batch_size=batch, precision=precision)
+        return trial_estimate(trial).gib
+
+    assert gib("vanilla") < gib("cot") < gib("retrieval")
+    assert gib(n=16) < gib(n=32) < gib(n=64)
+    assert gib(batch=32) < gib(batch=64)
+    assert gib(precision="bf16") < gib()
+    # The long retrieval trials are the ones that need a whole GPU: tens of GB.
+    assert gib(n=64) > 10 and gib("vanilla", n=16) < 2
+
+
+def test_estimate_parts_add_up():
+    trial = trial_config("hybrid", "0.5M", IsTreeConfig(n=16, setup="cot"))
+    e = estimate(trial, vocab_size=33, n_params=460_000)
+    assert e.total == e.activations + e.logits + e.optimizer + e.overhead
+    assert e.optimizer == 460_000 * 16  # fp32 weights, gradients and Adam's two moments

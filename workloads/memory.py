@@ -1,0 +1,92 @@
+"""Peak GPU memory of one training trial, estimated before it runs: what `plan`
+checks against a trial's share of a GPU, and what `gpus_per_trial: auto` packs by.
+
+The models are tiny (0.5M-2M parameters) but the retrieval traces are long
+(2,535 tokens at n=64), so activations dominate: the tensors autograd keeps for
+the backward pass, counted below per token and layer from the layers' code as it
+runs on CUDA (mamba-ssm's selective scan, PyTorch's fused attention, which keeps
+no T x T matrix). tests/workloads/test_memory.py checks these counts against
+what autograd really saves, on CPU, with the scan kernel's saving rule.
+"""
+
+from dataclasses import dataclass
+
+from workloads.config import TrialConfig
+from workloads.models.config import ModelConfig
+
+# mamba-ssm's selective scan keeps its (2 x d_state) running state once per
+# chunk of this many tokens for the backward pass (selective_scan_fwd_kernel).
+SCAN_CHUNK = 2048
+# Per trial process: CUDA context, cuBLAS workspace and caching-allocator slack.
+# Not measured on a GPU by this project yet (issue 9 keeps that open).
+PROCESS_OVERHEAD = 1 << 30
+GiB = 1 << 30
+
+
+def mamba_layer_floats(cfg: ModelConfig) -> float:
+    """Floats kept per token by one Mamba layer: its RMSNorm (input, input/rms,
+    1/rms) and output (in_proj's input); in_proj's output (x and z); the conv
+    output and silu's; x_proj's output; the scan's contiguous u, delta, B, C and z,
+    its output before and after the gate, and its state once per chunk."""
+    d, d_inner, n_state = cfg.d_model, cfg.d_inner, cfg.d_state
+    norm = 3 * d + 1
+    projections = 2 * d_inner + (cfg.dt_rank + 2 * n_state)
+    conv = 2 * d_inner
+    scan = 5 * d_inner + 2 * n_state + 2 * n_state * d_inner / SCAN_CHUNK
+    return norm + projections + conv + scan
+
+
+def attention_layer_floats(cfg: ModelConfig) -> float:
+    """Floats kept per token by one LLaMA layer: two RMSNorms with their outputs;
+    rotated q and k, v, the attention output (laid out so that it is also the
+    output projection's input) and one log-sum-exp per head; the SwiGLU's gate,
+    activation, up projection and their product."""
+    d = cfg.d_model
+    norms = 2 * (3 * d + 1)
+    attention = 4 * d + cfg.n_heads
+    mlp = 4 * cfg.d_mlp
+    return norms + attention + mlp
+
+
+def activation_floats_per_token(cfg: ModelConfig) -> float:
+    """Everything the layers and the final norm keep per token (logits aside)."""
+    n_attn = len(cfg.attn_layer_idx)
+    return cfg.n_mamba_layers * mamba_layer_floats(cfg) + n_attn * attention_layer_floats(cfg) + 2 * cfg.d_model + 1
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    activations: int  # bytes autograd keeps for backward, plus one layer's gradients in flight
+    logits: int  # logits, their log-softmax and both gradients
+    optimizer: int  # weights, gradients, Adam's two moments
+    overhead: int  # per process
+
+    @property
+    def total(self) -> int:
+        return self.activations + self.logits + self.optimizer + self.overhead
+
+    @property
+    def gib(self) -> float:
+        return self.total / GiB
+
+
+def estimate(trial: TrialConfig, vocab_size: int, n_params: int) -> MemoryEstimate:
+    """Peak GPU memory of a training step at the trial's longest batch (every row
+    as long as the longest sample; batches are padded to their longest row)."""
+    cfg = trial.model
+    tokens = trial.train.batch_size * (trial.task.longest_sample - 1)  # the model reads all but the last token
+    width = 2 if trial.train.precision == "bf16" else 4
+    per_token = activation_floats_per_token(cfg)
+    widest_layer = max(mamba_layer_floats(cfg) if cfg.n_mamba_layers else 0,
+                       attention_layer_floats(cfg) if cfg.attn_layer_idx else 0)
+    return MemoryEstimate(
+        activations=int(tokens * (per_token + widest_layer) * width),
+        logits=int(tokens * vocab_size * 4 * 4),  # cross-entropy runs in fp32 under autocast too
+        optimizer=int(n_params * 4 * 4),
+        overhead=PROCESS_OVERHEAD,
+    )
+
+
+def trial_estimate(trial: TrialConfig) -> MemoryEstimate:
+    """`estimate` with the trial's own vocabulary and parameter count."""
+    return estimate(trial, trial.task.vocab_size, trial.model.n_params)
