@@ -386,6 +386,11 @@ def launch(
             _fail(f"{run_dir} already holds a sweep; continue it with `icr-sweep resume {run_dir}`, "
                   "or pick another name or --storage")
         resources = _start_ray(_ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus), s)
+        if resources["gpu"]:
+            from orchestrator.spec import gpu_shares, memory_warnings
+
+            for warning in memory_warnings(s, gpu_shares(s)):
+                typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
         typer.echo(f"Sweep {s.name!r} -> {run_dir}", err=True)
         sweep.launch(s, resources)
 

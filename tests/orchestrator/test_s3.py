@@ -72,6 +72,7 @@ def test_a_launch_to_a_missing_bucket_starts_nothing(s3, tmp_path, ray_temp):
     assert not list(Path(ray_temp).glob("session_*")), "Ray was started for a sweep that could not be stored"
 
 
+@pytest.mark.slow
 def test_status_report_and_resume_work_on_an_s3_run_directory(s3, tmp_path, ray_temp):
     spec = yaml.safe_load((SWEEPS / "istree_micro.yaml").read_text())
     spec.update(name="s3run", axes=dict(archs=["transformer"], setups=["cot"], sizes=["tiny"], n=[5], seeds=[0, 1, 2]))
