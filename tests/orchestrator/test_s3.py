@@ -11,12 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from orchestrator.rundir import RunDirError, check_storage
 from orchestrator.spec import SPEC_FILE, load_spec, run_spec
 from orchestrator.storage import download_run, read_file
-from tests.orchestrator.test_sweep_e2e import SWEEPS, _kill_leftovers, cli, free_port, ray_temp  # noqa: F401
+from tests.orchestrator.test_sweep_e2e import SWEEPS, _kill_leftovers, _killme_spec, cli, free_port, ray_temp  # noqa: F401
 
 BUCKET = "icr-sweep-test"
 
@@ -74,12 +73,7 @@ def test_a_launch_to_a_missing_bucket_starts_nothing(s3, tmp_path, ray_temp):
 
 @pytest.mark.slow
 def test_status_report_and_resume_work_on_an_s3_run_directory(s3, tmp_path, ray_temp):
-    spec = yaml.safe_load((SWEEPS / "istree_micro.yaml").read_text())
-    spec.update(name="s3run", axes=dict(archs=["transformer"], setups=["cot"], sizes=["tiny"], n=[5], seeds=[0, 1, 2]))
-    spec["training"].update(samples=8192, eval_every=1024)
-    spec["resources"].update(max_concurrent=1)
-    spec_path = tmp_path / "s3run.yaml"
-    spec_path.write_text(yaml.safe_dump(spec))
+    spec_path = _killme_spec(tmp_path, name="s3run", samples=8192)
     run = f"s3://{BUCKET}/runs/s3run"
     proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", f"s3://{BUCKET}/runs", ray_temp=ray_temp,
                                 port=free_port()), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -166,13 +166,13 @@ def test_a_killed_driver_resumes_without_rerunning_finished_trials(tmp_path, ray
     assert samples[-1] == 12288
 
 
-def _killme_spec(tmp_path) -> Path:
+def _killme_spec(tmp_path, name: str = "killme", samples: int = 12288) -> Path:
     """Three seeds of one tiny trial, one at a time, each long enough to be caught midway."""
     spec = yaml.safe_load((SWEEPS / "istree_micro.yaml").read_text())
-    spec.update(name="killme", axes=dict(archs=["transformer"], setups=["cot"], sizes=["tiny"], n=[5], seeds=[0, 1, 2]))
-    spec["training"].update(samples=12288, eval_every=1024)
+    spec.update(name=name, axes=dict(archs=["transformer"], setups=["cot"], sizes=["tiny"], n=[5], seeds=[0, 1, 2]))
+    spec["training"].update(samples=samples, eval_every=1024)
     spec["resources"].update(max_concurrent=1)
-    path = tmp_path / "killme.yaml"
+    path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
 
