@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import weakref
 
 import pytest
 import torch
@@ -319,3 +320,74 @@ def test_mamba_on_cuda_without_mamba_ssm_refuses_to_build_instead_of_crawling(mo
     mamba_mod.require_scan_kernels(preset("transformer", "0.5M"), "cuda")  # no Mamba layer
     mamba_mod.require_scan_kernels(preset("mamba", "0.5M").model_copy(update={"scan": "reference"}), "cuda")  # asked for
     mamba_mod.require_scan_kernels(preset("mamba", "0.5M"), "cpu")  # our compiled kernel
+
+
+class DeviceSyncCounter(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts reads of a tensor's value into Python (the host sync that stalls a GPU)
+    on tensors computed from a batch after it went to the device; the CPU batch
+    itself can be read freely."""
+
+    def __init__(self):
+        super().__init__()
+        self.on_device, self.syncs, self.counting = {}, 0, True
+
+    def mark(self, tensor):
+        self.on_device[id(tensor)] = weakref.ref(tensor)
+
+    def _marked(self, tensor) -> bool:
+        ref = self.on_device.get(id(tensor))
+        return ref is not None and ref() is tensor
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        inputs = [t for t in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        tainted = any(self._marked(t) for t in inputs)
+        if func is torch.ops.aten._local_scalar_dense.default and tainted and self.counting:
+            self.syncs += 1
+        out = func(*args, **(kwargs or {}))
+        if tainted:
+            for t in torch.utils._pytree.tree_leaves(out):
+                if isinstance(t, torch.Tensor):
+                    self.mark(t)
+        return out
+
+
+def test_training_steps_do_not_read_device_values_every_step(monkeypatch):
+    from workloads.tasks.istree import Batch
+
+    counter = DeviceSyncCounter()
+    real_to = Batch.to
+
+    def to(batch, device):
+        moved = real_to(batch, device)
+        for t in (moved.tokens, moved.supervised, moved.lengths, moved.labels):
+            counter.mark(t)
+        return moved
+
+    monkeypatch.setattr(Batch, "to", to)
+    real_evaluate = train_mod.Trial.evaluate
+
+    def evaluate(self, *args, **kwargs):  # evaluation reads its metrics; only training steps count
+        counter.counting = False
+        try:
+            return real_evaluate(self, *args, **kwargs)
+        finally:
+            counter.counting = True
+
+    monkeypatch.setattr(train_mod.Trial, "evaluate", evaluate)
+    steps = 64
+    with counter:
+        run_trial(small_trial(samples=steps * 8, batch_size=8, warmup_samples=8, eval_every=steps * 8, val_samples=8))
+    # The losses are checked and summed once per _LOSS_CHECK_STEPS steps and at each evaluation.
+    assert counter.syncs <= steps // train_mod._LOSS_CHECK_STEPS + 1, counter.syncs
+
+
+def test_the_kv_cache_is_kept_in_the_dtype_attention_computes_in():
+    model = build_model(preset("hybrid", "tiny"), vocab_size=24)
+    prompt = torch.randint(0, 24, (2, 9))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits, state = model.prefill(prompt, max_length=12)
+        kv = state.layers[-1]
+        assert kv.k.dtype == kv.v.dtype == torch.bfloat16
+        model.step(logits.argmax(-1), state)  # writes a bf16 key into it
+    _, state = model.prefill(prompt, max_length=12)
+    assert state.layers[-1].k.dtype == torch.float32
