@@ -99,13 +99,15 @@ def _parse_edges(text: str) -> list[tuple[int, int]]:
 
 @app.command("models")
 def models(format: ListFormat = typer.Option("table", "--format")):
-    """List the model presets with their trainable parameter counts."""
-    from workloads.models import PRESETS, build_model
+    """List the model presets: trainable parameters (the frozen embedding aside),
+    the recurrent state a sequence carries (floats, all layers) and the KV cache
+    attention layers keep per token."""
+    from workloads.models import PRESETS
 
     rows = [
-        # The frozen embedding is not a parameter, so the vocabulary size does not matter.
-        dict(arch=arch, size=size, params=build_model(cfg, vocab_size=2).num_params(),
-             d_model=cfg.d_model, n_layers=cfg.n_layers, attn_layer_idx=list(cfg.attn_layer_idx))
+        dict(arch=arch, size=size, params=cfg.n_params, state_floats=cfg.state_floats,
+             kv_floats_per_token=cfg.kv_floats_per_token, d_model=cfg.d_model, n_layers=cfg.n_layers,
+             attn_layer_idx=list(cfg.attn_layer_idx))
         for arch, sizes in PRESETS.items()
         for size, cfg in sizes.items()
     ]

@@ -77,6 +77,19 @@ class ModelConfig(BaseModel):
         return self.n_mamba_layers * mamba + len(self.attn_layer_idx) * attention + d
 
     @property
+    def state_floats(self) -> int:
+        """The recurrent state one sequence carries from token to token, all layers
+        together: per Mamba layer its SSM state (d_inner x d_state) and its conv's
+        last d_conv - 1 inputs. Attention's KV cache, which grows with the sequence,
+        is kv_floats_per_token."""
+        return self.n_mamba_layers * self.d_inner * (self.d_state + self.d_conv - 1)
+
+    @property
+    def kv_floats_per_token(self) -> int:
+        """Keys and values cached per token, all attention layers together."""
+        return len(self.attn_layer_idx) * 2 * self.d_model
+
+    @property
     def d_inner(self) -> int:
         return self.expand * self.d_model
 

@@ -226,3 +226,19 @@ def test_models_command_lists_every_preset_as_json():
     assert {(r["arch"], r["size"]) for r in rows} == {(a, s) for a in PRESETS for s in PRESETS[a]}
     for r in rows:
         assert r["params"] == build_model(preset(r["arch"], r["size"]), VOCAB).num_params()
+        cfg = preset(r["arch"], r["size"])
+        assert r["state_floats"] == cfg.state_floats and r["kv_floats_per_token"] == cfg.kv_floats_per_token
+
+
+@pytest.mark.parametrize("arch", ["transformer", "mamba", "hybrid"])
+def test_state_size_is_what_cached_decoding_carries(arch):
+    """state_floats is the recurrent state a row carries, kv_floats_per_token what
+    its attention layers cache per token: counted from the decoder's own caches."""
+    cfg = preset(arch, "tiny")
+    model = build_model(cfg, VOCAB)
+    max_length = 40
+    _, state = model.prefill(torch.randint(0, VOCAB, (1, 7)), max_length=max_length)
+    recurrent = sum(c.conv.numel() + c.ssm.numel() for c in state.layers if hasattr(c, "ssm"))
+    kv = sum(c.k.numel() + c.v.numel() for c in state.layers if hasattr(c, "k"))
+    assert recurrent == cfg.state_floats and kv == cfg.kv_floats_per_token * max_length
+    assert (cfg.state_floats > 0) == (arch != "transformer") and (cfg.kv_floats_per_token > 0) == (arch != "mamba")
