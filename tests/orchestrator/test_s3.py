@@ -78,11 +78,16 @@ def test_status_report_and_resume_work_on_an_s3_run_directory(s3, tmp_path, ray_
     proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", f"s3://{BUCKET}/runs", ray_temp=ray_temp,
                                 port=free_port()), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
-    # Workers upload each checkpoint straight to the bucket: stop once a second trial has some.
+    # Workers upload each checkpoint straight to the bucket: stop in the second trial.
     deadline = time.time() + 600
     while time.time() < deadline and proc.poll() is None:
-        with_checkpoints = {k.split("/")[2] for k in _keys(s3, "runs/s3run/") if "/checkpoint_" in k}
-        if len(with_checkpoints) >= 2:
+        by_trial = {}
+        for key in _keys(s3, "runs/s3run/"):
+            trial, part = (key.split("/") + [""])[2:4]
+            if part.startswith("checkpoint_"):
+                by_trial.setdefault(trial, set()).add(part)
+        # A second trial with its second checkpoint: the driver has recorded its first.
+        if len(by_trial) >= 2 and all(len(parts) >= 2 for parts in by_trial.values()):
             break
         time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
@@ -109,7 +114,11 @@ def test_status_report_and_resume_work_on_an_s3_run_directory(s3, tmp_path, ray_
     for name in finished:
         assert (after / name / "result.json").read_text() == (before / name / "result.json").read_text(), f"{name} rerun"
     samples = [json.loads(line)["samples"] for line in (after / midway[0] / "result.json").read_text().splitlines()]
-    assert samples == sorted(set(samples)) and samples[-1] == 8192, f"{midway[0]} restarted: {samples}"
+    # Continued from a checkpoint, not from scratch. With S3 storage the driver may
+    # have logged a result whose checkpoint it had not yet recorded when stopped:
+    # that one evaluation window is trained again (seen: 1024, 2048, 2048, 3072, ...).
+    assert samples.count(1024) == 1 and sorted(set(samples)) == list(range(1024, 8193, 1024)), samples
+    assert len(samples) - len(set(samples)) <= 1, f"{midway[0]} redid more than one window: {samples}"
 
     report = subprocess.run(command("report", run, "--out", str(tmp_path / "local")), capture_output=True,
                             text=True, timeout=120)
