@@ -485,10 +485,12 @@ def _f(v):
 def report(
     run_dir: str = RUN_DIR,
     out: Optional[Path] = typer.Option(None, help="remote runs: also keep the report here (default ./reports/NAME)"),
+    solved: float = typer.Option(0.9, min=0.0, max=1.0, help="exact match at which the frontier counts a cell solved"),
 ):
-    """Aggregate stored results: report.md, results.csv, best.csv and accuracy plots, written
-    into the run directory (on remote storage too)."""
-    _say_failed(_report(_run_location(run_dir), out))
+    """Aggregate stored results: report.md, results.csv, best.csv, accuracy plots and, for a
+    sweep over several n, the frontier (frontier.csv, frontier.png), written into the run
+    directory (on remote storage too)."""
+    _say_failed(_report(_run_location(run_dir), out, solved))
 
 
 def _say_failed(trials) -> list[str]:
@@ -499,7 +501,7 @@ def _say_failed(trials) -> list[str]:
     return failed
 
 
-def _report(run_dir: str, out: Optional[Path] = None):
+def _report(run_dir: str, out: Optional[Path] = None, solved: float = 0.9):
     """Writes and prints the report (into the run directory; for a remote run also
     into `out`, a local folder); returns the per-trial table."""
     import shutil
@@ -512,7 +514,7 @@ def _report(run_dir: str, out: Optional[Path] = None):
     try:
         with local_view(run_dir) as local:
             try:
-                text, _, trials = write_report(local, locked=not remote)
+                text, _, trials = write_report(local, locked=not remote, solved=solved)
             except FileNotFoundError as e:
                 _fail(str(e).replace(str(local), run_dir))
             files = report_files(local)

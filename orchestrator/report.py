@@ -213,6 +213,82 @@ def plot(best: pd.DataFrame, out_dir: Path) -> list[Path]:
     return paths
 
 
+SOLVED = 0.9  # exact match at which a cell counts as solved in the frontier
+
+
+def frontier(best: pd.DataFrame, solved: float = SOLVED) -> pd.DataFrame:
+    """Per (setup, arch, size): the largest n whose exact match (mean over seeds, at
+    the cell's best lr) reaches `solved`, beside the model's state: the recurrent
+    state a sequence carries (state_floats) and attention's KV cache per token.
+    largest_solved is NaN where no n is solved; solves_all where every n tried is."""
+    from workloads.models import preset
+
+    rows = []
+    for (setup, arch, size), cell in best.groupby(["setup", "arch", "size"], sort=False):
+        cfg = preset(arch, size)
+        ok = cell.loc[cell["val_exact_match"] >= solved, "n"]
+        rows.append(dict(setup=setup, arch=arch, size=size, state_floats=cfg.state_floats,
+                         kv_floats_per_token=cfg.kv_floats_per_token,
+                         largest_solved=int(ok.max()) if len(ok) else math.nan, largest_tried=int(cell["n"].max()),
+                         solves_all=len(ok) == len(cell)))
+    out = pd.DataFrame(rows)
+    return out.sort_values(["setup", "arch", "size"], key=lambda c: c.map(SIZE_ORDER) if c.name == "size" else c,
+                           ignore_index=True) if len(out) else out
+
+
+def plot_frontier(table: pd.DataFrame, out_dir: Path, solved: float) -> Path:
+    """frontier.png: largest n solved against state size, log-log, a panel per setup
+    and a marker per arch; models with attention carry a KV cache instead of (or
+    beside) a fixed state, and are drawn at their recurrent state, or, without
+    one, at the cache they hold at the largest n tried. A line of slope 1 (n
+    proportional to state: the paper's linear bound) runs through the recurrent
+    models' points."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from workloads.tasks import IsTreeConfig
+
+    setups = list(dict.fromkeys(table["setup"]))
+    fig, axes = plt.subplots(1, len(setups), figsize=(max(6, 4.5 * len(setups)), 3.8), squeeze=False)
+    markers = {"transformer": "s", "mamba": "o", "hybrid": "D"}
+    for ax, setup in zip(axes[0], setups):
+        part = table[table["setup"] == setup].copy()
+        cache = part["largest_tried"].map(lambda n: IsTreeConfig(n=int(n), setup=setup).longest_sample)
+        part["x"] = part["state_floats"].where(part["state_floats"] > 0, part["kv_floats_per_token"] * cache)
+        floor = part["largest_tried"].min() / 2  # where models that solve no n sit
+        top = part["largest_tried"].max()
+        for arch, rows in part.groupby("arch", sort=False):
+            ax.scatter(rows["x"], rows["largest_solved"].fillna(floor), marker=markers.get(arch, "o"), s=40,
+                       label=arch, zorder=3)
+        every = part[part["solves_all"]]
+        if len(every):  # an arrow up: it might solve larger n too
+            ax.scatter(every["x"], every["largest_solved"] * 1.25, marker="^", s=18, color="black", zorder=4,
+                       label="solves every n tried")
+        if part["largest_solved"].isna().any():
+            ax.axhline(floor, color="grey", lw=0.5, ls=":")
+            ax.annotate("solves no n", (part["x"].min(), floor), xytext=(0, -11), textcoords="offset points", fontsize=7)
+        recurrent = part[(part["kv_floats_per_token"] == 0) & part["largest_solved"].notna()]
+        if len(recurrent):
+            ratio = math.exp((recurrent["largest_solved"].map(math.log) - recurrent["x"].map(math.log)).mean())
+            ys = [floor, top * 1.5]
+            ax.plot([y / ratio for y in ys], ys, color="grey", lw=0.8, ls="--", label="slope 1 (n ∝ state)")
+        ax.set_xscale("log")
+        ax.set_yscale("log", base=2)
+        ax.set_title(setup)
+        ax.set_xlabel("state (floats; attention only: KV cache at the largest n)")
+        ax.grid(alpha=0.3, which="both")
+    axes[0][0].set_ylabel(f"largest n solved (exact match >= {solved:g})")
+    axes[0][-1].legend(fontsize=8, loc="best")
+    fig.suptitle("How far each model retrieves against its state")
+    fig.tight_layout()
+    path = out_dir / "frontier.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def read_run(run_dir: Path, locked: bool = True):
     """The trials of a run directory (planned ones included), the spec it was
     launched with (None if absent or damaged), and notes on what could not be read.
@@ -242,10 +318,12 @@ def read_run(run_dir: Path, locked: bool = True):
     return df, spec, notes
 
 
-def write_report(run_dir: Path, locked: bool = True) -> tuple[str, pd.DataFrame, pd.DataFrame]:
-    """Writes report.md, results.csv, best.csv and the plots into `run_dir`; returns
-    the markdown, the per-cell best table and the per-trial table. Each cell's
-    learning rate is chosen by the sweep's search.metric and search.mode."""
+def write_report(run_dir: Path, locked: bool = True, solved: float = SOLVED) -> tuple[str, pd.DataFrame, pd.DataFrame]:
+    """Writes report.md, results.csv, best.csv and the plots into `run_dir`, and for
+    a sweep over two or more n, frontier.csv and frontier.png (a cell is solved at
+    exact match >= `solved`); returns the markdown, the per-cell best table and the
+    per-trial table. Each cell's learning rate is chosen by the sweep's
+    search.metric and search.mode."""
     run_dir = Path(run_dir)
     df, spec, notes = read_run(run_dir, locked)
     if df.empty:
@@ -266,6 +344,18 @@ def write_report(run_dir: Path, locked: bool = True) -> tuple[str, pd.DataFrame,
              "## Best learning rate per cell", "",
              markdown_tables(best, selected_by) if not best.empty else "No finished trial yet.\n"]
     lines += [f"![{p.stem}]({p.name})" for p in plots]
+    if not best.empty and best["n"].nunique() >= 2:
+        table = frontier(best, solved)
+        table.to_csv(run_dir / "frontier.csv", index=False)
+        plot_frontier(table, run_dir, solved)
+        lines += ["", f"## Frontier: the largest n each model solves (exact match >= {solved:g})", "",
+                  "| setup | arch | size | state_floats | kv_floats_per_token | largest n solved | of n up to |",
+                  "|---|---|---|---|---|---|---|"]
+        for _, r in table.iterrows():
+            got = "none" if r["largest_solved"] != r["largest_solved"] else f"{int(r['largest_solved'])}"
+            lines.append(f"| {r['setup']} | {r['arch']} | {r['size']} | {r['state_floats']:,} | "
+                         f"{r['kv_floats_per_token']:,} | {got}{' (all)' if r['solves_all'] else ''} | {r['largest_tried']} |")
+        lines += ["", "![frontier](frontier.png)"]
     lines += ["", "## Every trial", "", "| trial | state | samples | val_exact_match | gen_accuracy | val_loss | error |",
               "|---|---|---|---|---|---|---|"]
     for _, r in df.sort_values("trial").iterrows():
@@ -276,7 +366,8 @@ def write_report(run_dir: Path, locked: bool = True) -> tuple[str, pd.DataFrame,
     return text, best, df
 
 
-REPORT_FILES = ("report.md", "results.csv", "best.csv", "exact_match_*.png", "gen_accuracy_*.png")
+REPORT_FILES = ("report.md", "results.csv", "best.csv", "exact_match_*.png", "gen_accuracy_*.png", "frontier.csv",
+                "frontier.png")
 
 
 def report_files(out_dir: Path) -> list[Path]:

@@ -1,6 +1,7 @@
 """Aggregation from stored results: states, best learning rate per cell, report files."""
 
 import json
+import math
 import os
 import shutil
 
@@ -229,3 +230,43 @@ def test_resume_of_a_damaged_run_names_the_file(tmp_path):
     (run / SPEC_FILE).write_bytes(b"\x00garbage")
     result = CliRunner().invoke(app, ["resume", str(run)])
     assert result.exit_code == 2 and f"{run / SPEC_FILE} is damaged" in result.output
+
+
+def _best(rows):
+    cols = ["setup", "arch", "size", "n", "val_exact_match"]
+    return pd.DataFrame([dict(zip(cols, r)) for r in rows])
+
+
+def test_frontier_is_the_largest_n_solved_beside_the_state_size():
+    from orchestrator.report import frontier
+    from workloads.models import preset
+
+    best = _best([
+        ("retrieval", "mamba", "0.5M", 16, 0.95), ("retrieval", "mamba", "0.5M", 32, 0.85), ("retrieval", "mamba", "0.5M", 64, 0.91),
+        ("retrieval", "mamba", "2M", 16, 0.99), ("retrieval", "mamba", "2M", 32, 0.97), ("retrieval", "mamba", "2M", 64, 0.92),
+        ("retrieval", "transformer", "0.5M", 16, 1.0), ("retrieval", "transformer", "0.5M", 32, 1.0), ("retrieval", "transformer", "0.5M", 64, 0.99),
+        ("cot", "mamba", "0.5M", 16, 0.5), ("cot", "mamba", "0.5M", 32, 0.4), ("cot", "mamba", "0.5M", 64, 0.3),
+    ])
+    table = frontier(best, solved=0.9).set_index(["setup", "arch", "size"])
+    small, big = table.loc[("retrieval", "mamba", "0.5M")], table.loc[("retrieval", "mamba", "2M")]
+    assert small["largest_solved"] == 64 and not small["solves_all"]  # the largest solved n, gaps allowed
+    assert big["largest_solved"] == 64 and big["solves_all"]
+    assert math.isnan(table.loc[("cot", "mamba", "0.5M")]["largest_solved"])
+    assert small["state_floats"] == preset("mamba", "0.5M").state_floats < big["state_floats"]
+    assert table.loc[("retrieval", "transformer", "0.5M")]["kv_floats_per_token"] == preset("transformer", "0.5M").kv_floats_per_token
+    stricter = frontier(best, solved=0.95).set_index(["setup", "arch", "size"])
+    assert stricter.loc[("retrieval", "mamba", "0.5M")]["largest_solved"] == 16
+
+
+def test_report_writes_the_frontier_for_a_sweep_over_n(tmp_path):
+    run, _ = fake_run(tmp_path, accuracy)
+    result = CliRunner().invoke(app, ["report", str(run), "--solved", "0.9"])
+    assert result.exit_code == 0, result.output
+    table = pd.read_csv(run / "frontier.csv")
+    assert set(table["arch"]) == {"transformer", "mamba"} and (run / "frontier.png").stat().st_size > 0
+    # Fake accuracies: the transformer reaches 0.9 at both n, Mamba at neither.
+    rows = table.set_index("arch")
+    assert rows.loc["transformer", "largest_solved"] == 32 and rows.loc["transformer", "solves_all"]
+    assert math.isnan(rows.loc["mamba", "largest_solved"])
+    report = (run / "report.md").read_text()
+    assert "## Frontier" in report and "| cot | mamba | 0.5M |" in report and "frontier.png" in report
