@@ -37,11 +37,12 @@ def teacher_forced(model, batches: list[Batch], autocast) -> dict:
 
 @torch.no_grad()
 def generate(model, task, prompts: torch.Tensor, autocast, max_length: int | None = None) -> np.ndarray:
-    """Greedy continuation of prompts (B, P) until every row has written TRUE or FALSE.
+    """Greedy continuation of prompts (B, P) until every row has written one of the
+    task's `stop_ids` (IsTree: TRUE or FALSE, its answer).
 
-    In the retrieval setup, the token after each ENDSEARCH is the retriever's
-    answer, computed from the row's text so far; the model's own guess is dropped.
-    Returns the (B, T) tokens (PAD after a row's answer).
+    With a retriever (the retrieval setup), the token after each ENDSEARCH is the
+    retriever's answer, computed from the row's text so far; the model's own guess
+    is dropped. Returns the (B, T) tokens (PAD after a row's stop).
     """
     batch, prompt_len = prompts.shape
     max_length = max_length or task.max_length
@@ -60,7 +61,7 @@ def generate(model, task, prompts: torch.Tensor, autocast, max_length: int | Non
         nxt[done] = task.pad_id
         seqs[:, pos] = nxt
         lengths[~done] += 1
-        done |= (nxt == task.true_id) | (nxt == task.false_id)
+        done |= np.isin(nxt, task.stop_ids)
         if done.all() or pos + 1 == max_length:
             break
         with autocast():
@@ -69,15 +70,13 @@ def generate(model, task, prompts: torch.Tensor, autocast, max_length: int | Non
 
 
 def answers(task, seqs: np.ndarray) -> np.ndarray:
-    """+1 for TRUE, 0 for FALSE, -1 where a row wrote neither after its prompt."""
-    gen = seqs[:, task.prompt_length :]
-    is_answer = (gen == task.true_id) | (gen == task.false_id)
-    first = is_answer.argmax(axis=1)
-    token = gen[np.arange(len(gen)), first]
-    return np.where(is_answer.any(axis=1), (token == task.true_id).astype(np.int64), -1)
+    """Each row's answer in the code of the batch's labels (the task decides: IsTree
+    gives 1 for TRUE, 0 for FALSE), -1 where a row wrote none."""
+    return task.answers(seqs)
 
 
 def generation_accuracy(model, task, batches: list[Batch], autocast) -> float:
+    """The fraction of rows whose generated answer equals their label."""
     right = total = 0
     for batch in batches:
         prompts = batch.tokens[:, : task.prompt_length]

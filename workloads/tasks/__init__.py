@@ -1,19 +1,57 @@
-"""Task registry: every task registers its config and class here, by name."""
+"""Task registry. A task is one module under workloads/tasks/ that defines its
+pydantic config (a `name: Literal[...]` field, the discriminator) and its task
+class, and registers them by calling `register(Config, Task)` at import. Every
+module here is imported at start-up to collect them, except helpers: names
+starting with `_` or ending in `_kernels` or `_oracle`. Task modules must import
+cheaply (torch, numpy and compiled kernels where they are used): the CLI reads
+specs without them.
 
-from workloads.tasks.istree import Batch, IsTreeConfig, IsTreeTask
+What the trainer and the evaluator use of a task (IsTreeTask is the example):
+`vocab_size`, `pad_id`, `max_length`, `prompt_length`, `batch(seed, stream,
+start, count) -> Batch`, `stop_ids` (generation ends with one of them),
+`answers(seqs)` (each row's generated answer in the code of `Batch.labels`),
+`uses_retriever`, and with a retriever `end_search_id` and
+`retrieve_rows(tokens, lengths, rows)`. Its config gives `vocab_size` and
+`longest_sample` without building anything (memory estimates, scheduling).
+"""
 
-TASKS = {"istree": IsTreeTask}
+import importlib
+import pkgutil
+from typing import Annotated, Union
 
-# With a second task this becomes a union discriminated by `name`.
-TaskConfig = IsTreeConfig
+from pydantic import Field
+
+TASKS: dict[str, tuple[type, type]] = {}  # name -> (config class, task class)
 
 
-def build_task(config: TaskConfig):
+def register(config_cls: type, task_cls: type) -> None:
+    name = config_cls.model_fields["name"].default
+    if name in TASKS and TASKS[name] != (config_cls, task_cls):
+        raise ValueError(f"task {name!r} is registered twice")
+    TASKS[name] = (config_cls, task_cls)
+
+
+def _is_task_module(name: str) -> bool:
+    return not (name.startswith("_") or name.endswith(("_kernels", "_oracle")))
+
+
+for _module in pkgutil.iter_modules(__path__):
+    if _is_task_module(_module.name):
+        importlib.import_module(f"{__name__}.{_module.name}")
+
+_configs = tuple(config for config, _ in TASKS.values())
+# The config of any registered task, told apart by `name`.
+TaskConfig = _configs[0] if len(_configs) == 1 else Annotated[Union[_configs], Field(discriminator="name")]
+
+
+def build_task(config):
     try:
-        task_cls = TASKS[config.name]
+        _, task_cls = TASKS[config.name]
     except KeyError:
-        raise ValueError(f"unknown task {config.name!r}; known tasks: {sorted(TASKS)}") from None
+        raise ValueError(f"unknown task {config.name!r}; known tasks: {', '.join(sorted(TASKS))}") from None
     return task_cls(config)
 
 
-__all__ = ["TASKS", "Batch", "IsTreeConfig", "IsTreeTask", "TaskConfig", "build_task"]
+from workloads.tasks.istree import Batch, IsTreeConfig, IsTreeTask  # noqa: E402  (the paper's task, re-exported)
+
+__all__ = ["TASKS", "Batch", "IsTreeConfig", "IsTreeTask", "TaskConfig", "build_task", "register"]

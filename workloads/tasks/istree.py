@@ -94,6 +94,7 @@ class IsTreeTask:
         self.eos_id = K.EOS
         self.true_id = K.TRUE
         self.false_id = K.FALSE
+        self.stop_ids = (K.TRUE, K.FALSE)  # generation ends with the answer
         self.end_search_id = K.END
         self.uses_retriever = config.setup == "retrieval"
         self.prompt_length = 3 * (n - 1) + 2  # BOS, n-1 edges of 3 tokens, EOS
@@ -144,6 +145,16 @@ class IsTreeTask:
         _kernels().retrieve_rows(tokens, lengths, rows.astype(np.int64), self.n, answers)
         return answers
 
+    def answers(self, seqs: np.ndarray) -> np.ndarray:
+        """Per row of generated (B, T) tokens: 1 where the first answer after the
+        prompt is TRUE, 0 where FALSE, -1 where it wrote neither (the labels' code)."""
+        import numpy as np
+
+        gen = seqs[:, self.prompt_length :]
+        is_answer = (gen == self.true_id) | (gen == self.false_id)
+        token = gen[np.arange(len(gen)), is_answer.argmax(axis=1)]
+        return np.where(is_answer.any(axis=1), (token == self.true_id).astype(np.int64), -1)
+
     def samples(self, seed: int, stream: int, start: int, count: int) -> list[dict]:
         """Samples as plain records: token strings, label and the loss mask."""
         b = self.batch(seed, stream, start, count)
@@ -181,3 +192,8 @@ def render(n: int, setup: Setup, edges: Sequence[tuple[int, int]]) -> dict:
     """The IsTree sample of one graph: `edges` in input order, n vertices, one setup.
     Returns {"tokens": [str], "supervised": [0/1], "label": bool}."""
     return IsTreeTask(IsTreeConfig(n=n, setup=setup)).render(edges)
+
+
+from workloads.tasks import register  # noqa: E402  (the registry imports this module first)
+
+register(IsTreeConfig, IsTreeTask)

@@ -1,0 +1,69 @@
+"""The task registry: a task is one module under workloads/tasks/; dropping one in
+registers it, its config joins the discriminated TaskConfig, and nothing else
+changes. Shown on a copy of the package with one more module."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).parents[3]
+
+PROBE_TASK = '''
+from typing import Literal
+from pydantic import BaseModel, ConfigDict
+
+from workloads.tasks import register
+
+
+class ProbeConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    name: Literal["probe"] = "probe"
+    n: int = 4
+    setup: str = "vanilla"
+
+
+class ProbeTask:
+    def __init__(self, config):
+        self.config = config
+
+
+register(ProbeConfig, ProbeTask)
+'''
+
+CHECK = '''
+import json
+from workloads.config import TrialConfig, trial_config
+from workloads.tasks import TASKS, IsTreeConfig, build_task
+probe = trial_config("mamba", "tiny", IsTreeConfig(n=6)).model_dump(mode="json")
+probe["task"] = {"name": "probe", "n": 9}
+trial = TrialConfig.model_validate(probe)
+istree = TrialConfig.model_validate(trial_config("mamba", "tiny", IsTreeConfig(n=6)).model_dump(mode="json"))
+try:
+    TrialConfig.model_validate({**probe, "task": {"name": "nope"}})
+    refused = ""
+except ValueError as e:
+    refused = str(e)
+print(json.dumps({"tasks": sorted(TASKS), "probe": type(build_task(trial.task)).__name__, "n": trial.task.n,
+                  "istree": type(istree.task).__name__, "refused": refused}))
+'''
+
+
+def test_a_task_module_dropped_into_the_package_is_registered(tmp_path):
+    shutil.copytree(ROOT / "workloads", tmp_path / "workloads", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "workloads" / "tasks" / "probe.py").write_text(PROBE_TASK)
+    out = subprocess.run([sys.executable, "-c", CHECK], cwd=tmp_path, capture_output=True, text=True,
+                         env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.splitlines()[-1])
+    assert result["tasks"] == ["istree", "probe"] and result["probe"] == "ProbeTask" and result["n"] == 9
+    assert result["istree"] == "IsTreeConfig"
+    assert "does not match any of the expected tags: 'istree', 'probe'" in result["refused"], result["refused"]
+
+
+def test_helpers_are_not_task_modules():
+    from workloads.tasks import TASKS, _is_task_module
+
+    assert not _is_task_module("istree_kernels") and not _is_task_module("istree_oracle") and not _is_task_module("_batch")
+    assert _is_task_module("istree") and set(TASKS) == {"istree"}
