@@ -37,8 +37,8 @@ def teacher_forced(model, batches: list[Batch], autocast) -> dict:
 
 @torch.no_grad()
 def generate(model, task, prompts: torch.Tensor, autocast, max_length: int | None = None) -> np.ndarray:
-    """Greedy continuation of prompts (B, P) until every row has written one of the
-    task's `stop_ids` (IsTree: TRUE or FALSE, its answer).
+    """Greedy continuation of prompts (B, P) until the task says every row has
+    written its answer (`task.stopped`; IsTree: TRUE or FALSE).
 
     With a retriever (the retrieval setup), the token after each ENDSEARCH is the
     retriever's answer, computed from the row's text so far; the model's own guess
@@ -61,7 +61,7 @@ def generate(model, task, prompts: torch.Tensor, autocast, max_length: int | Non
         nxt[done] = task.pad_id
         seqs[:, pos] = nxt
         lengths[~done] += 1
-        done |= np.isin(nxt, task.stop_ids)
+        done |= task.stopped(seqs, pos)
         if done.all() or pos + 1 == max_length:
             break
         with autocast():

@@ -8,8 +8,9 @@ specs without them.
 
 What the trainer and the evaluator use of a task (IsTreeTask is the example):
 `vocab_size`, `pad_id`, `max_length`, `prompt_length`, `batch(seed, stream,
-start, count) -> Batch`, `stop_ids` (generation ends with one of them),
-`answers(seqs)` (each row's generated answer in the code of `Batch.labels`),
+start, count) -> Batch`, `stopped(seqs, pos)` (the rows whose token at `pos`
+ends their generation), `answers(seqs)` (each row's generated answer in the code
+of `Batch.labels`),
 `uses_retriever`, and with a retriever `end_search_id` and
 `retrieve_rows(tokens, lengths, rows)`. Its config gives `vocab_size` and
 `longest_sample` without building anything (memory estimates, scheduling).

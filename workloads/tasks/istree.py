@@ -94,7 +94,6 @@ class IsTreeTask:
         self.eos_id = K.EOS
         self.true_id = K.TRUE
         self.false_id = K.FALSE
-        self.stop_ids = (K.TRUE, K.FALSE)  # generation ends with the answer
         self.end_search_id = K.END
         self.uses_retriever = config.setup == "retrieval"
         self.prompt_length = 3 * (n - 1) + 2  # BOS, n-1 edges of 3 tokens, EOS
@@ -144,6 +143,10 @@ class IsTreeTask:
         answers = np.empty(len(rows), np.int64)
         _kernels().retrieve_rows(tokens, lengths, rows.astype(np.int64), self.n, answers)
         return answers
+
+    def stopped(self, seqs: np.ndarray, pos: int) -> np.ndarray:
+        """Rows whose token at `pos` ends generation: an answer, TRUE or FALSE."""
+        return (seqs[:, pos] == self.true_id) | (seqs[:, pos] == self.false_id)
 
     def answers(self, seqs: np.ndarray) -> np.ndarray:
         """Per row of generated (B, T) tokens: 1 where the first answer after the
