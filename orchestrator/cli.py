@@ -9,7 +9,7 @@ import typer
 
 from workloads.config import Device, Precision
 from workloads.models.config import Arch
-from workloads.tasks.istree import Family, Setup
+from workloads.tasks.istree import Family
 
 Format = Literal["text", "jsonl"]
 ListFormat = Literal["table", "json"]
@@ -32,39 +32,69 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
+def _task_config(task: str, n: int, setup: Optional[str], family: Family, sets: list[str]):
+    """The config of `task` from command-line options; exit 2 naming the flag at fault."""
+    from pydantic import ValidationError
+
+    from workloads.tasks import TASKS
+
+    if task not in TASKS:
+        _fail(f"unknown task {task!r}; known tasks: {', '.join(sorted(TASKS))}")
+    fields = {}
+    for item in sets:
+        key, sep, value = item.partition("=")
+        if not (sep and key.strip()):
+            _fail(f"--set: {item!r} is not FIELD=VALUE")
+        fields[key.strip()] = value.strip()
+    fields["n"] = n
+    if setup is not None:
+        fields["setup"] = setup
+    if task == "istree":
+        fields["family"] = family
+    elif family != "binary":
+        _fail(f"--family is IsTree's; {task} has none")
+    try:
+        return TASKS[task][0](**fields)
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = str(err["loc"][0]) if err["loc"] else ""
+        flag = f"--{field}" if field in ("n", "setup", "family") else f"--set {field}" if field else f"--set ({task})"
+        _fail(f"{flag}: {err['msg'].removeprefix('Value error, ')} (got {err.get('input')!r})")
+
+
+SET_OPTION = typer.Option([], "--set", help="another field of the task's config, FIELD=VALUE (e.g. ar: keys=64); repeatable")
+
+
 @app.command("show-task")
 def show_task(
-    task: str = typer.Argument("istree", help="task name"),
-    n: Optional[int] = typer.Option(None, help="vertices per graph [default: 8, or as many as --edges needs]"),
-    setup: Setup = typer.Option("cot"),
-    family: Family = typer.Option("binary"),
+    task: str = typer.Argument("istree", help="task name: istree, ar, index"),
+    n: Optional[int] = typer.Option(None, help="the task's size: vertices (istree), pairs (ar), length (index) "
+                                    "[default: 8, or as many as --edges needs]"),
+    setup: Optional[str] = typer.Option(None, help="vanilla, cot (istree) or retrieval [default: the task's]"),
+    family: Family = typer.Option("binary", help="istree: the graphs' family"),
+    sets: list[str] = SET_OPTION,
     seed: int = typer.Option(0),
     count: int = typer.Option(3, min=1),
     edges: Optional[str] = typer.Option(
-        None, help="render this one graph instead of sampling: edges in input order, e.g. '3-1,5-2,4-1,4-3,2-0'"
+        None, help="istree: render this one graph instead of sampling: edges in input order, e.g. '3-1,5-2,4-1,4-3,2-0'"
     ),
     format: Format = typer.Option("text", "--format"),
 ):
     """Print samples of a task. In text, tokens the retriever fills are [bracketed]."""
-    from pydantic import ValidationError
-
-    from workloads.tasks import TASKS, build_task
-    from workloads.tasks.istree import TRAIN_STREAM, IsTreeConfig
-
-    if task not in TASKS:
-        _fail(f"unknown task {task!r}; known tasks: {', '.join(sorted(TASKS))}")
     from workloads.config import SEED_MAX
+    from workloads.tasks import build_task
+    from workloads.tasks.istree import TRAIN_STREAM
 
     if not 0 <= seed <= SEED_MAX:
         _fail(f"--seed must be in 0..{SEED_MAX} (2^64 - 1), got {seed}")
+    if edges is not None and task != "istree":
+        _fail(f"--edges renders an IsTree graph; {task} has no edges")
     graph = _parse_edges(edges) if edges is not None else None
     if n is None:
         n = len(graph) + 1 if graph is not None else 8
+    t = build_task(_task_config(task, n, setup, family, sets))
     try:
-        t = build_task(IsTreeConfig(n=n, setup=setup, family=family))
         first = [t.render(graph)] if graph is not None else []
-    except ValidationError as e:
-        _fail(_flag_error(e))
     except ValueError as e:
         _fail(f"--edges: {e}")
     # Streamed in chunks of about 2M tokens: memory stays flat whatever --count and n.
@@ -80,7 +110,8 @@ def show_task(
             f"[{tok}]" if i > first_eos and not sup else tok
             for i, (tok, sup) in enumerate(zip(s["tokens"], s["supervised"]))
         ]
-        typer.echo(f"# sample {i}: {'tree' if s['label'] else 'not a tree'}, {len(shown)} tokens")
+        about = ("tree" if s["label"] else "not a tree") if task == "istree" else f"answer {s['label']}"
+        typer.echo(f"# sample {i}: {about}, {len(shown)} tokens")
         typer.echo(" ".join(shown))
 
 
@@ -136,10 +167,12 @@ def _print_table(rows: list[dict]) -> None:
 def train(
     arch: Arch = typer.Option(..., help="model family"),
     size: str = typer.Option(..., help="preset: tiny, 0.5M, 1M, 2M"),
-    setup: Setup = typer.Option(...),
-    n: int = typer.Option(..., help="vertices per graph"),
+    setup: str = typer.Option(..., help="vanilla, cot (istree) or retrieval"),
+    n: int = typer.Option(..., help="the task's size: vertices (istree), pairs (ar), length (index)"),
     out: Path = typer.Option(..., help="directory for metrics.json, history.jsonl and the checkpoint"),
-    family: Family = typer.Option("binary"),
+    task: str = typer.Option("istree", help="task name: istree, ar, index"),
+    sets: list[str] = SET_OPTION,
+    family: Family = typer.Option("binary", help="istree: the graphs' family"),
     samples: int = typer.Option(1_000_000, help="training samples in all"),
     lr: Optional[float] = typer.Option(None, help="peak learning rate [default: 1e-3 transformer, 3e-4 others]"),
     seed: int = typer.Option(0),
@@ -160,13 +193,13 @@ def train(
 
     from orchestrator.rundir import RunDirError, check_storage
     from workloads.config import trial_config
-    from workloads.tasks import IsTreeConfig
 
     if warmup_samples is None:
         warmup_samples = min(10_000, samples // 10)
+    task_config = _task_config(task, n, setup, family, sets)
     try:
         config = trial_config(
-            arch, size, IsTreeConfig(n=n, setup=setup, family=family), lr=lr,
+            arch, size, task_config, lr=lr,
             samples=samples, seed=seed, batch_size=batch_size, warmup_samples=warmup_samples,
             eval_every=eval_every, val_samples=val_samples, gen_every_eval=gen_every_eval,
             grad_clip=grad_clip, device=device, precision=precision,

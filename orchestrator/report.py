@@ -171,7 +171,7 @@ def markdown_tables(best: pd.DataFrame, selected_by: str = "val_exact_match max"
     return "\n".join(out)
 
 
-def plot(best: pd.DataFrame, out_dir: Path) -> list[Path]:
+def plot(best: pd.DataFrame, out_dir: Path, task: str = "IsTree") -> list[Path]:
     """The paper's figure (accuracy against n, a panel per setup, a line per arch),
     one PNG per size and metric: exact_match_<size>.png and gen_accuracy_<size>.png."""
     import matplotlib
@@ -203,7 +203,7 @@ def plot(best: pd.DataFrame, out_dir: Path) -> list[Path]:
             axes[0][0].set_ylabel(metric)
             axes[0][-1].legend(loc="best", fontsize=8)
             short = "teacher-forced exact match" if metric == "val_exact_match" else "generation accuracy (ours)"
-            fig.suptitle(f"IsTree, {size} models: {short}")
+            fig.suptitle(f"{task}, {size} models: {short}")
             fig.tight_layout()
             name = "exact_match" if metric == "val_exact_match" else metric
             path = out_dir / f"{name}_{size}.png"
@@ -236,26 +236,31 @@ def frontier(best: pd.DataFrame, solved: float = SOLVED) -> pd.DataFrame:
                            ignore_index=True) if len(out) else out
 
 
-def plot_frontier(table: pd.DataFrame, out_dir: Path, solved: float) -> Path:
+def plot_frontier(table: pd.DataFrame, out_dir: Path, solved: float, sample_length=None) -> Path:
     """frontier.png: largest n solved against state size, log-log, a panel per setup
     and a marker per arch; models with attention carry a KV cache instead of (or
     beside) a fixed state, and are drawn at their recurrent state, or, without
     one, at the cache they hold at the largest n tried. A line of slope 1 (n
     proportional to state: the paper's linear bound) runs through the recurrent
-    models' points."""
+    models' points. `sample_length(setup, n)` gives the tokens of a sample (IsTree's
+    by default), for the cache of models without a recurrent state."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from workloads.tasks import IsTreeConfig
+    if sample_length is None:
+        from workloads.tasks import IsTreeConfig
+
+        def sample_length(setup, n):
+            return IsTreeConfig(n=n, setup=setup).longest_sample
 
     setups = list(dict.fromkeys(table["setup"]))
     fig, axes = plt.subplots(1, len(setups), figsize=(max(6, 4.5 * len(setups)), 3.8), squeeze=False)
     markers = {"transformer": "s", "mamba": "o", "hybrid": "D"}
     for ax, setup in zip(axes[0], setups):
         part = table[table["setup"] == setup].copy()
-        cache = part["largest_tried"].map(lambda n: IsTreeConfig(n=int(n), setup=setup).longest_sample)
+        cache = part["largest_tried"].map(lambda n: sample_length(setup, int(n)))
         part["x"] = part["state_floats"].where(part["state_floats"] > 0, part["kv_floats_per_token"] * cache)
         floor = part["largest_tried"].min() / 2  # where models that solve no n sit
         top = part["largest_tried"].max()
@@ -332,7 +337,8 @@ def write_report(run_dir: Path, locked: bool = True, solved: float = SOLVED) -> 
     df.to_csv(run_dir / "results.csv", index=False)
     best = best_by_cell(df, metric, mode)
     best.to_csv(run_dir / "best.csv", index=False)
-    plots = plot(best, run_dir) if not best.empty else []
+    task = "IsTree" if spec is None or spec.task == "istree" else spec.task
+    plots = plot(best, run_dir, task) if not best.empty else []
     counts = df["state"].value_counts().to_dict()
     selected_by = f"{metric} ({'highest' if mode == 'max' else 'lowest'} mean over seeds)"
     lines = [f"# Sweep report: {run_dir.name}", "",
@@ -347,7 +353,13 @@ def write_report(run_dir: Path, locked: bool = True, solved: float = SOLVED) -> 
     if not best.empty and best["n"].nunique() >= 2:
         table = frontier(best, solved)
         table.to_csv(run_dir / "frontier.csv", index=False)
-        plot_frontier(table, run_dir, solved)
+        length = None
+        if spec is not None:
+            from orchestrator.spec import task_config
+
+            def length(setup, n):
+                return task_config(spec, setup, n).longest_sample
+        plot_frontier(table, run_dir, solved, length)
         lines += ["", f"## Frontier: the largest n each model solves (exact match >= {solved:g})", "",
                   "| setup | arch | size | state_floats | kv_floats_per_token | largest n solved | of n up to |",
                   "|---|---|---|---|---|---|---|"]

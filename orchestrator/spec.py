@@ -17,8 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from workloads.config import PAPER_LR, Device, Precision, Seed, TrainConfig, TrialConfig
 from workloads.models import preset
 from workloads.models.config import Arch, Size
-from workloads.tasks import IsTreeConfig
-from workloads.tasks.istree import N_MAX, N_MIN, Family, Setup
+from workloads.tasks import TASKS
+from workloads.tasks.istree import N_MAX, N_MIN, Family
 
 # Where Ray Tune can store results (pyarrow filesystems); a plain path is local.
 STORAGE_SCHEMES = ("s3", "gs", "gcs", "hdfs", "file")
@@ -35,19 +35,12 @@ class AxesSpec(_Spec):
     """The grid: one trial per combination (and per learning rate, see `lr`)."""
 
     archs: list[Arch] = Field(["transformer", "mamba", "hybrid"], min_length=1)
-    setups: list[Setup] = Field(["vanilla", "cot", "retrieval"], min_length=1)
+    setups: list[str] = Field(["vanilla", "cot", "retrieval"], min_length=1, description="those the task has")
     sizes: list[Size] = Field(["0.5M", "1M", "2M"], min_length=1)
-    n: list[int] = Field([16, 32, 64], min_length=1, description=f"graph sizes (vertices), each in {N_MIN}..{N_MAX}")
-    family: Family = "binary"
+    n: list[int] = Field([16, 32, 64], min_length=1, description=f"the task's size: IsTree's vertices "
+                         f"({N_MIN}..{N_MAX}), ar's key-value pairs, index's context length")
+    family: Family = Field("binary", description="IsTree only: the graphs' family")
     seeds: list[Seed] = Field([0], min_length=1)
-
-    @field_validator("n")
-    @classmethod
-    def _n_supported(cls, values):
-        bad = [v for v in values if not N_MIN <= v <= N_MAX]
-        if bad:
-            raise ValueError(f"graph sizes must be in {N_MIN}..{N_MAX} (the sizes IsTree supports), got {bad}")
-        return values
 
     @field_validator("archs", "setups", "sizes", "n", "seeds")
     @classmethod
@@ -155,9 +148,20 @@ class SearchSpec(_Spec):
     mode: Literal["max", "min"] = "max"
 
 
+def _bounds(config_cls, field: str) -> tuple[Optional[int], Optional[int]]:
+    """The ge/le bounds pydantic enforces on a task config's field."""
+    lo = hi = None
+    for meta in config_cls.model_fields[field].metadata:
+        lo = getattr(meta, "ge", lo)
+        hi = getattr(meta, "le", hi)
+    return lo, hi
+
+
 class SweepSpec(_Spec):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="the run directory's name")
-    task: Literal["istree"] = "istree"
+    task: str = Field("istree", description="a registered task: istree (the paper's), ar, index")
+    task_params: dict[str, Union[int, float, str]] = Field(
+        {}, description="the task's other config fields, the same for every trial (e.g. ar: {keys: 64, values: 64})")
     axes: AxesSpec = AxesSpec()
     lr: LearningRateSpec = LearningRateSpec()
     training: TrainingSpec = TrainingSpec()
@@ -176,6 +180,31 @@ class SweepSpec(_Spec):
             raise ValueError("storage is empty; use a local path (default ./runs) or s3://bucket/prefix")
         return value
 
+    @field_validator("task")
+    @classmethod
+    def _known_task(cls, value):
+        if value not in TASKS:
+            raise ValueError(f"unknown task {value!r}; known tasks: {', '.join(sorted(TASKS))}")
+        return value
+
+    @field_validator("axes")
+    @classmethod
+    def _axes_fit_the_task(cls, axes, info):
+        task = info.data.get("task")
+        if task not in TASKS:
+            return axes  # reported on `task`
+        config_cls = TASKS[task][0]
+        setups = config_cls.model_fields["setup"].annotation.__args__
+        bad = [s for s in axes.setups if s not in setups]
+        if bad:
+            raise ValueError(f"setups: {task} has the setups {', '.join(setups)}; got {bad}")
+        lo, hi = _bounds(config_cls, "n")
+        bad = [v for v in axes.n if (lo is not None and v < lo) or (hi is not None and v > hi)]
+        if bad:
+            what = "graph sizes" if task == "istree" else f"{task} sizes"
+            raise ValueError(f"n: {what} must be in {lo}..{hi} (the sizes {task} supports), got {bad}")
+        return axes
+
     @model_validator(mode="after")
     def _consistent(self):
         searched = self.lr.searched(self.axes.archs)
@@ -187,6 +216,15 @@ class SweepSpec(_Spec):
             raise ValueError(f"training.warmup_samples ({self.training.warmup_samples}) must be below training.samples")
         for arch, size in itertools.product(self.axes.archs, self.axes.sizes):
             preset(arch, size)  # every (arch, size) has a preset today; keep it so
+        if self.task != "istree" and self.axes.family != "binary":
+            raise ValueError(f"axes.family is IsTree's; {self.task} has none")
+        for setup, n in itertools.product(self.axes.setups, self.axes.n):
+            try:
+                task_config(self, setup, n)
+            except ValidationError as e:
+                first = e.errors()[0]
+                raise ValueError(f"task_params: {'.'.join(map(str, first['loc'])) or self.task}: "
+                                 f"{first['msg'].removeprefix('Value error, ')} (task {self.task}, setup {setup}, n {n})") from None
         return self
 
     def storage_uri(self) -> str:
@@ -266,6 +304,9 @@ def format_errors(error: ValidationError, source: str) -> str:
             msg = "unknown key" + (f"; allowed keys: {', '.join(allowed)}" if allowed else "")
         elif err["type"] == "value_error":
             msg = msg.removeprefix("Value error, ")  # our own messages name the bad value
+            field, sep, rest = msg.partition(": ")
+            if sep and loc == ["axes"] and field in AxesSpec.model_fields:  # a check of axes against the task
+                loc, msg = ["axes", field], rest
         elif "input" in err and err["type"] != "missing":
             msg += f" (got {err['input']!r})"
         lines.append(f"{source}: {_path(loc)}: {msg}")
@@ -323,6 +364,14 @@ def load_spec(path: Path | str) -> SweepSpec:
         raise SpecError(format_errors(e, str(path))) from None
 
 
+def task_config(spec: SweepSpec, setup: str, n: int):
+    """The task config of one grid cell."""
+    fields = dict(spec.task_params, n=n, setup=setup)
+    if spec.task == "istree":
+        fields.setdefault("family", spec.axes.family)
+    return TASKS[spec.task][0](**fields)
+
+
 def _train_config(spec: SweepSpec, lr: float, seed: int) -> TrainConfig:
     device = "cpu" if spec.resources.device == "cpu" else "auto"
     return TrainConfig(lr=lr, seed=seed, device=device, **spec.training.model_dump())
@@ -336,7 +385,7 @@ def cells(spec: SweepSpec) -> list[tuple[str, str, str, int, int]]:
 
 def trial_for(spec: SweepSpec, arch: str, setup: str, size: str, n: int, seed: int, lr: float) -> TrialConfig:
     return TrialConfig(
-        task=IsTreeConfig(n=n, setup=setup, family=spec.axes.family),
+        task=task_config(spec, setup, n),
         model=preset(arch, size),
         train=_train_config(spec, lr, seed),
     )

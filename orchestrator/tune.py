@@ -50,11 +50,9 @@ def _trainable(config: dict) -> None:
 def _cost(trial: TrialConfig) -> float:
     """A rough relative cost, to start the longest trials first: a sweep whose
     longest trial starts last ends with one trial running alone."""
-    from workloads.tasks.istree_kernels import SETUPS, max_length
-
     m = trial.model
     mamba_factor = 3 if len(m.attn_layer_idx) < m.n_layers else 1  # the CPU scan's measured premium
-    return trial.train.samples * max_length(trial.task.n, SETUPS.index(trial.task.setup)) * m.d_model * m.n_layers * mamba_factor
+    return trial.train.samples * trial.task.longest_sample * m.d_model * m.n_layers * mamba_factor
 
 
 def _trial_name(trial) -> str:

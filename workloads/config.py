@@ -60,10 +60,12 @@ class TrialConfig(BaseModel):
 
     @property
     def name(self) -> str:
-        """A readable id, e.g. transformer-cot-0.5M-n32-lr1e-3-s0."""
+        """A readable id, e.g. transformer-cot-0.5M-n32-lr1e-3-s0 (IsTree, the paper's
+        task) or ar-mamba-retrieval-0.5M-n64-lr3e-4-s0 (any other task)."""
         mantissa, exponent = f"{self.train.lr:.2e}".split("e")
         lr = f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
-        return f"{self.model.arch}-{self.task.setup}-{self.model.size}-n{self.task.n}-lr{lr}-s{self.train.seed}"
+        task = "" if self.task.name == "istree" else f"{self.task.name}-"
+        return f"{task}{self.model.arch}-{self.task.setup}-{self.model.size}-n{self.task.n}-lr{lr}-s{self.train.seed}"
 
 
 def trial_config(arch: str, size: str, task: TaskConfig, lr: Optional[float] = None, **train) -> TrialConfig:

@@ -69,3 +69,36 @@ def test_large_counts_stream_in_chunks_that_join_seamlessly():
     lines = [json.loads(line) for line in result.output.splitlines()]
     expected = build_task(IsTreeConfig(n=1024, setup="retrieval")).samples(3, TRAIN_STREAM, 0, 40)
     assert len(lines) == 40 and lines == expected
+
+
+@pytest.mark.parametrize("task, sets, setup", [("ar", ["keys=40", "values=20"], "retrieval"), ("index", ["values=7"], "vanilla")])
+def test_every_task_prints_its_samples_with_its_parameters(task, sets, setup):
+    from tests.workloads.tasks.test_lookup_tasks import oracle
+    from workloads.tasks import TASKS, build_task
+
+    args = ["show-task", task, "--n", "12", "--setup", setup, "--seed", "2", "--count", "20", "--format", "jsonl"]
+    result = runner.invoke(app, args + [f"--set={s}" for s in sets])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.output.splitlines()]
+    config = TASKS[task][0](n=12, setup=setup, **dict(s.split("=") for s in sets))
+    assert lines == build_task(config).samples(2, 0, 0, 20)
+    for s in lines:
+        want = oracle(config, s["tokens"])
+        assert s["label"] == want["answer"] and s["supervised"] == want["supervised"]
+        assert all(t.isdigit() or t.isupper() for t in s["tokens"])  # data as decimal ids, specials in capitals
+    text = runner.invoke(app, args[:-2] + [f"--set={s}" for s in sets]).output
+    assert "# sample 0: answer" in text and ("[" in text) == (setup == "retrieval")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["ar", "--set", "keys=2"], "--set (ar): keys (2) must be at least n (8)"),
+    (["ar", "--set", "colour=red"], "--set colour: Extra inputs are not permitted"),
+    (["ar", "--set", "keys"], "--set: 'keys' is not FIELD=VALUE"),
+    (["index", "--setup", "cot"], "--setup: Input should be 'vanilla' or 'retrieval'"),
+    (["index", "--family", "random"], "--family is IsTree's; index has none"),
+    (["ar", "--edges", "1-0"], "--edges renders an IsTree graph"),
+    (["mqar9"], "unknown task 'mqar9'; known tasks: ar, index, istree"),
+])
+def test_bad_task_options_name_the_flag(args, message):
+    result = runner.invoke(app, ["show-task", *args])
+    assert result.exit_code == 2 and message in result.output, result.output

@@ -103,6 +103,12 @@ BAD_SPECS = {
     "zero gpus": ("name: x\nresources: {gpus_per_trial: 0}\n", ["resources.gpus_per_trial", "in (0, 1], or auto", "got 0"]),
     "gpu share in words": ("name: x\nresources: {gpus_per_trial: half}\n", ["resources.gpus_per_trial", "or auto", "'half'"]),
     "gpu memory": ("name: x\nresources: {gpu_memory_gb: 0}\n", ["resources.gpu_memory_gb", "greater than 0"]),
+    "unknown task": ("name: x\ntask: mqar2\n", ["task", "unknown task 'mqar2'", "ar, index, istree"]),
+    "setup the task lacks": ("name: x\ntask: ar\naxes: {setups: [vanilla, cot]}\n", ["axes.setups", "ar has the setups vanilla, retrieval", "['cot']"]),
+    "task size out of range": ("name: x\ntask: index\naxes: {setups: [vanilla], n: [8, 5000]}\n", ["axes.n", "index sizes must be in 1..4096", "[5000]"]),
+    "bad task parameter": ("name: x\ntask: ar\ntask_params: {keys: 4}\naxes: {setups: [vanilla], n: [8]}\n", ["task_params", "keys (4) must be at least n (8)"]),
+    "unknown task parameter": ("name: x\ntask: ar\ntask_params: {colour: 4}\naxes: {setups: [vanilla], n: [8]}\n", ["task_params", "colour", "Extra inputs are not permitted"]),
+    "family of another task": ("name: x\ntask: ar\naxes: {setups: [vanilla], n: [8], family: random}\n", ["axes.family is IsTree's"]),
     "wrong type": ("name: x\ntraining: {samples: lots}\n", ["training.samples", "integer", "lots"]),
     "missing name": ("axes: {n: [8]}\n", ["name", "required"]),
     "distribution without optuna": ("name: x\nlr: {mamba: {distribution: loguniform, low: 1.0e-4, high: 1.0e-3}}\n", ["optuna"]),
@@ -208,3 +214,14 @@ def test_plan_warns_of_trials_that_would_not_fit_their_gpu_share(tmp_path):
     path.write_text(yaml.safe_dump(spec))
     result = runner.invoke(app, ["plan", str(path)])
     assert "warning" not in result.output and "gpu_mem_gb" not in result.output
+
+
+def test_a_spec_sweeps_any_registered_task_with_its_parameters():
+    spec = SweepSpec(name="x", task="ar", task_params={"keys": 64, "values": 32},
+                     axes=dict(archs=["mamba"], setups=["vanilla", "retrieval"], sizes=["tiny"], n=[8, 32]))
+    trials = expand(spec)
+    assert len(trials) == 4
+    for t in trials:
+        assert t.task.name == "ar" and t.task.keys == 64 and t.task.values == 32
+        assert t.name.startswith("ar-mamba-") and f"-n{t.task.n}-" in t.name
+    assert {(t.task.setup, t.task.n) for t in trials} == {(s, n) for s in ("vanilla", "retrieval") for n in (8, 32)}

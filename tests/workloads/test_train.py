@@ -391,3 +391,24 @@ def test_the_kv_cache_is_kept_in_the_dtype_attention_computes_in():
         model.step(logits.argmax(-1), state)  # writes a bf16 key into it
     _, state = model.prefill(prompt, max_length=12)
     assert state.layers[-1].k.dtype == torch.float32
+
+
+def test_a_tiny_transformer_learns_associative_recall_with_the_retriever(thread_pools):
+    from workloads.tasks.ar import ARConfig
+
+    config = trial_config("transformer", "tiny", ARConfig(n=8, keys=16, values=16, setup="retrieval"), lr=3e-3,
+                          samples=30_000, batch_size=32, warmup_samples=1000, eval_every=30_000, val_samples=256,
+                          eval_batch_size=128)
+    metrics = run_trial(config)
+    assert metrics["val_exact_match"] > 0.9 and metrics["gen_accuracy"] > 0.9, metrics
+
+
+def test_train_command_takes_any_task_and_its_parameters(tmp_path, thread_pools):
+    out = tmp_path / "index"
+    result = CliRunner().invoke(app, ["train", "--task", "index", "--set", "values=5", "--arch", "mamba", "--size", "tiny",
+                                      "--setup", "retrieval", "--n", "10", "--samples", "256", "--eval-every", "128",
+                                      "--val-samples", "32", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    stored = json.loads((out / "metrics.json").read_text())
+    assert stored["config"]["task"] == {"name": "index", "n": 10, "values": 5, "setup": "retrieval"}
+    assert 0 <= stored["gen_accuracy"] <= 1
