@@ -67,8 +67,8 @@ SET_OPTION = typer.Option([], "--set", help="another field of the task's config,
 
 @app.command("show-task")
 def show_task(
-    task: str = typer.Argument("istree", help="task name: istree, ar, index"),
-    n: Optional[int] = typer.Option(None, help="the task's size: vertices (istree), pairs (ar), length (index) "
+    task: str = typer.Argument("istree", help="task name: istree, ar, index, cgram"),
+    n: Optional[int] = typer.Option(None, help="the task's size: vertices (istree), pairs (ar), context length (index, cgram) "
                                     "[default: 8, or as many as --edges needs]"),
     setup: Optional[str] = typer.Option(None, help="vanilla, cot (istree) or retrieval [default: the task's]"),
     family: Family = typer.Option("binary", help="istree: the graphs' family"),
@@ -168,9 +168,9 @@ def train(
     arch: Arch = typer.Option(..., help="model family"),
     size: str = typer.Option(..., help="preset: tiny, 0.5M, 1M, 2M"),
     setup: str = typer.Option(..., help="vanilla, cot (istree) or retrieval"),
-    n: int = typer.Option(..., help="the task's size: vertices (istree), pairs (ar), length (index)"),
+    n: int = typer.Option(..., help="the task's size: vertices (istree), pairs (ar), context length (index, cgram)"),
     out: Path = typer.Option(..., help="directory for metrics.json, history.jsonl and the checkpoint"),
-    task: str = typer.Option("istree", help="task name: istree, ar, index"),
+    task: str = typer.Option("istree", help="task name: istree, ar, index, cgram"),
     sets: list[str] = SET_OPTION,
     family: Family = typer.Option("binary", help="istree: the graphs' family"),
     samples: int = typer.Option(1_000_000, help="training samples in all"),

@@ -136,12 +136,13 @@ class LookupTask:
         return {"tokens": [self.vocab[t] for t in tokens], "supervised": sup, "label": answer}
 
 
-def first_following(tokens: list[int], key: int, end: Callable[[int], bool]) -> int:
-    """The token after the first occurrence of `key` before the first token for
-    which `end` holds: a regular-expression search `key (.)` over the context."""
-    for i in range(len(tokens) - 1):
-        if end(tokens[i]):
+def first_following(tokens: list[int], key: list[int], end: Callable[[int], bool]) -> int:
+    """The token after the first occurrence of the token run `key` before the first
+    token for which `end` holds: the regular expression `key (.)` over the context."""
+    width = len(key)
+    for i in range(len(tokens) - width):
+        if any(end(t) for t in tokens[i : i + width + 1]):
             break
-        if tokens[i] == key:
-            return tokens[i + 1]
+        if tokens[i : i + width] == key:
+            return tokens[i + width]
     return PAD

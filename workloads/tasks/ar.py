@@ -57,7 +57,7 @@ class ARTask(LookupTask):
         return layout(context, [int(keys[q])], answer, c.setup, key=[int(keys[q])], found=answer), answer
 
     def retrieve(self, tokens: list[int]) -> int:
-        return first_following(tokens, tokens[-2], end=lambda t: t == SEP)
+        return first_following(tokens, [tokens[-2]], end=lambda t: t == SEP)
 
 
 register(ARConfig, ARTask)

@@ -1,4 +1,4 @@
-"""The look-up tasks of the paper's theory (ar, index): each sample checked against
+"""The look-up tasks of the paper's theory (ar, index, cgram): each sample checked against
 an independent brute-force reading of its text; determinism, loss masks, the
 retriever replayed, and the generation protocol end to end."""
 
@@ -9,18 +9,27 @@ import torch
 from workloads.evaluate import answers, generate
 from workloads.tasks import build_task
 from workloads.tasks.ar import ARConfig
+from workloads.tasks.cgram import CGramConfig
 from workloads.tasks.index import IndexConfig
 
 CONFIGS = [ARConfig(n=8, keys=12, values=10, setup=s) for s in ("vanilla", "retrieval")] + [
-    ARConfig(n=40, setup="retrieval"), IndexConfig(n=12, values=5, setup="vanilla"), IndexConfig(n=30, setup="retrieval")]
+    ARConfig(n=40, setup="retrieval"), IndexConfig(n=12, values=5, setup="vanilla"), IndexConfig(n=30, setup="retrieval"),
+    CGramConfig(n=20, c=2, values=24, setup="vanilla"), CGramConfig(n=40, c=3, values=8, setup="retrieval"),
+    CGramConfig(n=60, c=5, values=3, setup="retrieval")]
 
 
 def oracle(config, tokens: list[str]) -> dict:
     """What a sample must be, from its token strings alone."""
     sep, eos = tokens.index("SEP"), tokens.index("EOS")
     context, query = [int(t) for t in tokens[1:sep]], [int(t) for t in tokens[sep + 1 : eos]]
-    assert tokens[0] == "BOS" and len(query) == 1
-    if config.name == "ar":
+    assert tokens[0] == "BOS" and len(query) == (config.c - 1 if config.name == "cgram" else 1)
+    if config.name == "cgram":
+        width = len(query)
+        hits = [i for i in range(len(context) - width + 1) if context[i : i + width] == query]
+        assert len(hits) == 1 and hits[0] + width < len(context), "the gram occurs once, with a token after it"
+        assert all(x < config.values for x in context)
+        answer = context[hits[0] + width]
+    elif config.name == "ar":
         keys, values = context[0::2], context[1::2]
         assert len(keys) == config.n and len(set(keys)) == config.n, "keys are distinct"
         assert all(k < config.keys for k in keys) and all(config.keys <= v < config.keys + config.values for v in values)
@@ -30,8 +39,8 @@ def oracle(config, tokens: list[str]) -> dict:
         answer = context[query[0] - config.values]
     trace = tokens[eos + 1 : -1]
     if config.setup == "retrieval":
-        assert trace == ["STARTSEARCH", str(query[0]), "ENDSEARCH", str(answer), "EOS"]
-        supervised = [1, 1, 1, 0, 1]
+        assert trace == ["STARTSEARCH", *map(str, query), "ENDSEARCH", str(answer), "EOS"]
+        supervised = [1] * (len(query) + 2) + [0, 1]
     else:
         assert trace == []
         supervised = []
@@ -57,7 +66,8 @@ def test_samples_are_a_function_of_seed_stream_and_index(config):
     assert torch.equal(whole.tokens[17:26], part.tokens) and torch.equal(whole.labels[17:26], part.labels)
     other = task.batch(seed=5, stream=1, start=0, count=40)
     assert not torch.equal(whole.tokens, other.tokens)  # validation never repeats training
-    assert torch.equal(whole.supervised.sum(1), torch.tensor(1 if config.setup == "vanilla" else 5).repeat(40))
+    query = config.c - 1 if config.name == "cgram" else 1
+    assert torch.equal(whole.supervised.sum(1), torch.tensor(1 if config.setup == "vanilla" else query + 4).repeat(40))
 
 
 @pytest.mark.parametrize("config", [c for c in CONFIGS if c.setup == "retrieval"], ids=lambda c: f"{c.name}-n{c.n}")
@@ -112,3 +122,5 @@ def test_configs_refuse_impossible_parameters():
         ARConfig(n=8, keys=4)
     with pytest.raises(ValueError):
         IndexConfig(n=8, setup="cot")  # no chain of thought for look-ups
+    with pytest.raises(ValueError, match=r"values\^\(c-1\) = 4 is below n \(30\)"):
+        CGramConfig(n=30, c=2, values=4)  # a token that occurs once among 30 of 4 kinds: too rare
