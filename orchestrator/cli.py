@@ -67,8 +67,8 @@ SET_OPTION = typer.Option([], "--set", help="another field of the task's config,
 
 @app.command("show-task")
 def show_task(
-    task: str = typer.Argument("istree", help="task name: istree, ar, index, cgram"),
-    n: Optional[int] = typer.Option(None, help="the task's size: vertices (istree), pairs (ar), context length (index, cgram) "
+    task: str = typer.Argument("istree", help="task name: istree, ar, index, cgram, mqar"),
+    n: Optional[int] = typer.Option(None, help="the task's size: vertices (istree), pairs (ar), context length (index, cgram), pairs (mqar) "
                                     "[default: 8, or as many as --edges needs]"),
     setup: Optional[str] = typer.Option(None, help="vanilla, cot (istree) or retrieval [default: the task's]"),
     family: Family = typer.Option("binary", help="istree: the graphs' family"),
@@ -105,7 +105,7 @@ def show_task(
         if format == "jsonl":
             typer.echo(json.dumps(s))
             continue
-        first_eos = s["tokens"].index("EOS")
+        first_eos = s["tokens"].index("EOS") if "EOS" in s["tokens"] else len(s["tokens"])
         shown = [
             f"[{tok}]" if i > first_eos and not sup else tok
             for i, (tok, sup) in enumerate(zip(s["tokens"], s["supervised"]))
@@ -113,6 +113,9 @@ def show_task(
         about = ("tree" if s["label"] else "not a tree") if task == "istree" else f"answer {s['label']}"
         typer.echo(f"# sample {i}: {about}, {len(shown)} tokens")
         typer.echo(" ".join(shown))
+        if "targets" in s:  # targets that are not the next input token (mqar)
+            typer.echo("targets (index: token, each predicted at the index before): " + " ".join(
+                f"{j}:{t}" for j, (t, sup) in enumerate(zip(s["targets"], s["supervised"])) if sup))
 
 
 def _parse_edges(text: str) -> list[tuple[int, int]]:
@@ -168,9 +171,9 @@ def train(
     arch: Arch = typer.Option(..., help="model family"),
     size: str = typer.Option(..., help="preset: tiny, 0.5M, 1M, 2M"),
     setup: str = typer.Option(..., help="vanilla, cot (istree) or retrieval"),
-    n: int = typer.Option(..., help="the task's size: vertices (istree), pairs (ar), context length (index, cgram)"),
+    n: int = typer.Option(..., help="the task's size: vertices (istree), pairs (ar), context length (index, cgram), pairs (mqar)"),
     out: Path = typer.Option(..., help="directory for metrics.json, history.jsonl and the checkpoint"),
-    task: str = typer.Option("istree", help="task name: istree, ar, index, cgram"),
+    task: str = typer.Option("istree", help="task name: istree, ar, index, cgram, mqar"),
     sets: list[str] = SET_OPTION,
     family: Family = typer.Option("binary", help="istree: the graphs' family"),
     samples: int = typer.Option(1_000_000, help="training samples in all"),

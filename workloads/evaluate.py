@@ -10,7 +10,7 @@ from workloads.tasks import Batch
 
 def supervised_loss(logits: torch.Tensor, batch: Batch, reduction: str = "mean") -> torch.Tensor:
     """Cross-entropy on the supervised targets: position t predicts token t+1."""
-    targets = batch.tokens[:, 1:]
+    targets = batch.next_tokens
     mask = batch.supervised[:, 1:]
     losses = F.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")
     if reduction == "none":
@@ -29,7 +29,7 @@ def teacher_forced(model, batches: list[Batch], autocast) -> dict:
         loss_sum += supervised_loss(logits, batch, reduction="none").sum().item()
         mask = batch.supervised[:, 1:]
         tokens += int(mask.sum())
-        right = (logits.argmax(-1) == batch.tokens[:, 1:]) | ~mask
+        right = (logits.argmax(-1) == batch.next_tokens) | ~mask
         exact += int(right.all(dim=1).sum())
         samples += batch.tokens.shape[0]
     return {"val_loss": loss_sum / tokens, "val_exact_match": exact / samples}

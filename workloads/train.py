@@ -151,7 +151,8 @@ class Trial:
         self.model.eval()
         metrics = teacher_forced(self.model, batches, self.autocast)
         metrics["gen_accuracy"] = (
-            generation_accuracy(self.model, self.task, batches, self.autocast) if with_generation else None
+            generation_accuracy(self.model, self.task, batches, self.autocast)
+            if with_generation and self.task.generates else None
         )
         self.model.train()
         return metrics

@@ -12,7 +12,8 @@ start, count) -> Batch`, `stopped(seqs, pos)` (the rows whose token at `pos`
 ends their generation), `answers(seqs)` (each row's generated answer in the code
 of `Batch.labels`),
 `uses_retriever`, and with a retriever `end_search_id` and
-`retrieve_rows(tokens, lengths, rows)`. Its config gives `vocab_size` and
+`retrieve_rows(tokens, lengths, rows)`; `generates` False for a task without a
+generation protocol (its generation accuracy is not measured). Its config gives `vocab_size` and
 `longest_sample` without building anything (memory estimates, scheduling).
 """
 

@@ -56,6 +56,7 @@ class LookupTask:
     n_data: int
     prompt_length: int
     longest: int
+    generates = True
 
     def __init__(self, config):
         self.config = config

@@ -63,25 +63,35 @@ class IsTreeConfig(BaseModel):
 
 @dataclass(frozen=True)
 class Batch:
-    """Right-padded samples. `supervised[b, i]` is True where token i carries loss."""
+    """Right-padded samples. `supervised[b, i]` is True where token i carries loss
+    (position i-1 predicts it). Tasks whose targets are not the next input token
+    (zoology's MQAR) give `targets`, laid out like `tokens`."""
 
     tokens: torch.Tensor  # (B, T) int64
     supervised: torch.Tensor  # (B, T) bool
     lengths: torch.Tensor  # (B,) int64, BOS to answer inclusive
-    labels: torch.Tensor  # (B,) bool, is the graph a tree
+    labels: torch.Tensor  # (B,) the answer, in the task's code (IsTree: is the graph a tree)
+    targets: torch.Tensor | None = None  # (B, T) int64, where given
+
+    @property
+    def next_tokens(self) -> torch.Tensor:
+        """What positions 0..T-2 are trained to predict."""
+        return (self.tokens if self.targets is None else self.targets)[:, 1:]
 
     def to(self, device) -> Batch:
         """The batch on `device`; to a GPU through pinned memory, without blocking."""
         import torch
 
         pin = torch.device(device).type == "cuda"
-        tensors = (self.tokens, self.supervised, self.lengths, self.labels)
-        return Batch(*((t.pin_memory() if pin else t).to(device, non_blocking=True) for t in tensors))
+        tensors = (self.tokens, self.supervised, self.lengths, self.labels, self.targets)
+        return Batch(*(t if t is None else (t.pin_memory() if pin else t).to(device, non_blocking=True) for t in tensors))
 
 
 class IsTreeTask:
     """Streams IsTree samples, tokenised with the reference's vocabulary (its 16
     special tokens, then the vertices 0..n), which depends only on n."""
+
+    generates = True  # has a generation protocol: the answer after the trace
 
     def __init__(self, config: IsTreeConfig):
         K = _kernels()
