@@ -67,9 +67,8 @@ SET_OPTION = typer.Option([], "--set", help="another field of the task's config,
 
 @app.command("show-task")
 def show_task(
-    task: str = typer.Argument("istree", help="task name: istree, ar, index, cgram, mqar"),
-    n: Optional[int] = typer.Option(None, help="the task's size: vertices (istree), pairs (ar), context length (index, cgram), pairs (mqar) "
-                                    "[default: 8, or as many as --edges needs]"),
+    task: str = typer.Argument("istree", help="a task name (`icr-sweep tasks` lists them)"),
+    n: Optional[int] = typer.Option(None, help="the task's size (istree: vertices) [default: 8, or as many as --edges needs]"),
     setup: Optional[str] = typer.Option(None, help="vanilla, cot (istree) or retrieval [default: the task's]"),
     family: Family = typer.Option("binary", help="istree: the graphs' family"),
     sets: list[str] = SET_OPTION,
@@ -131,6 +130,33 @@ def _parse_edges(text: str) -> list[tuple[int, int]]:
     return out
 
 
+@app.command("tasks")
+def tasks(format: ListFormat = typer.Option("table", "--format")):
+    """List the registered tasks: their setups, what their size n counts, and their
+    other parameters (set with --set in show-task and train, task_params in a spec)."""
+    from workloads.tasks import TASKS
+
+    rows = []
+    for name, (config_cls, task_cls) in sorted(TASKS.items()):
+        fields = config_cls.model_fields
+        params = {k: f.default for k, f in fields.items() if k not in ("name", "n", "setup")}
+        rows.append(dict(task=name, setups=list(fields["setup"].annotation.__args__), n=fields["n"].description,
+                         parameters=params, about=_first_line(task_cls)))
+    if format == "json":
+        typer.echo(json.dumps(rows, default=str))
+        return
+    _print_table([{**r, "setups": ", ".join(r["setups"]),
+                   "parameters": ", ".join(f"{k}={v}" for k, v in r["parameters"].items())} for r in rows])
+
+
+def _first_line(task_cls) -> str:
+    """The first paragraph of the task module's docstring, on one line."""
+    import sys
+
+    doc = sys.modules[task_cls.__module__].__doc__ or ""
+    return " ".join(doc.split("\n\n")[0].split())
+
+
 @app.command("models")
 def models(format: ListFormat = typer.Option("table", "--format")):
     """List the model presets: trainable parameters (the frozen embedding aside),
@@ -171,9 +197,9 @@ def train(
     arch: Arch = typer.Option(..., help="model family"),
     size: str = typer.Option(..., help="preset: tiny, 0.5M, 1M, 2M"),
     setup: str = typer.Option(..., help="vanilla, cot (istree) or retrieval"),
-    n: int = typer.Option(..., help="the task's size: vertices (istree), pairs (ar), context length (index, cgram), pairs (mqar)"),
+    n: int = typer.Option(..., help="the task's size (istree: vertices; `icr-sweep tasks` says for each)"),
     out: Path = typer.Option(..., help="directory for metrics.json, history.jsonl and the checkpoint"),
-    task: str = typer.Option("istree", help="task name: istree, ar, index, cgram, mqar"),
+    task: str = typer.Option("istree", help="a task name (`icr-sweep tasks` lists them)"),
     sets: list[str] = SET_OPTION,
     family: Family = typer.Option("binary", help="istree: the graphs' family"),
     samples: int = typer.Option(1_000_000, help="training samples in all"),

@@ -38,7 +38,7 @@ class AxesSpec(_Spec):
     setups: list[str] = Field(["vanilla", "cot", "retrieval"], min_length=1, description="those the task has")
     sizes: list[Size] = Field(["0.5M", "1M", "2M"], min_length=1)
     n: list[int] = Field([16, 32, 64], min_length=1, description=f"the task's size: IsTree's vertices "
-                         f"({N_MIN}..{N_MAX}), ar's and mqar's key-value pairs, index's and cgram's context length")
+                         f"({N_MIN}..{N_MAX}); `icr-sweep tasks` says what it counts for each task")
     family: Family = Field("binary", description="IsTree only: the graphs' family")
     seeds: list[Seed] = Field([0], min_length=1)
 
@@ -159,7 +159,7 @@ def _bounds(config_cls, field: str) -> tuple[Optional[int], Optional[int]]:
 
 class SweepSpec(_Spec):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="the run directory's name")
-    task: str = Field("istree", description="a registered task: istree (the paper's), ar, index, cgram, mqar")
+    task: str = Field("istree", description="a registered task: istree (the paper's); `icr-sweep tasks` lists them")
     task_params: dict[str, Union[int, float, str]] = Field(
         {}, description="the task's other config fields, the same for every trial (e.g. ar: {keys: 64, values: 64})")
     axes: AxesSpec = AxesSpec()

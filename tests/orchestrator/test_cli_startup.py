@@ -20,7 +20,7 @@ print(json.dumps({"exit": result.exit_code, "heavy": heavy}))
 
 
 @pytest.mark.parametrize("args", [["--help"], ["validate", "sweeps/istree_grid.yaml"], ["plan", "sweeps/istree_grid.yaml"],
-                                  ["schema"], ["models"], ["validate", "sweeps/no_such_spec.yaml"]])
+                                  ["schema"], ["models"], ["tasks"], ["validate", "sweeps/no_such_spec.yaml"]])
 def test_spec_commands_import_no_heavy_module(args):
     out = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=ROOT, capture_output=True, text=True, check=True)
     result = json.loads(out.stdout.splitlines()[-1])
