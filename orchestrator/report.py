@@ -16,6 +16,13 @@ from orchestrator.rundir import driver_is_live, tune_statuses
 
 GROUP = ["arch", "setup", "size", "n"]
 SIZE_ORDER = {"tiny": 0, "0.5M": 1, "1M": 2, "2M": 3}
+
+
+def size_key(label: str):
+    """Sorts size labels by preset, then by the swept dimensions (tiny-dstate4)."""
+    base, _, rest = str(label).partition("-")
+    dims = [(part.rstrip("0123456789"), int(part[len(part.rstrip("0123456789")):] or 0)) for part in rest.split("-") if part]
+    return SIZE_ORDER.get(base, len(SIZE_ORDER)), base, dims
 COLUMNS = {"model.arch": "arch", "task.setup": "setup", "model.size": "size", "task.n": "n",
            "task.family": "family", "train.lr": "lr", "train.seed": "seed"}
 
@@ -138,7 +145,8 @@ def best_by_cell(df: pd.DataFrame, metric: str = "val_exact_match", mode: str = 
     best = best.drop(columns="_key")
     std_columns = [c for c in best.columns if c.endswith("_std")]
     best[std_columns] = best[std_columns].fillna(0.0)
-    return best[columns].sort_values(GROUP, key=lambda c: c.map(SIZE_ORDER) if c.name == "size" else c).reset_index(drop=True)
+    order = {label: i for i, label in enumerate(sorted(best["size"].unique(), key=size_key))}
+    return best[columns].sort_values(GROUP, key=lambda c: c.map(order) if c.name == "size" else c).reset_index(drop=True)
 
 
 def _fmt(row, metric: str, with_lr: bool) -> str:
@@ -154,7 +162,7 @@ def markdown_tables(best: pd.DataFrame, selected_by: str = "val_exact_match max"
     """Per size, two tables (rows setup x arch, columns n): exact match, the headline,
     then generation accuracy of the same trials."""
     out = []
-    for size in sorted(best["size"].unique(), key=SIZE_ORDER.get):
+    for size in sorted(best["size"].unique(), key=size_key):
         part = best[best["size"] == size]
         ns = sorted(part["n"].unique())
         for metric, title in METRICS.items():
@@ -182,7 +190,7 @@ def plot(best: pd.DataFrame, out_dir: Path, task: str = "IsTree") -> list[Path]:
     paths = []
     setups = [s for s in ("vanilla", "cot", "retrieval") if s in set(best["setup"])]
     for metric, title in METRICS.items():
-        for size in sorted(best["size"].unique(), key=SIZE_ORDER.get):
+        for size in sorted(best["size"].unique(), key=size_key):
             part = best[best["size"] == size]
             fig, axes = plt.subplots(1, len(setups), figsize=(max(6, 4 * len(setups)), 3.4), sharey=True, squeeze=False)
             for ax, setup in zip(axes[0], setups):
@@ -216,24 +224,29 @@ def plot(best: pd.DataFrame, out_dir: Path, task: str = "IsTree") -> list[Path]:
 SOLVED = 0.9  # exact match at which a cell counts as solved in the frontier
 
 
-def frontier(best: pd.DataFrame, solved: float = SOLVED) -> pd.DataFrame:
+def frontier(best: pd.DataFrame, solved: float = SOLVED, model_of=None) -> pd.DataFrame:
     """Per (setup, arch, size): the largest n whose exact match (mean over seeds, at
     the cell's best lr) reaches `solved`, beside the model's state: the recurrent
     state a sequence carries (state_floats) and attention's KV cache per token.
-    largest_solved is NaN where no n is solved; solves_all where every n tried is."""
+    largest_solved is NaN where no n is solved; solves_all where every n tried is.
+    `model_of(arch, size)` gives the model config (the preset by default)."""
     from workloads.models import preset
 
+    model_of = model_of or preset
     rows = []
     for (setup, arch, size), cell in best.groupby(["setup", "arch", "size"], sort=False):
-        cfg = preset(arch, size)
+        cfg = model_of(arch, size)
         ok = cell.loc[cell["val_exact_match"] >= solved, "n"]
         rows.append(dict(setup=setup, arch=arch, size=size, state_floats=cfg.state_floats,
                          kv_floats_per_token=cfg.kv_floats_per_token,
                          largest_solved=int(ok.max()) if len(ok) else math.nan, largest_tried=int(cell["n"].max()),
                          solves_all=len(ok) == len(cell)))
     out = pd.DataFrame(rows)
-    return out.sort_values(["setup", "arch", "size"], key=lambda c: c.map(SIZE_ORDER) if c.name == "size" else c,
-                           ignore_index=True) if len(out) else out
+    if not len(out):
+        return out
+    order = {label: i for i, label in enumerate(sorted(out["size"].unique(), key=size_key))}
+    return out.sort_values(["setup", "arch", "size"], key=lambda c: c.map(order) if c.name == "size" else c,
+                           ignore_index=True)
 
 
 def plot_frontier(table: pd.DataFrame, out_dir: Path, solved: float, sample_length=None) -> Path:
@@ -351,14 +364,17 @@ def write_report(run_dir: Path, locked: bool = True, solved: float = SOLVED) -> 
              markdown_tables(best, selected_by) if not best.empty else "No finished trial yet.\n"]
     lines += [f"![{p.stem}]({p.name})" for p in plots]
     if not best.empty and best["n"].nunique() >= 2:
-        table = frontier(best, solved)
-        table.to_csv(run_dir / "frontier.csv", index=False)
-        length = None
+        length = model_of = None
         if spec is not None:
-            from orchestrator.spec import task_config
+            from orchestrator.spec import model_variants, task_config
 
             def length(setup, n):
                 return task_config(spec, setup, n).longest_sample
+
+            def model_of(arch, size):
+                return model_variants(spec, arch)[size]
+        table = frontier(best, solved, model_of)
+        table.to_csv(run_dir / "frontier.csv", index=False)
         plot_frontier(table, run_dir, solved, length)
         lines += ["", f"## Frontier: the largest n each model solves (exact match >= {solved:g})", "",
                   "| setup | arch | size | state_floats | kv_floats_per_token | largest n solved | of n up to |",

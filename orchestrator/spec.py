@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from workloads.config import PAPER_LR, Device, Precision, Seed, TrainConfig, TrialConfig
 from workloads.models import preset
-from workloads.models.config import Arch, Size
+from workloads.models.config import Arch, ModelConfig, Size
 from workloads.tasks import TASKS
 from workloads.tasks.istree import N_MAX, N_MIN, Family
 
@@ -31,6 +31,9 @@ class _Spec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+MODEL_AXES = ("d_model", "d_state", "n_layers", "expand", "n_heads", "d_mlp", "d_conv")
+
+
 class AxesSpec(_Spec):
     """The grid: one trial per combination (and per learning rate, see `lr`)."""
 
@@ -41,6 +44,17 @@ class AxesSpec(_Spec):
                          f"({N_MIN}..{N_MAX}); `icr-sweep tasks` says what it counts for each task")
     family: Family = Field("binary", description="IsTree only: the graphs' family")
     seeds: list[Seed] = Field([0], min_length=1)
+    model: dict[Literal[MODEL_AXES], list[int]] = Field(
+        {}, description="model dimensions to sweep beyond the presets, each a list crossed with sizes, e.g. "
+        "{d_state: [4, 16, 64]}: a preset with its fields replaced, named like tiny-dstate4")
+
+    @field_validator("model")
+    @classmethod
+    def _model_axes(cls, value):
+        for field, values in value.items():
+            if not values or len(set(values)) != len(values) or min(values) < 1:
+                raise ValueError(f"{field}: a list of distinct positive values, got {values}")
+        return value
 
     @field_validator("archs", "setups", "sizes", "n", "seeds")
     @classmethod
@@ -214,8 +228,13 @@ class SweepSpec(_Spec):
             raise ValueError("search.method is optuna, but no learning rate of the swept archs is a distribution")
         if self.training.warmup_samples >= self.training.samples:
             raise ValueError(f"training.warmup_samples ({self.training.warmup_samples}) must be below training.samples")
-        for arch, size in itertools.product(self.axes.archs, self.axes.sizes):
-            preset(arch, size)  # every (arch, size) has a preset today; keep it so
+        for arch in self.axes.archs:
+            try:
+                model_variants(self, arch)  # every preset exists, and every variant is a valid model
+            except ValidationError as e:
+                raise ValueError(f"axes.model with {arch}: {e.errors()[0]['msg'].removeprefix('Value error, ')}") from None
+            except ValueError as e:
+                raise ValueError(f"axes.model with {arch}: {e}") from None
         if self.task != "istree" and self.axes.family != "binary":
             raise ValueError(f"axes.family is IsTree's; {self.task} has none")
         for setup, n in itertools.product(self.axes.setups, self.axes.n):
@@ -237,7 +256,7 @@ class SweepSpec(_Spec):
     def trial_count(self) -> int:
         """How many trials the spec runs, computed without expanding it."""
         a = self.axes
-        per_arch = len(a.setups) * len(a.sizes) * len(a.n) * len(a.seeds)
+        per_arch = len(a.setups) * len(a.sizes) * math.prod(len(v) for v in a.model.values()) * len(a.n) * len(a.seeds)
         if self.search.method == "optuna":
             return len(a.archs) * per_arch * self.search.num_samples
         return sum(len(self.lr.values(arch)) for arch in a.archs) * per_arch
@@ -377,16 +396,46 @@ def _train_config(spec: SweepSpec, lr: float, seed: int) -> TrainConfig:
     return TrainConfig(lr=lr, seed=seed, device=device, **spec.training.model_dump())
 
 
+def _resized(cfg: ModelConfig, label: str, fields: dict) -> ModelConfig:
+    """`cfg` with `fields` replaced and named `label`. A new n_layers keeps the
+    layout: all attention, none, or attention in the last layer (the hybrid)."""
+    update = dict(fields, size=label)
+    if "n_layers" in fields:
+        layers, idx = fields["n_layers"], cfg.attn_layer_idx
+        if len(idx) == cfg.n_layers:
+            update["attn_layer_idx"] = tuple(range(layers))
+        elif idx == (cfg.n_layers - 1,):
+            update["attn_layer_idx"] = (layers - 1,)
+        elif idx:
+            raise ValueError(f"n_layers of {cfg.arch}: its attention layers {idx} have no rule to follow")
+    return ModelConfig.model_validate({**cfg.model_dump(), **update})
+
+
+def model_variants(spec: SweepSpec, arch: str) -> dict[str, ModelConfig]:
+    """The models of `arch` a spec sweeps, by size label: each size's preset, and
+    with axes.model each combination of its dimensions (tiny-dstate4-expand1)."""
+    axes = spec.axes.model
+    out = {}
+    for size in spec.axes.sizes:
+        base = preset(arch, size)
+        for values in itertools.product(*axes.values()):
+            fields = dict(zip(axes, values))
+            label = "-".join([size, *(f"{k.replace('_', '')}{v}" for k, v in fields.items())])
+            out[label] = _resized(base, label, fields) if fields else base
+    return out
+
+
 def cells(spec: SweepSpec) -> list[tuple[str, str, str, int, int]]:
-    """(arch, setup, size, n, seed) combinations, in a stable order."""
+    """(arch, setup, size label, n, seed) combinations, in a stable order."""
     a = spec.axes
-    return list(itertools.product(a.archs, a.setups, a.sizes, a.n, a.seeds))
+    return [(arch, setup, label, n, seed) for arch in a.archs for setup in a.setups
+            for label in model_variants(spec, arch) for n in a.n for seed in a.seeds]
 
 
 def trial_for(spec: SweepSpec, arch: str, setup: str, size: str, n: int, seed: int, lr: float) -> TrialConfig:
     return TrialConfig(
         task=task_config(spec, setup, n),
-        model=preset(arch, size),
+        model=model_variants(spec, arch)[size],
         train=_train_config(spec, lr, seed),
     )
 

@@ -4,6 +4,7 @@ import itertools
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -109,6 +110,10 @@ BAD_SPECS = {
     "bad task parameter": ("name: x\ntask: ar\ntask_params: {keys: 4}\naxes: {setups: [vanilla], n: [8]}\n", ["task_params", "keys (4) must be at least n (8)"]),
     "unknown task parameter": ("name: x\ntask: ar\ntask_params: {colour: 4}\naxes: {setups: [vanilla], n: [8]}\n", ["task_params", "colour", "Extra inputs are not permitted"]),
     "family of another task": ("name: x\ntask: ar\naxes: {setups: [vanilla], n: [8], family: random}\n", ["axes.family is IsTree's"]),
+    "unknown model axis": ("name: x\naxes: {model: {width: [64]}}\n", ["axes.model", "width", "'d_model'"]),
+    "repeated model axis value": ("name: x\naxes: {model: {d_state: [4, 4]}}\n", ["axes.model", "d_state: a list of distinct positive values"]),
+    "invalid model variant": ("name: x\naxes: {archs: [transformer], sizes: [tiny], model: {d_model: [33]}}\n",
+                              ["axes.model with transformer", "d_model 33 is not divisible by n_heads 2"]),
     "wrong type": ("name: x\ntraining: {samples: lots}\n", ["training.samples", "integer", "lots"]),
     "missing name": ("axes: {n: [8]}\n", ["name", "required"]),
     "distribution without optuna": ("name: x\nlr: {mamba: {distribution: loguniform, low: 1.0e-4, high: 1.0e-3}}\n", ["optuna"]),
@@ -225,3 +230,26 @@ def test_a_spec_sweeps_any_registered_task_with_its_parameters():
         assert t.task.name == "ar" and t.task.keys == 64 and t.task.values == 32
         assert t.name.startswith("ar-mamba-") and f"-n{t.task.n}-" in t.name
     assert {(t.task.setup, t.task.n) for t in trials} == {(s, n) for s in ("vanilla", "retrieval") for n in (8, 32)}
+
+
+def test_model_dimensions_are_axes_beyond_the_presets():
+    from orchestrator.report import frontier
+    from orchestrator.spec import model_variants
+    from workloads.models import preset
+
+    spec = SweepSpec(name="x", task="ar", axes=dict(archs=["mamba", "hybrid", "transformer"], setups=["vanilla"],
+                                                   sizes=["tiny"], n=[8], model={"d_state": [4, 32], "n_layers": [2, 4]}))
+    trials = expand(spec)
+    assert len(trials) == spec.trial_count() == 3 * 2 * 2
+    mamba = {t.model.size: t.model for t in trials if t.model.arch == "mamba"}
+    assert set(mamba) == {"tiny-dstate4-nlayers2", "tiny-dstate4-nlayers4", "tiny-dstate32-nlayers2", "tiny-dstate32-nlayers4"}
+    small, big = mamba["tiny-dstate4-nlayers2"], mamba["tiny-dstate32-nlayers2"]
+    assert (small.d_state, big.d_state, small.d_model) == (4, 32, preset("mamba", "tiny").d_model)
+    assert small.state_floats < big.state_floats
+    hybrids = [t.model for t in trials if t.model.arch == "hybrid"]
+    assert all(m.attn_layer_idx == (m.n_layers - 1,) for m in hybrids)  # the attention layer stays on top
+    assert all(m.attn_layer_idx == tuple(range(m.n_layers)) for t in trials if (m := t.model).arch == "transformer")
+    assert "ar-mamba-vanilla-tiny-dstate4-nlayers2-n8-" in " ".join(t.name for t in trials)
+    best = pd.DataFrame([dict(setup="vanilla", arch="mamba", size=label, n=8, val_exact_match=1.0) for label in mamba])
+    table = frontier(best, model_of=lambda arch, size: model_variants(spec, arch)[size]).set_index("size")
+    assert table.loc["tiny-dstate32-nlayers4", "state_floats"] == mamba["tiny-dstate32-nlayers4"].state_floats
