@@ -15,6 +15,7 @@ from workloads.config import TrialConfig, trial_config
 from workloads.evaluate import answers, generate
 from workloads.models import build_model, preset
 from workloads.tasks import IsTreeConfig, build_task
+from tests.workloads.replay import Replay
 from workloads.train import CHECKPOINT_FILE, lr_factor, resolve_device, run_trial
 
 
@@ -114,33 +115,12 @@ def test_asking_for_cuda_without_a_gpu_is_a_clear_error():
         resolve_device("cuda")
 
 
-class Oracle:
-    """A 'model' that predicts each sample's reference continuation, except right
-    after ENDSEARCH, where it predicts a wrong token the retriever must override."""
-
-    def __init__(self, task, batch):
-        self.task, self.ref = task, batch.tokens
-        self.wrong = task.token_id("~")
-
-    def _logits(self, pos, prev):
-        nxt = self.ref[:, pos].clone() if pos < self.ref.shape[1] else torch.full_like(self.ref[:, 0], self.task.pad_id)
-        nxt[prev == self.task.end_search_id] = self.wrong
-        return torch.nn.functional.one_hot(nxt, self.task.vocab_size).float()
-
-    def prefill(self, tokens, max_length):
-        self.pos = tokens.shape[1]
-        return self._logits(self.pos, tokens[:, -1]), None
-
-    def step(self, token, state):
-        self.pos += 1
-        return self._logits(self.pos, token)
-
-
 @pytest.mark.parametrize("setup", ["vanilla", "cot", "retrieval"])
 def test_generation_reproduces_reference_traces_with_the_retriever_filling_in(setup):
     task = build_task(IsTreeConfig(n=16, setup=setup, family="random"))
     batch = task.batch(seed=2, stream=1, start=0, count=64)
-    seqs = generate(Oracle(task, batch), task, batch.tokens[:, : task.prompt_length], autocast=torch.no_grad)
+    seqs = generate(Replay(task, batch, wrong=task.token_id("~")), task, batch.tokens[:, : task.prompt_length],
+                    autocast=torch.no_grad)
     for row in range(64):
         length = int(batch.lengths[row])
         assert seqs[row, :length].tolist() == batch.tokens[row, :length].tolist()

@@ -2,10 +2,10 @@
 an independent brute-force reading of its text; determinism, loss masks, the
 retriever replayed, and the generation protocol end to end."""
 
-import numpy as np
 import pytest
 import torch
 
+from tests.workloads.replay import Replay
 from workloads.evaluate import answers, generate
 from workloads.tasks import build_task
 from workloads.tasks.ar import ARConfig
@@ -81,32 +81,12 @@ def test_replaying_the_retriever_reproduces_every_retrieved_token(config):
         assert task.retrieve(ids[:at]) == ids[at]
 
 
-class Replay:
-    """A 'model' that writes each sample's own continuation, except right after
-    ENDSEARCH, where it writes PAD, which the retriever must override."""
-
-    def __init__(self, task, batch):
-        self.task, self.ref = task, batch.tokens
-
-    def _logits(self, pos, prev):
-        nxt = self.ref[:, pos].clone() if pos < self.ref.shape[1] else torch.full_like(self.ref[:, 0], self.task.pad_id)
-        nxt[prev == self.task.end_search_id] = self.task.pad_id
-        return torch.nn.functional.one_hot(nxt, self.task.vocab_size).float()
-
-    def prefill(self, tokens, max_length):
-        self.pos = tokens.shape[1]
-        return self._logits(self.pos, tokens[:, -1]), None
-
-    def step(self, token, state):
-        self.pos += 1
-        return self._logits(self.pos, token)
-
-
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c.name}-{c.setup}-n{c.n}")
 def test_generation_stops_at_the_answer_and_scores_it(config):
     task = build_task(config)
     batch = task.batch(seed=2, stream=1, start=0, count=32)
-    seqs = generate(Replay(task, batch), task, batch.tokens[:, : task.prompt_length], autocast=torch.no_grad)
+    seqs = generate(Replay(task, batch, wrong=task.pad_id), task, batch.tokens[:, : task.prompt_length],
+                    autocast=torch.no_grad)
     for row in range(32):
         length = int(batch.lengths[row])
         assert seqs[row, :length].tolist() == batch.tokens[row, :length].tolist()
