@@ -330,7 +330,7 @@ def plan(spec: Path = typer.Argument(..., help="sweep spec (YAML)"), format: Lis
     if s.search.method == "grid":
         for t in expand(s):
             rows.append(dict(name=t.name, arch=t.model.arch, setup=t.task.setup, size=t.model.size, n=t.task.n,
-                             family=t.task.family, lr=t.train.lr, seed=t.train.seed, samples=t.train.samples,
+                             **_task_columns(s), lr=t.train.lr, seed=t.train.seed, samples=t.train.samples,
                              config=t.model_dump(mode="json")))
             shares[t.name] = gpu_share(s, t) if on_gpu else None
     else:
@@ -338,7 +338,7 @@ def plan(spec: Path = typer.Argument(..., help="sweep spec (YAML)"), format: Lis
             d = getattr(s.lr, arch)
             name = f"{arch}-{setup}-{size}-n{n}-s{seed}"
             rows.append(dict(name=name, arch=arch, setup=setup, size=size, n=n,
-                             family=s.axes.family, lr=f"{d.distribution}({d.low:g}, {d.high:g})", seed=seed,
+                             **_task_columns(s), lr=f"{d.distribution}({d.low:g}, {d.high:g})", seed=seed,
                              trials=s.search.num_samples, samples=s.training.samples * s.search.num_samples))
             shares[name] = gpu_share(s, trial_for(s, arch, setup, size, n, seed, d.low)) if on_gpu else None
     if on_gpu:
@@ -355,6 +355,11 @@ def plan(spec: Path = typer.Argument(..., help="sweep spec (YAML)"), format: Lis
                    f"against {s.resources.gpu_memory_gb:g} GB GPUs (resources.gpu_memory_gb)")
         for warning in memory_warnings(s, shares):
             typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
+
+
+def _task_columns(spec) -> dict:
+    """The task of a plan's rows: its name, and IsTree's graph family."""
+    return {"task": spec.task, "family": spec.axes.family} if spec.task == "istree" else {"task": spec.task}
 
 
 def _ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus):

@@ -221,7 +221,12 @@ def test_plan_warns_of_trials_that_would_not_fit_their_gpu_share(tmp_path):
     assert "warning" not in result.output and "gpu_mem_gb" not in result.output
 
 
-def test_a_spec_sweeps_any_registered_task_with_its_parameters():
+def test_a_spec_sweeps_any_registered_task_with_its_parameters(tmp_path):
+    path = tmp_path / "ar.yaml"
+    path.write_text("name: x\ntask: ar\naxes: {archs: [mamba], setups: [vanilla], sizes: [tiny], n: [8, 16]}\n")
+    result = runner.invoke(app, ["plan", str(path), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert [(r["task"], r["n"]) for r in json.loads(result.output)] == [("ar", 8), ("ar", 16)]
     spec = SweepSpec(name="x", task="ar", task_params={"keys": 64, "values": 32},
                      axes=dict(archs=["mamba"], setups=["vanilla", "retrieval"], sizes=["tiny"], n=[8, 32]))
     trials = expand(spec)
