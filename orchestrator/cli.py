@@ -329,7 +329,7 @@ def plan(spec: Path = typer.Argument(..., help="sweep spec (YAML)"), format: Lis
     rows, shares = [], {}
     if s.search.method == "grid":
         for t in expand(s):
-            rows.append(dict(name=t.name, arch=t.model.arch, setup=t.task.setup, size=t.model.size, n=t.task.n,
+            rows.append(dict(name=t.name, arch=t.model.arch, setup=t.setup, size=t.model.size, n=t.task.n,
                              **_task_columns(s), lr=t.train.lr, seed=t.train.seed, samples=t.train.samples,
                              config=t.model_dump(mode="json")))
             shares[t.name] = gpu_share(s, t) if on_gpu else None

@@ -23,6 +23,12 @@ def size_key(label: str):
     base, _, rest = str(label).partition("-")
     dims = [(part.rstrip("0123456789"), int(part[len(part.rstrip("0123456789")):] or 0)) for part in rest.split("-") if part]
     return SIZE_ORDER.get(base, len(SIZE_ORDER)), base, dims
+def setup_key(label: str):
+    """Orders setups as the paper (vanilla, cot, retrieval), then by task-axis label."""
+    base, _, rest = str(label).partition("-")
+    return {"vanilla": 0, "cot": 1, "retrieval": 2}.get(base, 3), base, size_key("-" + rest)[2]
+
+
 COLUMNS = {"model.arch": "arch", "task.setup": "setup", "model.size": "size", "task.n": "n",
            "task.family": "family", "train.lr": "lr", "train.seed": "seed"}
 
@@ -113,6 +119,9 @@ def load_trials(run_dir: Path, planned: dict[str, dict] | None = None, locked: b
         return df
     df.attrs["problem"] = problem
     df = df.rename(columns=COLUMNS)
+    if "task_label" in df and "setup" in df:  # a spec's task axes: vanilla-seqlen64, as trial names say
+        label = df["task_label"].fillna("").astype(str)
+        df["setup"] = df["setup"].where(label == "", df["setup"].astype(str) + "-" + label)
     for column in ("val_exact_match", "gen_accuracy", "val_loss", "samples"):
         df[column] = pd.to_numeric(df[column], errors="coerce")
     return df
@@ -188,7 +197,7 @@ def plot(best: pd.DataFrame, out_dir: Path, task: str = "IsTree") -> list[Path]:
     import matplotlib.pyplot as plt
 
     paths = []
-    setups = [s for s in ("vanilla", "cot", "retrieval") if s in set(best["setup"])]
+    setups = sorted(set(best["setup"]), key=setup_key)
     for metric, title in METRICS.items():
         for size in sorted(best["size"].unique(), key=size_key):
             part = best[best["size"] == size]
@@ -359,7 +368,7 @@ def write_report(run_dir: Path, locked: bool = True, solved: float = SOLVED) -> 
              *[f"**Note:** {note}\n" for note in notes],
              "Headline: teacher-forced exact match on the validation set at the last evaluation, the metric the "
              "paper reports. Beside it: generation accuracy, greedy decoding with the real retriever filling "
-             "every ENDSEARCH (this project's addition; a model that fails still scores about 0.5 by guessing).", "",
+             "every ENDSEARCH (this project's addition; on IsTree a model that fails still scores about 0.5 by guessing).", "",
              "## Best learning rate per cell", "",
              markdown_tables(best, selected_by) if not best.empty else "No finished trial yet.\n"]
     lines += [f"![{p.stem}]({p.name})" for p in plots]

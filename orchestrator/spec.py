@@ -48,6 +48,18 @@ class AxesSpec(_Spec):
         {}, description="model dimensions to sweep beyond the presets, each a list crossed with sizes, e.g. "
         "{d_state: [4, 16, 64]}: a preset with its fields replaced, named like tiny-dstate4")
 
+    task: dict[str, list[Union[bool, int, float, str]]] = Field(
+        {}, description="the task's other config fields to sweep, each a list crossed with setups, e.g. "
+        "mqar: {seq_len: [64, 256]}: trials named like vanilla-seqlen64, reported as setups of their own")
+
+    @field_validator("task")
+    @classmethod
+    def _task_axes(cls, value):
+        for field, values in value.items():
+            if not values or len(set(map(str, values))) != len(values):
+                raise ValueError(f"{field}: a list of distinct values, got {values}")
+        return value
+
     @field_validator("model")
     @classmethod
     def _model_axes(cls, value):
@@ -237,13 +249,22 @@ class SweepSpec(_Spec):
                 raise ValueError(f"axes.model with {arch}: {e}") from None
         if self.task != "istree" and self.axes.family != "binary":
             raise ValueError(f"axes.family is IsTree's; {self.task} has none")
-        for setup, n in itertools.product(self.axes.setups, self.axes.n):
+        fields = TASKS[self.task][0].model_fields
+        for field in self.axes.task:
+            if field in ("name", "n", "setup", "family") or field not in fields:
+                other = sorted(set(fields) - {"name", "n", "setup", "family"})
+                raise ValueError(f"axes.task: {field!r} is not a parameter of {self.task} to sweep; "
+                                 f"its parameters: {', '.join(other) or 'none'} (n and setup have axes of their own)")
+            if field in self.task_params:
+                raise ValueError(f"axes.task: {field} is also in task_params; give it in one place")
+        where = "axes.task" if self.axes.task else "task_params"
+        for label, n in itertools.product(task_variants(self), self.axes.n):
             try:
-                task_config(self, setup, n)
+                task_config(self, label, n)
             except ValidationError as e:
                 first = e.errors()[0]
-                raise ValueError(f"task_params: {'.'.join(map(str, first['loc'])) or self.task}: "
-                                 f"{first['msg'].removeprefix('Value error, ')} (task {self.task}, setup {setup}, n {n})") from None
+                raise ValueError(f"{where}: {'.'.join(map(str, first['loc'])) or self.task}: "
+                                 f"{first['msg'].removeprefix('Value error, ')} (task {self.task}, setup {label}, n {n})") from None
         return self
 
     def storage_uri(self) -> str:
@@ -256,7 +277,8 @@ class SweepSpec(_Spec):
     def trial_count(self) -> int:
         """How many trials the spec runs, computed without expanding it."""
         a = self.axes
-        per_arch = len(a.setups) * len(a.sizes) * math.prod(len(v) for v in a.model.values()) * len(a.n) * len(a.seeds)
+        per_arch = (len(a.setups) * math.prod(len(v) for v in a.task.values()) * len(a.sizes)
+                    * math.prod(len(v) for v in a.model.values()) * len(a.n) * len(a.seeds))
         if self.search.method == "optuna":
             return len(a.archs) * per_arch * self.search.num_samples
         return sum(len(self.lr.values(arch)) for arch in a.archs) * per_arch
@@ -383,9 +405,28 @@ def load_spec(path: Path | str) -> SweepSpec:
         raise SpecError(format_errors(e, str(path))) from None
 
 
+def _label(fields: dict) -> str:
+    """tiny-dstate4's suffix: each swept field's name without underscores, then its value."""
+    return "-".join(f"{k.replace('_', '')}{v}" for k, v in fields.items())
+
+
+def task_variants(spec: SweepSpec) -> dict[str, tuple[str, str, dict]]:
+    """{setup label: (setup, task label, fields)} for every setup and, with
+    axes.task, every combination of its values (vanilla-seqlen64)."""
+    axes = spec.axes.task
+    out = {}
+    for setup in spec.axes.setups:
+        for values in itertools.product(*axes.values()):
+            fields = dict(zip(axes, values))
+            label = _label(fields)
+            out["-".join(filter(None, [setup, label]))] = (setup, label, fields)
+    return out
+
+
 def task_config(spec: SweepSpec, setup: str, n: int):
-    """The task config of one grid cell."""
-    fields = dict(spec.task_params, n=n, setup=setup)
+    """The task config of one grid cell; `setup` is a label of task_variants."""
+    base, _, fields = task_variants(spec).get(setup, (setup, "", {}))
+    fields = dict(spec.task_params, **fields, n=n, setup=base)
     if spec.task == "istree":
         fields.setdefault("family", spec.axes.family)
     return TASKS[spec.task][0](**fields)
@@ -420,15 +461,15 @@ def model_variants(spec: SweepSpec, arch: str) -> dict[str, ModelConfig]:
         base = preset(arch, size)
         for values in itertools.product(*axes.values()):
             fields = dict(zip(axes, values))
-            label = "-".join([size, *(f"{k.replace('_', '')}{v}" for k, v in fields.items())])
+            label = "-".join(filter(None, [size, _label(fields)]))
             out[label] = _resized(base, label, fields) if fields else base
     return out
 
 
 def cells(spec: SweepSpec) -> list[tuple[str, str, str, int, int]]:
-    """(arch, setup, size label, n, seed) combinations, in a stable order."""
+    """(arch, setup label, size label, n, seed) combinations, in a stable order."""
     a = spec.axes
-    return [(arch, setup, label, n, seed) for arch in a.archs for setup in a.setups
+    return [(arch, setup, label, n, seed) for arch in a.archs for setup in task_variants(spec)
             for label in model_variants(spec, arch) for n in a.n for seed in a.seeds]
 
 
@@ -437,6 +478,7 @@ def trial_for(spec: SweepSpec, arch: str, setup: str, size: str, n: int, seed: i
         task=task_config(spec, setup, n),
         model=model_variants(spec, arch)[size],
         train=_train_config(spec, lr, seed),
+        task_label=task_variants(spec).get(setup, ("", "", {}))[1],
     )
 
 

@@ -57,6 +57,13 @@ class TrialConfig(BaseModel):
     task: TaskConfig
     model: ModelConfig
     train: TrainConfig
+    task_label: str = Field("", description="the values of a spec's task axes, e.g. seqlen128 (empty without)")
+
+    @property
+    def setup(self) -> str:
+        """The setup as names and reports show it: with task axes, their values too
+        (vanilla-seqlen128)."""
+        return "-".join(filter(None, [self.task.setup, self.task_label]))
 
     @property
     def name(self) -> str:
@@ -65,7 +72,7 @@ class TrialConfig(BaseModel):
         mantissa, exponent = f"{self.train.lr:.2e}".split("e")
         lr = f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
         task = "" if self.task.name == "istree" else f"{self.task.name}-"
-        return f"{task}{self.model.arch}-{self.task.setup}-{self.model.size}-n{self.task.n}-lr{lr}-s{self.train.seed}"
+        return f"{task}{self.model.arch}-{self.setup}-{self.model.size}-n{self.task.n}-lr{lr}-s{self.train.seed}"
 
 
 def trial_config(arch: str, size: str, task: TaskConfig, lr: Optional[float] = None, **train) -> TrialConfig:

@@ -104,9 +104,11 @@ class Trial:
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        wanted = self.config.model_dump(mode="json")
-        if state["config"] != wanted:
-            differ = _differences(state["config"], wanted)
+        # The task label names the trial and trains nothing (checkpoints from before it had none).
+        wanted = self.config.model_dump(mode="json", exclude={"task_label"})
+        saved = {k: v for k, v in state["config"].items() if k != "task_label"}
+        if saved != wanted:
+            differ = _differences(saved, wanted)
             raise CheckpointError(f"the checkpoint was written by a trial with another config: {'; '.join(differ)}")
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])

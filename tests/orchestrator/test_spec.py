@@ -114,6 +114,16 @@ BAD_SPECS = {
     "repeated model axis value": ("name: x\naxes: {model: {d_state: [4, 4]}}\n", ["axes.model", "d_state: a list of distinct positive values"]),
     "invalid model variant": ("name: x\naxes: {archs: [transformer], sizes: [tiny], model: {d_model: [33]}}\n",
                               ["axes.model with transformer", "d_model 33 is not divisible by n_heads 2"]),
+    "unknown task axis": ("name: x\ntask: mqar\naxes: {setups: [vanilla], n: [4], task: {length: [64]}}\n",
+                          ["axes.task", "'length' is not a parameter of mqar", "seq_len", "vocab"]),
+    "task axis over n": ("name: x\ntask: ar\naxes: {setups: [vanilla], n: [4], task: {n: [8]}}\n",
+                         ["axes.task", "'n' is not a parameter of ar", "n and setup have axes of their own"]),
+    "task axis also a param": ("name: x\ntask: ar\ntask_params: {keys: 64}\naxes: {setups: [vanilla], n: [4], task: {keys: [16, 64]}}\n",
+                               ["axes.task", "keys is also in task_params"]),
+    "repeated task axis value": ("name: x\ntask: ar\naxes: {setups: [vanilla], n: [4], task: {keys: [16, 16]}}\n",
+                                 ["axes.task", "keys: a list of distinct values"]),
+    "invalid task variant": ("name: x\ntask: mqar\naxes: {setups: [vanilla], n: [4, 16], task: {seq_len: [32, 64], vocab: [128]}}\n",
+                             ["axes.task", "seq_len (32) must hold the n = 16 pairs", "setup vanilla-seqlen32-vocab128, n 16"]),
     "wrong type": ("name: x\ntraining: {samples: lots}\n", ["training.samples", "integer", "lots"]),
     "missing name": ("axes: {n: [8]}\n", ["name", "required"]),
     "distribution without optuna": ("name: x\nlr: {mamba: {distribution: loguniform, low: 1.0e-4, high: 1.0e-3}}\n", ["optuna"]),
@@ -258,3 +268,47 @@ def test_model_dimensions_are_axes_beyond_the_presets():
     best = pd.DataFrame([dict(setup="vanilla", arch="mamba", size=label, n=8, val_exact_match=1.0) for label in mamba])
     table = frontier(best, model_of=lambda arch, size: model_variants(spec, arch)[size]).set_index("size")
     assert table.loc["tiny-dstate32-nlayers4", "state_floats"] == mamba["tiny-dstate32-nlayers4"].state_floats
+
+
+def test_task_parameters_are_axes_with_setups_of_their_own(tmp_path):
+    from orchestrator.report import best_by_cell, load_trials
+
+    spec = SweepSpec(name="x", task="mqar", task_params={"vocab": 256},
+                     axes=dict(archs=["transformer"], setups=["vanilla"], sizes=["tiny"], n=[4, 8],
+                               task={"seq_len": [32, 64], "power_a": [0.01, 1.0]}))
+    trials = expand(spec)
+    assert len(trials) == spec.trial_count() == 2 * 2 * 2
+    assert {(t.task.seq_len, t.task.power_a, t.task.n) for t in trials} == {
+        (length, a, n) for length in (32, 64) for a in (0.01, 1.0) for n in (4, 8)}
+    assert all(t.task.vocab == 256 and t.task.setup == "vanilla" for t in trials)
+    labels = {t.setup for t in trials}
+    assert labels == {f"vanilla-seqlen{length}-powera{a}" for length in (32, 64) for a in (0.01, 1.0)}
+    assert len({t.name for t in trials}) == len(trials)
+    assert "mqar-transformer-vanilla-seqlen32-powera0.01-tiny-n4-" in " ".join(t.name for t in trials)
+    # the report tells the variants apart, as the names do: each its own setup
+    for t in trials:
+        trial_dir = tmp_path / t.name
+        trial_dir.mkdir()
+        (trial_dir / "params.json").write_text(json.dumps({"trial": t.model_dump(mode="json")}))
+        score = 1.0 if t.task.seq_len == 32 else 0.0
+        (trial_dir / "result.json").write_text(json.dumps(dict(samples=1, val_exact_match=score, final_eval=True)) + "\n")
+    best = best_by_cell(load_trials(tmp_path))
+    assert set(best["setup"]) == labels and len(best) == len(trials)
+    assert (best[best["setup"].str.contains("seqlen32")]["val_exact_match"] == 1.0).all()
+    assert (best[best["setup"].str.contains("seqlen64")]["val_exact_match"] == 0.0).all()
+
+
+def test_a_checkpoint_from_before_task_labels_still_resumes(tmp_path):
+    import torch
+
+    from workloads.train import run_trial
+
+    spec = SweepSpec(name="x", task="ar", task_params={"keys": 8, "values": 8},
+                     axes=dict(archs=["transformer"], setups=["vanilla"], sizes=["tiny"], n=[2]),
+                     training=dict(samples=64, batch_size=16, eval_every=32, val_samples=16, warmup_samples=0))
+    trial = expand(spec)[0]
+    run_trial(trial, checkpoint_dir=tmp_path, stop_after=32)
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    state["config"].pop("task_label")  # as written before the field existed
+    torch.save(state, tmp_path / "checkpoint.pt")
+    assert run_trial(trial, checkpoint_dir=tmp_path, resume_from=tmp_path)["samples"] == 64
