@@ -275,13 +275,13 @@ class SweepSpec(_Spec):
         return f"{self.storage_uri().rstrip('/')}/{self.name}"
 
     def trial_count(self) -> int:
-        """How many trials the spec runs, computed without expanding it."""
+        """How many trials the spec runs, computed without building the trials."""
         a = self.axes
-        per_arch = (len(a.setups) * math.prod(len(v) for v in a.task.values()) * len(a.sizes)
-                    * math.prod(len(v) for v in a.model.values()) * len(a.n) * len(a.seeds))
+        per_model = len(a.setups) * math.prod(len(v) for v in a.task.values()) * len(a.n) * len(a.seeds)
+        models = {arch: len(model_variants(self, arch)) for arch in a.archs}
         if self.search.method == "optuna":
-            return len(a.archs) * per_arch * self.search.num_samples
-        return sum(len(self.lr.values(arch)) for arch in a.archs) * per_arch
+            return sum(models.values()) * per_model * self.search.num_samples
+        return sum(len(self.lr.values(arch)) * models[arch] for arch in a.archs) * per_model
 
     def warnings(self) -> list[str]:
         count = self.trial_count()
@@ -452,13 +452,19 @@ def _resized(cfg: ModelConfig, label: str, fields: dict) -> ModelConfig:
     return ModelConfig.model_validate({**cfg.model_dump(), **update})
 
 
+MAMBA_ONLY, ATTENTION_ONLY = ("d_state", "d_conv", "expand"), ("n_heads", "d_mlp")
+
+
 def model_variants(spec: SweepSpec, arch: str) -> dict[str, ModelConfig]:
     """The models of `arch` a spec sweeps, by size label: each size's preset, and
-    with axes.model each combination of its dimensions (tiny-dstate4-expand1)."""
-    axes = spec.axes.model
+    with axes.model each combination of its dimensions (tiny-dstate4-expand1).
+    A dimension the family has no layer for (d_state of a Transformer, n_heads of
+    Mamba) is not swept for it: the variants would be one model trained twice."""
     out = {}
     for size in spec.axes.sizes:
         base = preset(arch, size)
+        unused = (MAMBA_ONLY if not base.n_mamba_layers else ()) + (ATTENTION_ONLY if not base.attn_layer_idx else ())
+        axes = {k: v for k, v in spec.axes.model.items() if k not in unused}
         for values in itertools.product(*axes.values()):
             fields = dict(zip(axes, values))
             label = "-".join(filter(None, [size, _label(fields)]))

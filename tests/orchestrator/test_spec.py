@@ -255,7 +255,9 @@ def test_model_dimensions_are_axes_beyond_the_presets():
     spec = SweepSpec(name="x", task="ar", axes=dict(archs=["mamba", "hybrid", "transformer"], setups=["vanilla"],
                                                    sizes=["tiny"], n=[8], model={"d_state": [4, 32], "n_layers": [2, 4]}))
     trials = expand(spec)
-    assert len(trials) == spec.trial_count() == 3 * 2 * 2
+    # d_state is Mamba's: the Transformer is swept over n_layers alone, not trained twice per d_state
+    assert len(trials) == spec.trial_count() == 2 * 2 * 2 + 2
+    assert {t.model.size for t in trials if t.model.arch == "transformer"} == {"tiny-nlayers2", "tiny-nlayers4"}
     mamba = {t.model.size: t.model for t in trials if t.model.arch == "mamba"}
     assert set(mamba) == {"tiny-dstate4-nlayers2", "tiny-dstate4-nlayers4", "tiny-dstate32-nlayers2", "tiny-dstate32-nlayers4"}
     small, big = mamba["tiny-dstate4-nlayers2"], mamba["tiny-dstate32-nlayers2"]
