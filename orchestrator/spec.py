@@ -44,9 +44,10 @@ class AxesSpec(_Spec):
                          f"({N_MIN}..{N_MAX}); `icr-sweep tasks` says what it counts for each task")
     family: Family = Field("binary", description="IsTree only: the graphs' family")
     seeds: list[Seed] = Field([0], min_length=1)
-    model: dict[Literal[MODEL_AXES], list[int]] = Field(
+    model: dict[str, Union[list[int], dict[str, list[int]]]] = Field(
         {}, description="model dimensions to sweep beyond the presets, each a list crossed with sizes, e.g. "
-        "{d_state: [4, 16, 64]}: a preset with its fields replaced, named like tiny-dstate4")
+        "{d_state: [4, 16, 64]}: a preset with its fields replaced, named like tiny-dstate4; per arch: "
+        "{mamba: {d_state: [4, 16]}, transformer: {d_model: [64]}}")
 
     task: dict[str, list[Union[bool, int, float, str]]] = Field(
         {}, description="the task's other config fields to sweep, each a list crossed with setups, e.g. "
@@ -63,10 +64,28 @@ class AxesSpec(_Spec):
     @field_validator("model")
     @classmethod
     def _model_axes(cls, value):
-        for field, values in value.items():
-            if not values or len(set(values)) != len(values) or min(values) < 1:
-                raise ValueError(f"{field}: a list of distinct positive values, got {values}")
+        per_arch = [isinstance(v, dict) for v in value.values()]
+        if any(per_arch) and not all(per_arch):
+            raise ValueError("give dimensions for every arch ({d_state: [4, 16]}) or per arch "
+                             "({mamba: {d_state: [4, 16]}}), not both")
+        archs = Arch.__args__
+        known = ", ".join(map(repr, MODEL_AXES))
+        for key, axes in value.items():
+            if isinstance(axes, dict) and key not in archs:
+                raise ValueError(f"{key!r} is not an arch; known: {', '.join(map(repr, archs))}")
+            for field, values in (axes.items() if isinstance(axes, dict) else [(key, axes)]):
+                if field not in MODEL_AXES:
+                    raise ValueError(f"{field!r} is not a model dimension to sweep; known: {known}")
+                where = f"{key}.{field}" if isinstance(axes, dict) else field
+                if not values or len(set(values)) != len(values) or min(values) < 1:
+                    raise ValueError(f"{where}: a list of distinct positive values, got {values}")
         return value
+
+    def model_axes(self, arch: str) -> dict[str, list[int]]:
+        """The model dimensions swept for `arch`: `model` itself, or its entry for the arch."""
+        if any(isinstance(v, dict) for v in self.model.values()):
+            return self.model.get(arch, {})
+        return self.model
 
     @field_validator("archs", "setups", "sizes", "n", "seeds")
     @classmethod
@@ -240,6 +259,10 @@ class SweepSpec(_Spec):
             raise ValueError("search.method is optuna, but no learning rate of the swept archs is a distribution")
         if self.training.warmup_samples >= self.training.samples:
             raise ValueError(f"training.warmup_samples ({self.training.warmup_samples}) must be below training.samples")
+        unswept = [arch for arch in self.axes.model if isinstance(self.axes.model[arch], dict) and arch not in self.axes.archs]
+        if unswept:
+            raise ValueError(f"axes.model names {', '.join(unswept)}, which axes.archs does not sweep "
+                             f"({', '.join(self.axes.archs)})")
         for arch in self.axes.archs:
             try:
                 model_variants(self, arch)  # every preset exists, and every variant is a valid model
@@ -464,7 +487,7 @@ def model_variants(spec: SweepSpec, arch: str) -> dict[str, ModelConfig]:
     for size in spec.axes.sizes:
         base = preset(arch, size)
         unused = (MAMBA_ONLY if not base.n_mamba_layers else ()) + (ATTENTION_ONLY if not base.attn_layer_idx else ())
-        axes = {k: v for k, v in spec.axes.model.items() if k not in unused}
+        axes = {k: v for k, v in spec.axes.model_axes(arch).items() if k not in unused}
         for values in itertools.product(*axes.values()):
             fields = dict(zip(axes, values))
             label = "-".join(filter(None, [size, _label(fields)]))

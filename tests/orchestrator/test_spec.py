@@ -112,6 +112,14 @@ BAD_SPECS = {
     "family of another task": ("name: x\ntask: ar\naxes: {setups: [vanilla], n: [8], family: random}\n", ["axes.family is IsTree's"]),
     "unknown model axis": ("name: x\naxes: {model: {width: [64]}}\n", ["axes.model", "width", "'d_model'"]),
     "repeated model axis value": ("name: x\naxes: {model: {d_state: [4, 4]}}\n", ["axes.model", "d_state: a list of distinct positive values"]),
+    "model axes for an arch not swept": ("name: x\naxes: {archs: [transformer], model: {mamba: {d_state: [4]}}}\n",
+                                         ["axes.model names mamba, which axes.archs does not sweep (transformer)"]),
+    "model axes of no arch": ("name: x\naxes: {model: {rwkv: {d_state: [4]}}}\n",
+                              ["axes.model", "'rwkv' is not an arch; known: 'transformer', 'mamba', 'hybrid'"]),
+    "model axes both ways": ("name: x\naxes: {model: {mamba: {d_state: [4]}, d_model: [32]}}\n",
+                             ["axes.model", "or per arch", "not both"]),
+    "repeated per-arch value": ("name: x\naxes: {model: {mamba: {d_state: [4, 4]}}}\n",
+                                ["axes.model", "mamba.d_state: a list of distinct positive values"]),
     "invalid model variant": ("name: x\naxes: {archs: [transformer], sizes: [tiny], model: {d_model: [33]}}\n",
                               ["axes.model with transformer", "d_model 33 is not divisible by n_heads 2"]),
     "unknown task axis": ("name: x\ntask: mqar\naxes: {setups: [vanilla], n: [4], task: {length: [64]}}\n",
@@ -314,3 +322,28 @@ def test_a_checkpoint_from_before_task_labels_still_resumes(tmp_path):
     state["config"].pop("task_label")  # as written before the field existed
     torch.save(state, tmp_path / "checkpoint.pt")
     assert run_trial(trial, checkpoint_dir=tmp_path, resume_from=tmp_path)["samples"] == 64
+
+
+def test_model_axes_per_arch_vary_only_that_arch():
+    from workloads.models import preset
+
+    spec = SweepSpec(name="x", task="mqar", task_params={"vocab": 64, "seq_len": 32},
+                     axes=dict(archs=["transformer", "mamba", "hybrid"], setups=["vanilla"], sizes=["tiny"], n=[2, 4],
+                               model={"transformer": {"d_model": [64]}, "mamba": {"d_state": [1, 16]}}))
+    trials = expand(spec)
+    assert len(trials) == spec.trial_count() == 2 * (1 + 2 + 1)
+    sizes = {(t.model.arch, t.model.size) for t in trials}
+    assert sizes == {("transformer", "tiny-dmodel64"), ("mamba", "tiny-dstate1"), ("mamba", "tiny-dstate16"),
+                     ("hybrid", "tiny")}
+    by_size = {t.model.size: t.model for t in trials}
+    assert by_size["tiny-dmodel64"].d_model == 64 and by_size["tiny"].d_state == preset("hybrid", "tiny").d_state
+    assert by_size["tiny-dstate1"].state_floats < by_size["tiny-dstate16"].state_floats
+
+
+def test_the_frontier_spec_plans_what_its_comments_say():
+    spec = load_spec(Path(__file__).parents[2] / "sweeps" / "retrieval_frontier_cpu.yaml")
+    trials = expand(spec)
+    text = (Path(__file__).parents[2] / "sweeps" / "retrieval_frontier_cpu.yaml").read_text()
+    assert f"{len(trials)} trials, {spec.training.samples // 1000}k samples each" in text
+    states = sorted({t.model.state_floats for t in trials if t.model.arch == "mamba"})
+    assert f"{states[0]} and {states[1]:,} floats of state" in text
