@@ -108,7 +108,8 @@ def load_trials(run_dir: Path, planned: dict[str, dict] | None = None, locked: b
             config = planned.get(name)
             if config_problem and config is None:
                 state, error = "unreadable", config_problem
-            elif config_problem:
+            elif config_problem and (results or (trial_dir / "params.json").exists()):
+                # (Tune makes a pending trial's directory before it writes params.json: nothing amiss)
                 problems.append(config_problem + "; config taken from the spec")
         last = results[-1] if results else {}
         metrics = {k: last.get(k) for k in METRIC_KEYS}

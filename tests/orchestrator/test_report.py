@@ -156,12 +156,20 @@ def test_trial_state_comes_from_what_tune_recorded_not_from_file_times(tmp_path)
     (run / errored / "error.txt").write_text("Traceback ...\nRuntimeError: boom\n")
     os.utime(run / errored / "error.txt", (1, 1))
     shutil.rmtree(run / untouched)  # planned, never started
+    made = "mamba-cot-0.5M-n16-lr3e-4-s2"  # pending: Tune made its directory, nothing in it yet
+    shutil.rmtree(run / made)
+    (run / made).mkdir()
+    started = "mamba-cot-0.5M-n32-lr3e-4-s0"  # results, but its params.json lost
+    (run / started / "params.json").unlink()
     _tune_state(run, {**{t.name: "TERMINATED" for t in trials[:3]}, errored: "ERROR", midway: "RUNNING"})
     df = load_trials(run, planned_trials(SweepSpec.model_validate(json.loads((run / SPEC_FILE).read_text())["spec"])))
     states = df.set_index("trial")["state"]
     assert states[errored] == "error" and "RuntimeError: boom" in df.set_index("trial").loc[errored, "error"]
     assert states[midway] == "interrupted"  # Tune says running, but no driver holds the sweep
     assert states[untouched] == "pending" and len(df) == len(trials)
+    errors = df.set_index("trial")["error"]
+    assert states[made] == "pending" and errors[made] == ""  # nothing is wrong with a trial not started
+    assert "params.json is missing; config taken from the spec" in errors[started]
     with RunLock(str(run)):
         assert load_trials(run).set_index("trial").loc[midway, "state"] == "running"
 
