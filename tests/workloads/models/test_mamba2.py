@@ -1,0 +1,136 @@
+"""Mamba-2's mixer: the chunked SSD form against the recurrence (float64, values
+and gradients), cached decoding against the full forward, causality, parameter
+and state counts, and mamba-ssm's kernel against ours on a GPU."""
+
+import pytest
+import torch
+
+from workloads.models.mamba2 import (
+    Mamba2Cache,
+    Mamba2Mixer,
+    mamba2_kernel,
+    mamba2_params,
+    mamba2_state_floats,
+    ssd_chunked,
+    ssd_recurrent,
+)
+
+
+def _ssd_inputs(batch=2, length=37, heads=3, headdim=4, d_state=5, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, length, heads, headdim, generator=g, dtype=torch.float64)
+    dt = torch.nn.functional.softplus(torch.randn(batch, length, heads, generator=g, dtype=torch.float64))
+    A = -torch.rand(heads, generator=g, dtype=torch.float64) * 4 - 0.1
+    B = torch.randn(batch, length, d_state, generator=g, dtype=torch.float64)
+    C = torch.randn(batch, length, d_state, generator=g, dtype=torch.float64)
+    state = torch.randn(batch, heads, headdim, d_state, generator=g, dtype=torch.float64)
+    return [t.requires_grad_() for t in (x, dt, A, B, C, state)]
+
+
+@pytest.mark.parametrize("length,chunk", [(37, 8), (32, 8), (5, 16), (64, 64), (1, 4)])
+@pytest.mark.parametrize("from_state", [False, True])
+def test_chunked_ssd_equals_the_recurrence_in_values_and_gradients(length, chunk, from_state):
+    inputs = _ssd_inputs(length=length)
+    state = inputs[-1] if from_state else None
+    y_ref, last_ref = ssd_recurrent(*inputs[:-1], state=state)
+    y, last = ssd_chunked(*inputs[:-1], chunk=chunk, state=state)
+    torch.testing.assert_close(y, y_ref, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(last, last_ref, rtol=1e-10, atol=1e-10)
+    weights = [torch.randn_like(y), torch.randn_like(last)]
+    grads_ref = torch.autograd.grad((y_ref * weights[0]).sum() + (last_ref * weights[1]).sum(), inputs, allow_unused=True)
+    grads = torch.autograd.grad((y * weights[0]).sum() + (last * weights[1]).sum(), inputs, allow_unused=True)
+    for name, g, g_ref in zip(("x", "dt", "A", "B", "C", "state"), grads, grads_ref):
+        if g_ref is None:  # the state, when not given
+            assert g is None, name
+            continue
+        torch.testing.assert_close(g, g_ref, rtol=1e-9, atol=1e-9, msg=name)
+
+
+def test_strong_decay_over_a_long_chunk_stays_finite():
+    """exp(s_t - s_u) is masked before it is taken: above the diagonal s_t - s_u is
+    large and positive, and an unmasked exp would overflow into inf * 0 = nan."""
+    x, dt, A, B, C, _ = _ssd_inputs(length=64)
+    with torch.no_grad():
+        dt.mul_(50)
+    y, last = ssd_chunked(x, dt, A, B, C, chunk=64)
+    y.sum().backward()
+    assert torch.isfinite(y).all() and torch.isfinite(x.grad).all() and torch.isfinite(dt.grad).all()
+    torch.testing.assert_close(y, ssd_recurrent(x, dt, A, B, C)[0])
+
+
+def _mixer(seed=0, **kw):
+    torch.manual_seed(seed)
+    args = dict(d_model=16, d_state=8, d_conv=4, expand=2, headdim=8, chunk=8)
+    return Mamba2Mixer(**{**args, **kw}).double()
+
+
+@pytest.mark.parametrize("prompt", [1, 7, 19])
+def test_cached_decoding_equals_the_full_forward(prompt):
+    mixer = _mixer()
+    h = torch.randn(3, 26, 16, dtype=torch.float64)
+    full = mixer(h)
+    cache = mixer.new_cache(3, h)
+    outs = [mixer(h[:, :prompt], cache)]
+    assert isinstance(cache, Mamba2Cache) and cache.filled
+    outs += [mixer(h[:, t : t + 1], cache) for t in range(prompt, h.shape[1])]
+    torch.testing.assert_close(torch.cat(outs, dim=1), full, rtol=1e-10, atol=1e-10)
+
+
+def test_the_recurrent_scan_runs_the_same_mixer():
+    mixer = _mixer()
+    h = torch.randn(2, 21, 16, dtype=torch.float64)
+    chunked = mixer(h)
+    mixer.scan = "recurrent"
+    torch.testing.assert_close(mixer(h), chunked, rtol=1e-10, atol=1e-10)
+
+
+def test_changing_a_future_input_leaves_earlier_outputs_unchanged():
+    mixer = _mixer()
+    h = torch.randn(2, 30, 16, dtype=torch.float64)
+    changed = h.clone()
+    changed[:, 17:] = torch.randn(2, 13, 16, dtype=torch.float64)
+    a, b = mixer(h), mixer(changed)
+    torch.testing.assert_close(a[:, :17], b[:, :17], rtol=0, atol=0)
+    assert not torch.allclose(a[:, 17:], b[:, 17:])
+
+
+@pytest.mark.parametrize("d_model,d_state,expand,headdim", [(16, 8, 2, 8), (64, 16, 2, 32), (128, 64, 2, 64), (48, 4, 1, 16)])
+def test_parameter_and_state_counts_follow_the_shapes(d_model, d_state, expand, headdim):
+    mixer = Mamba2Mixer(d_model=d_model, d_state=d_state, expand=expand, headdim=headdim)
+    assert sum(p.numel() for p in mixer.parameters()) == mamba2_params(d_model, d_state, 4, expand, headdim)
+    cache = mixer.new_cache(1, torch.zeros(1))
+    assert cache.conv.numel() + cache.ssm.numel() == mamba2_state_floats(d_model, d_state, 4, expand)
+
+
+def test_init_follows_mamba_ssm():
+    torch.manual_seed(0)
+    mixer = Mamba2Mixer(d_model=256, d_state=16, expand=2, headdim=8, n_layers=4)  # 64 heads
+    A = torch.exp(mixer.A_log)
+    dt = torch.nn.functional.softplus(mixer.dt_bias)
+    assert 1 <= A.min() and A.max() <= 16
+    assert 1e-3 * 0.999 <= dt.min() and dt.max() <= 0.1 * 1.001
+    assert (mixer.D == 1).all() and (mixer.norm_weight == 1).all()
+    bound = 1 / 512**0.5 / 4**0.5  # PyTorch's default bound, over sqrt(n_layers)
+    assert mixer.out_proj.weight.abs().max() <= bound and mixer.out_proj.weight.abs().max() > 0.9 * bound
+
+
+def test_a_width_the_heads_do_not_divide_is_refused():
+    with pytest.raises(ValueError, match="expand \\* d_model \\(96\\) is not divisible by headdim 64"):
+        Mamba2Mixer(d_model=48, headdim=64)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or mamba2_kernel() is None, reason="needs CUDA and mamba-ssm")
+def test_mamba_ssm_kernel_equals_our_chunked_form():
+    mixer = Mamba2Mixer(d_model=64, d_state=16, headdim=32, chunk=64).cuda()
+    h = torch.randn(4, 200, 64, device="cuda")
+    outputs = {}
+    for scan in ("auto", "chunked"):
+        mixer.scan = scan
+        mixer.zero_grad()
+        out = mixer(h)
+        out.square().mean().backward()
+        outputs[scan] = (out.detach(), [p.grad.clone() for p in mixer.parameters()])
+    torch.testing.assert_close(outputs["auto"][0], outputs["chunked"][0], rtol=1e-3, atol=1e-3)
+    for g, g_ref in zip(outputs["auto"][1], outputs["chunked"][1]):
+        torch.testing.assert_close(g, g_ref, rtol=1e-2, atol=1e-4)

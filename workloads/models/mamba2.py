@@ -1,0 +1,195 @@
+"""Mamba-2 layer (Dao and Gu 2024, "Transformers are SSMs"): the mixer of
+mamba-ssm 2.x's `Mamba2`, with one group of B and C and no MLP.
+
+in_proj gives z (the gate), xBC and dt per head; a causal depthwise conv and SiLU
+run over xBC; then the SSD recurrence, per head h with a scalar decay:
+
+    S_t = exp(dt_t A_h) S_{t-1} + dt_t x_t B_t^T        (S_t: headdim x d_state)
+    y_t = S_t C_t + D_h x_t
+
+and out_proj(RMSNorm(y * silu(z))). Training runs the chunked (SSD) form of the
+recurrence: within a chunk a masked, decayed C B^T product, across chunks the
+state. Cached decoding runs the recurrence a token at a time. On CUDA, mamba-ssm's
+fused Triton kernel (`mamba_chunk_scan_combined`) replaces the chunked form when it
+imports; it is imported lazily, as `import mamba_ssm` needs its CUDA build.
+"""
+
+import functools
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def ssd_recurrent(x, dt, A, B, C, state=None):
+    """The recurrence, a token at a time: the reference.
+
+    x (batch, length, heads, headdim), dt (batch, length, heads) after softplus,
+    A (heads,) negative, B and C (batch, length, d_state), state (batch, heads,
+    headdim, d_state) or None for zeros. Returns y like x (without the D skip) and
+    the last state."""
+    b, length, h, p = x.shape
+    if state is None:
+        state = x.new_zeros(b, h, p, B.shape[-1])
+    ys = []
+    for t in range(length):
+        decay = torch.exp(dt[:, t] * A)[..., None, None]
+        state = decay * state + (dt[:, t, :, None] * x[:, t])[..., None] * B[:, t, None, None, :]
+        ys.append((state * C[:, t, None, None, :]).sum(-1))
+    return torch.stack(ys, dim=1), state
+
+
+def ssd_chunked(x, dt, A, B, C, chunk: int = 64, state=None):
+    """The same recurrence in chunks of `chunk` tokens (arguments as ssd_recurrent).
+
+    With a_t = dt_t A and s_t its running sum inside a chunk, a token t of the chunk
+    receives sum_{u <= t} exp(s_t - s_u) (C_t . B_u) dt_u x_u from the chunk and
+    exp(s_t) S_in C_t from the state entering it; the state leaving the chunk is
+    exp(s_end) S_in + sum_u exp(s_end - s_u) dt_u x_u B_u^T. A length that is not a
+    multiple of `chunk` is padded with dt = 0, which leaves the state unchanged."""
+    b, length, h, p = x.shape
+    pad = -length % chunk
+    if pad:
+        x, B, C = (F.pad(v, (0, 0) * (v.dim() - 2) + (0, pad)) for v in (x, B, C))
+        dt = F.pad(dt, (0, 0, 0, pad))
+    n_chunks = x.shape[1] // chunk
+    # (batch, chunks, chunk, ...)
+    xc = (x * dt[..., None]).view(b, n_chunks, chunk, h, p)
+    Bc, Cc = B.view(b, n_chunks, chunk, -1), C.view(b, n_chunks, chunk, -1)
+    s = torch.cumsum((dt * A).view(b, n_chunks, chunk, h), dim=2)  # (b, c, t, h), non-increasing in t
+    causal = torch.ones(chunk, chunk, dtype=torch.bool, device=x.device).tril()
+    # exp(s_t - s_u) for u <= t, 0 above the diagonal (masked before exp: s_t - s_u > 0 there)
+    gaps = (s[:, :, :, None, :] - s[:, :, None, :, :]).masked_fill(~causal[None, None, :, :, None], -math.inf)
+    weights = torch.einsum("bctn,bcun->bctu", Cc, Bc)[..., None] * torch.exp(gaps)  # (b, c, t, u, h)
+    y = torch.einsum("bctuh,bcuhp->bcthp", weights, xc)
+    to_end = torch.exp(s[:, :, -1:, :] - s)  # (b, c, t, h): decay from each token to the chunk's end
+    added = torch.einsum("bcth,bcthp,bctn->bchpn", to_end, xc, Bc)
+    if state is None:
+        state = x.new_zeros(b, h, p, B.shape[-1])
+    inflow = []
+    for c in range(n_chunks):  # the state passed from chunk to chunk: n_chunks small steps
+        inflow.append(state)
+        state = torch.exp(s[:, c, -1])[..., None, None] * state + added[:, c]
+    inflow = torch.stack(inflow, dim=1)  # (b, c, h, p, n): the state entering each chunk
+    y = y + torch.einsum("bcth,bchpn,bctn->bcthp", torch.exp(s), inflow, Cc)
+    return y.reshape(b, n_chunks * chunk, h, p)[:, :length], state
+
+
+@functools.cache
+def _import_kernel():
+    try:
+        from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
+    except Exception as e:  # ImportError, or triton / the extension failing to load
+        return None, f"{type(e).__name__}: {e}"
+    return mamba_chunk_scan_combined, ""
+
+
+def mamba2_kernel():
+    """mamba-ssm's fused SSD kernel, or None where it does not import."""
+    return _import_kernel()[0]
+
+
+def mamba2_params(d_model: int, d_state: int, d_conv: int, expand: int, headdim: int) -> int:
+    """Trainable parameters of one mixer, from its shapes."""
+    d_inner = expand * d_model
+    heads, conv_dim = d_inner // headdim, d_inner + 2 * d_state
+    in_proj = d_model * (2 * d_inner + 2 * d_state + heads)
+    return in_proj + conv_dim * (d_conv + 1) + 3 * heads + d_inner + d_inner * d_model
+
+
+def mamba2_state_floats(d_model: int, d_state: int, d_conv: int, expand: int) -> int:
+    """The state one sequence carries per layer: the SSM state of every head
+    (d_inner x d_state in all) and the conv's last d_conv - 1 inputs of xBC."""
+    d_inner = expand * d_model
+    return d_inner * d_state + (d_inner + 2 * d_state) * (d_conv - 1)
+
+
+@dataclass
+class Mamba2Cache:
+    conv: torch.Tensor  # (batch, conv_dim, d_conv - 1): the conv's most recent inputs
+    ssm: torch.Tensor  # (batch, heads, headdim, d_state)
+    filled: bool = False
+
+
+class Mamba2Mixer(nn.Module):
+    """`scan`: auto (mamba-ssm's kernel on CUDA where it imports, the chunked form
+    otherwise), chunked, or recurrent (the step-by-step reference)."""
+
+    def __init__(self, d_model: int, d_state: int = 64, d_conv: int = 4, expand: int = 2, headdim: int = 32,
+                 chunk: int = 64, n_layers: int = 1, norm_eps: float = 1e-5, scan: str = "auto"):
+        super().__init__()
+        d_inner = expand * d_model
+        if d_inner % headdim:
+            raise ValueError(f"expand * d_model ({d_inner}) is not divisible by headdim {headdim}")
+        self.d_inner, self.d_state, self.d_conv, self.headdim = d_inner, d_state, d_conv, headdim
+        self.heads, self.chunk, self.scan, self.norm_eps = d_inner // headdim, chunk, scan, norm_eps
+        self.conv_dim = d_inner + 2 * d_state
+        self.in_proj = nn.Linear(d_model, 2 * d_inner + 2 * d_state + self.heads, bias=False)
+        self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, d_conv, groups=self.conv_dim, padding=d_conv - 1)
+        # mamba-ssm's init: dt log-uniform in [1e-3, 1e-1] (floor 1e-4) stored through an
+        # inverse softplus, A uniform in [1, 16], D ones, the norm's weight ones.
+        dt = torch.exp(torch.rand(self.heads) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3)).clamp(min=1e-4)
+        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))
+        self.A_log = nn.Parameter(torch.log(torch.empty(self.heads).uniform_(1, 16)))
+        self.D = nn.Parameter(torch.ones(self.heads))
+        self.norm_weight = nn.Parameter(torch.ones(d_inner))
+        self.out_proj = nn.Linear(d_inner, d_model, bias=False)
+        with torch.no_grad():  # GPT-2's residual rule, as mamba-ssm's MixerModel applies it
+            self.out_proj.weight /= math.sqrt(n_layers)
+
+    def new_cache(self, batch: int, like: torch.Tensor) -> Mamba2Cache:
+        acc = torch.promote_types(like.dtype, torch.float32)
+        return Mamba2Cache(conv=like.new_zeros(batch, self.conv_dim, self.d_conv - 1),
+                           ssm=like.new_zeros(batch, self.heads, self.headdim, self.d_state, dtype=acc))
+
+    def _split(self, xBC: torch.Tensor):
+        x, B, C = xBC.split([self.d_inner, self.d_state, self.d_state], dim=-1)
+        return x.unflatten(-1, (self.heads, self.headdim)), B, C
+
+    def _gate_norm_out(self, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """mamba-ssm's RMSNormGated with norm_before_gate=False: the gate, then the norm."""
+        y = y.flatten(-2) * F.silu(z)
+        y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.norm_eps) * self.norm_weight
+        return self.out_proj(y)
+
+    def forward(self, h: torch.Tensor, cache: Mamba2Cache | None = None) -> torch.Tensor:
+        if cache is not None and cache.filled:
+            return self.step(h, cache)
+        length = h.shape[1]
+        z, xBC, dt = self.in_proj(h).split([self.d_inner, self.conv_dim, self.heads], dim=-1)
+        xBC_t = xBC.transpose(1, 2)
+        if cache is not None:
+            cache.conv = F.pad(xBC_t, (self.d_conv - 1, 0))[..., -(self.d_conv - 1):].contiguous()
+        x, B, C = self._split(F.silu(self.conv1d(xBC_t)[..., :length]).transpose(1, 2))
+        acc = torch.promote_types(x.dtype, torch.float32)  # the scan's precision: fp32, or fp64 in tests
+        A = -torch.exp(self.A_log.to(acc))
+        kernel = mamba2_kernel() if self.scan == "auto" and h.is_cuda else None
+        if kernel is not None:
+            y, last = kernel(x, dt, A, B[:, :, None], C[:, :, None], self.chunk, D=self.D, dt_bias=self.dt_bias,
+                             dt_softplus=True, return_final_states=True)
+        else:
+            dt = F.softplus(dt + self.dt_bias).to(acc)
+            if self.scan == "recurrent":
+                y, last = ssd_recurrent(x.to(acc), dt, A, B.to(acc), C.to(acc))
+            else:
+                y, last = ssd_chunked(x.to(acc), dt, A, B.to(acc), C.to(acc), self.chunk)
+            y = y.to(x.dtype) + x * self.D[:, None]
+        if cache is not None:
+            cache.ssm, cache.filled = last.to(acc), True
+        return self._gate_norm_out(y, z)
+
+    def step(self, h: torch.Tensor, cache: Mamba2Cache) -> torch.Tensor:
+        """One token, h of shape (batch, 1, d_model); advances the cache."""
+        z, xBC, dt = self.in_proj(h[:, 0]).split([self.d_inner, self.conv_dim, self.heads], dim=-1)
+        window = torch.cat([cache.conv, xBC[:, :, None]], dim=-1)  # (batch, conv_dim, d_conv)
+        cache.conv = window[:, :, 1:]
+        x, B, C = self._split(F.silu((window * self.conv1d.weight[:, 0, :]).sum(-1) + self.conv1d.bias))
+        acc = cache.ssm.dtype
+        dt = F.softplus(dt + self.dt_bias).to(acc)
+        A = -torch.exp(self.A_log.to(acc))
+        y, cache.ssm = ssd_recurrent(x[:, None].to(acc), dt[:, None], A, B[:, None].to(acc), C[:, None].to(acc),
+                                     cache.ssm)
+        y = y[:, 0].to(x.dtype) + x * self.D[:, None]
+        return self._gate_norm_out(y, z)[:, None]
