@@ -1,0 +1,142 @@
+"""Gated DeltaNet's mixer: the chunked (WY/UT) form against the recurrence
+(float64, values and gradients), cached decoding against the full forward,
+causality, parameter and state counts, and fla's kernel against ours on a GPU."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from workloads.models.gated_deltanet import (
+    GatedDeltaNetCache,
+    GatedDeltaNetMixer,
+    delta_chunked,
+    delta_recurrent,
+    gated_deltanet_kernel,
+    gated_deltanet_params,
+    gated_deltanet_state_floats,
+)
+
+
+def _delta_inputs(batch=2, length=37, heads=3, dk=4, dv=6, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen, dtype=torch.float64)
+
+    q = F.normalize(randn(batch, length, heads, dk), dim=-1) / dk**0.5
+    k = F.normalize(randn(batch, length, heads, dk), dim=-1)
+    v = randn(batch, length, heads, dv)
+    g = -F.softplus(randn(batch, length, heads))
+    beta = torch.sigmoid(randn(batch, length, heads))
+    state = randn(batch, heads, dk, dv)
+    return [t.requires_grad_() for t in (q, k, v, g, beta, state)]
+
+
+@pytest.mark.parametrize("length,chunk", [(37, 8), (32, 8), (5, 16), (64, 64), (1, 4)])
+@pytest.mark.parametrize("from_state", [False, True])
+def test_chunked_delta_rule_equals_the_recurrence_in_values_and_gradients(length, chunk, from_state):
+    inputs = _delta_inputs(length=length)
+    state = inputs[-1] if from_state else None
+    o_ref, last_ref = delta_recurrent(*inputs[:-1], state=state)
+    o, last = delta_chunked(*inputs[:-1], chunk=chunk, state=state)
+    torch.testing.assert_close(o, o_ref, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(last, last_ref, rtol=1e-10, atol=1e-10)
+    weights = [torch.randn_like(o), torch.randn_like(last)]
+    loss_ref = (o_ref * weights[0]).sum() + (last_ref * weights[1]).sum()
+    loss = (o * weights[0]).sum() + (last * weights[1]).sum()
+    grads_ref = torch.autograd.grad(loss_ref, inputs, allow_unused=True)
+    grads = torch.autograd.grad(loss, inputs, allow_unused=True)
+    for name, grad, grad_ref in zip(("q", "k", "v", "g", "beta", "state"), grads, grads_ref):
+        if grad_ref is None:  # the state, when not given
+            assert grad is None, name
+            continue
+        torch.testing.assert_close(grad, grad_ref, rtol=1e-9, atol=1e-9, msg=name)
+
+
+def test_the_delta_rule_overwrites_what_a_key_reads():
+    """With beta = 1 and no decay, writing (k, v) makes k read exactly v, whatever
+    the state held: the rule's point, and what plain linear attention lacks."""
+    q, k, v, g, beta, state = (t.detach() for t in _delta_inputs(length=1))
+    o, last = delta_recurrent(k * 1.0, k, v, torch.zeros_like(g), torch.ones_like(beta), state)
+    torch.testing.assert_close(torch.einsum("bhkv,bhk->bhv", last, k[:, 0]), v[:, 0])
+
+
+def test_strong_decay_over_a_long_chunk_stays_finite():
+    q, k, v, g, beta, _ = _delta_inputs(length=64)
+    with torch.no_grad():
+        g.mul_(60)
+    o, _ = delta_chunked(q, k, v, g, beta, chunk=64)
+    o.sum().backward()
+    assert torch.isfinite(o).all() and torch.isfinite(g.grad).all() and torch.isfinite(k.grad).all()
+    torch.testing.assert_close(o, delta_recurrent(q, k, v, g, beta)[0])
+
+
+def _mixer(seed=0, **kw):
+    torch.manual_seed(seed)
+    return GatedDeltaNetMixer(**{**dict(d_model=16, n_heads=2, head_dim=4, expand_v=2, chunk=8), **kw}).double()
+
+
+@pytest.mark.parametrize("prompt", [1, 7, 19])
+def test_cached_decoding_equals_the_full_forward(prompt):
+    mixer = _mixer()
+    h = torch.randn(3, 26, 16, dtype=torch.float64)
+    full = mixer(h)
+    cache = mixer.new_cache(3, h)
+    outs = [mixer(h[:, :prompt], cache)]
+    assert isinstance(cache, GatedDeltaNetCache) and cache.filled
+    outs += [mixer(h[:, t : t + 1], cache) for t in range(prompt, h.shape[1])]
+    torch.testing.assert_close(torch.cat(outs, dim=1), full, rtol=1e-10, atol=1e-10)
+
+
+def test_the_recurrent_scan_runs_the_same_mixer():
+    mixer = _mixer()
+    h = torch.randn(2, 21, 16, dtype=torch.float64)
+    chunked = mixer(h)
+    mixer.scan = "recurrent"
+    torch.testing.assert_close(mixer(h), chunked, rtol=1e-10, atol=1e-10)
+
+
+def test_changing_a_future_input_leaves_earlier_outputs_unchanged():
+    mixer = _mixer()
+    h = torch.randn(2, 30, 16, dtype=torch.float64)
+    changed = h.clone()
+    changed[:, 17:] = torch.randn(2, 13, 16, dtype=torch.float64)
+    a, b = mixer(h), mixer(changed)
+    torch.testing.assert_close(a[:, :17], b[:, :17], rtol=0, atol=0)
+    assert not torch.allclose(a[:, 17:], b[:, 17:])
+
+
+@pytest.mark.parametrize("d_model,n_heads,head_dim,expand_v", [(16, 2, 4, 2), (64, 2, 32, 2), (128, 4, 32, 1)])
+def test_parameter_and_state_counts_follow_the_shapes(d_model, n_heads, head_dim, expand_v):
+    mixer = GatedDeltaNetMixer(d_model=d_model, n_heads=n_heads, head_dim=head_dim, expand_v=expand_v)
+    assert sum(p.numel() for p in mixer.parameters()) == gated_deltanet_params(d_model, n_heads, head_dim, expand_v, 4)
+    cache = mixer.new_cache(1, torch.zeros(1))
+    assert cache.conv.numel() + cache.state.numel() == gated_deltanet_state_floats(d_model, n_heads, head_dim, expand_v, 4)
+
+
+def test_init_follows_flash_linear_attention():
+    torch.manual_seed(0)
+    mixer = GatedDeltaNetMixer(d_model=64, n_heads=256, head_dim=4)
+    A = torch.exp(mixer.A_log)
+    dt = F.softplus(mixer.dt_bias)
+    assert 0 < A.min() and A.max() <= 16 and A.mean() > 6  # uniform on [0, 16]
+    assert 1e-3 * 0.999 <= dt.min() and dt.max() <= 0.1 * 1.001
+    assert (mixer.norm_weight == 1).all() and mixer.conv1d.bias is None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or gated_deltanet_kernel() is None,
+                    reason="needs CUDA and flash-linear-attention")
+def test_fla_kernel_equals_our_chunked_form():
+    mixer = GatedDeltaNetMixer(d_model=64, n_heads=2, head_dim=32, chunk=64).cuda()
+    h = torch.randn(4, 200, 64, device="cuda")
+    outputs = {}
+    for scan in ("auto", "chunked"):
+        mixer.scan = scan
+        mixer.zero_grad()
+        out = mixer(h)
+        out.square().mean().backward()
+        outputs[scan] = (out.detach(), [p.grad.clone() for p in mixer.parameters()])
+    torch.testing.assert_close(outputs["auto"][0], outputs["chunked"][0], rtol=1e-3, atol=1e-3)
+    for grad, grad_ref in zip(outputs["auto"][1], outputs["chunked"][1]):
+        torch.testing.assert_close(grad, grad_ref, rtol=1e-2, atol=1e-4)

@@ -1,0 +1,203 @@
+"""Gated DeltaNet layer (Yang, Kautz and Hatamizadeh, ICLR 2025): the delta rule
+with a Mamba-2 style decay, laid out as flash-linear-attention's `GatedDeltaNet`.
+
+Per head, with q and k L2-normalised (q then scaled by 1/sqrt(head_dim)), beta_t =
+sigmoid(b_proj x_t) and the decay a_t = exp(g_t), g_t = -exp(A_log) softplus(a_proj
+x_t + dt_bias), the state H (head_dim x value dim) follows
+
+    u_t = beta_t (v_t - a_t H_{t-1}^T k_t)        (what k_t should read, corrected)
+    H_t = a_t H_{t-1} + k_t u_t^T
+    o_t = H_t^T q_t
+
+q, k and v pass short causal convolutions with SiLU first; the output is
+o_proj(RMSNorm(o) * silu(g_proj x)), the norm per head. Training runs the chunked
+form of the recurrence (the WY/UT representation: within a chunk the u_t solve
+one unit lower-triangular system); decoding runs the recurrence. On CUDA,
+flash-linear-attention's kernel (package fla-core) replaces the chunked form where
+it imports; it is imported lazily, as it needs triton.
+"""
+
+import functools
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def delta_recurrent(q, k, v, g, beta, state=None):
+    """The recurrence, a token at a time: the reference. q and k (batch, length,
+    heads, dk), normalised and scaled; v (batch, length, heads, dv); g and beta
+    (batch, length, heads); state (batch, heads, dk, dv) or None for zeros.
+    Returns o like v and the last state."""
+    b, length, h, dk = k.shape
+    if state is None:
+        state = v.new_zeros(b, h, dk, v.shape[-1])
+    outs = []
+    for t in range(length):
+        state = torch.exp(g[:, t])[..., None, None] * state
+        u = beta[:, t, :, None] * (v[:, t] - torch.einsum("bhkv,bhk->bhv", state, k[:, t]))
+        state = state + k[:, t, :, :, None] * u[:, :, None, :]
+        outs.append(torch.einsum("bhkv,bhk->bhv", state, q[:, t]))
+    return torch.stack(outs, dim=1), state
+
+
+def delta_chunked(q, k, v, g, beta, chunk: int = 64, state=None):
+    """The same recurrence in chunks (arguments as delta_recurrent).
+
+    Inside a chunk entered with state S, let c_t be the running product of the
+    decays and G_ts = c_t / c_s. Unrolling gives H_t = c_t S + sum_{s <= t} G_ts k_s u_s^T,
+    so the u_t satisfy (I + L) U = diag(beta) (V - diag(c) K S), L_ts = beta_t G_ts
+    (k_t . k_s) for s < t: one unit lower-triangular solve per chunk gives
+    U = T V - (T diag(c) K) S with T = (I + L)^-1 diag(beta). Then
+    O = diag(c) Q S + (Q K^T * G, s <= t) U and the state leaving the chunk is
+    c_end S + (K * c_end / c)^T U. A length that is not a multiple of `chunk` is
+    padded with g = 0 and beta = 0, which leave the state unchanged."""
+    b, length, h, dk = k.shape
+    dv = v.shape[-1]
+    pad = -length % chunk
+    if pad:
+        q, k, v = (F.pad(x, (0, 0, 0, 0, 0, pad)) for x in (q, k, v))
+        g, beta = (F.pad(x, (0, 0, 0, pad)) for x in (g, beta))
+    n_chunks = k.shape[1] // chunk
+    # (batch, heads, chunks, chunk, ...): one head's chunk is a small matrix problem
+    q, k, v = (x.view(b, n_chunks, chunk, h, -1).permute(0, 3, 1, 2, 4) for x in (q, k, v))
+    g, beta = (x.view(b, n_chunks, chunk, h).permute(0, 3, 1, 2) for x in (g, beta))
+    log_c = torch.cumsum(g, dim=-1)  # (b, h, n, t), non-increasing in t
+    gaps = log_c[..., :, None] - log_c[..., None, :]  # log G_ts; positive above the diagonal
+    eye = torch.eye(chunk, dtype=torch.bool, device=k.device)
+    below = torch.ones(chunk, chunk, dtype=torch.bool, device=k.device).tril(-1)
+    decay_strict = torch.exp(gaps.masked_fill(~below, -math.inf))  # masked before exp: no overflow
+    decay_causal = torch.exp(gaps.masked_fill(~(below | eye), -math.inf))
+    system = torch.eye(chunk, dtype=k.dtype, device=k.device) + beta[..., None] * decay_strict * (k @ k.transpose(-1, -2))
+    T_v = torch.linalg.solve_triangular(system, beta[..., None] * v, upper=False, unitriangular=True)
+    T_k = torch.linalg.solve_triangular(system, (beta * torch.exp(log_c))[..., None] * k, upper=False,
+                                        unitriangular=True)
+    scores = (q @ k.transpose(-1, -2)) * decay_causal  # (b, h, n, t, s)
+    to_end = torch.exp(log_c[..., -1:] - log_c)  # c_end / c_t
+    if state is None:
+        state = v.new_zeros(b, h, dk, dv)
+    outs = []
+    for n in range(n_chunks):  # the state passed from chunk to chunk
+        u = T_v[:, :, n] - T_k[:, :, n] @ state
+        outs.append(torch.exp(log_c[:, :, n])[..., None] * (q[:, :, n] @ state) + scores[:, :, n] @ u)
+        state = torch.exp(log_c[:, :, n, -1])[..., None, None] * state + (k[:, :, n] * to_end[:, :, n, :, None]).transpose(-1, -2) @ u
+    o = torch.stack(outs, dim=2)  # (b, h, n, t, dv)
+    return o.permute(0, 2, 3, 1, 4).reshape(b, n_chunks * chunk, h, dv)[:, :length], state
+
+
+@functools.cache
+def _import_kernel():
+    try:
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+    except Exception as e:  # not installed, or triton failing to load
+        return None, f"{type(e).__name__}: {e}"
+    return chunk_gated_delta_rule, ""
+
+
+def gated_deltanet_kernel():
+    """flash-linear-attention's chunked kernel, or None where it does not import."""
+    return _import_kernel()[0]
+
+
+def gated_deltanet_params(d_model: int, n_heads: int, head_dim: int, expand_v: int, d_conv: int) -> int:
+    """Trainable parameters of one mixer, from its shapes."""
+    dk, dv = n_heads * head_dim, n_heads * head_dim * expand_v
+    projections = d_model * (2 * dk + 2 * dv + 2 * n_heads) + dv * d_model  # q k v g a b, o
+    return projections + (2 * dk + dv) * d_conv + 2 * n_heads + head_dim * expand_v
+
+
+def gated_deltanet_state_floats(d_model: int, n_heads: int, head_dim: int, expand_v: int, d_conv: int) -> int:
+    """The state one sequence carries per layer: every head's H (head_dim x value
+    dim) and the last d_conv - 1 inputs of the q, k and v convolutions."""
+    dk, dv = n_heads * head_dim, n_heads * head_dim * expand_v
+    return n_heads * head_dim * head_dim * expand_v + (2 * dk + dv) * (d_conv - 1)
+
+
+@dataclass
+class GatedDeltaNetCache:
+    conv: torch.Tensor  # (batch, 2 dk + dv, d_conv - 1): the convolutions' most recent inputs
+    state: torch.Tensor  # (batch, heads, head_dim, value dim)
+    filled: bool = False
+
+
+class GatedDeltaNetMixer(nn.Module):
+    """`scan`: auto (fla's kernel on CUDA where it imports, the chunked form
+    otherwise), chunked, or recurrent (the step-by-step reference)."""
+
+    def __init__(self, d_model: int, n_heads: int = 2, head_dim: int = 32, expand_v: int = 2, d_conv: int = 4,
+                 chunk: int = 64, n_layers: int = 1, norm_eps: float = 1e-5, scan: str = "auto"):
+        super().__init__()
+        self.n_heads, self.head_dim, self.dv = n_heads, head_dim, head_dim * expand_v
+        self.d_conv, self.chunk, self.scan, self.norm_eps = d_conv, chunk, scan, norm_eps
+        self.key_dim, self.value_dim = n_heads * head_dim, n_heads * self.dv
+        self.conv_dim = 2 * self.key_dim + self.value_dim
+        self.q_proj = nn.Linear(d_model, self.key_dim, bias=False)
+        self.k_proj = nn.Linear(d_model, self.key_dim, bias=False)
+        self.v_proj = nn.Linear(d_model, self.value_dim, bias=False)
+        self.a_proj = nn.Linear(d_model, n_heads, bias=False)
+        self.b_proj = nn.Linear(d_model, n_heads, bias=False)
+        self.g_proj = nn.Linear(d_model, self.value_dim, bias=False)
+        # q, k and v convolve separately, as three depthwise convs (one weight here)
+        self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, d_conv, groups=self.conv_dim, padding=d_conv - 1,
+                                bias=False)
+        # fla's init: A uniform in [0, 16], dt as Mamba's (log-uniform in [1e-3, 1e-1], floor 1e-4)
+        self.A_log = nn.Parameter(torch.log(torch.empty(n_heads).uniform_(0, 16)))
+        dt = torch.exp(torch.rand(n_heads) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3)).clamp(min=1e-4)
+        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))
+        self.norm_weight = nn.Parameter(torch.ones(self.dv))
+        self.o_proj = nn.Linear(self.value_dim, d_model, bias=False)
+        with torch.no_grad():  # the residual rule the other recurrent mixers follow
+            self.o_proj.weight /= math.sqrt(n_layers)
+
+    def new_cache(self, batch: int, like: torch.Tensor) -> GatedDeltaNetCache:
+        acc = torch.promote_types(like.dtype, torch.float32)
+        return GatedDeltaNetCache(conv=like.new_zeros(batch, self.conv_dim, self.d_conv - 1),
+                                  state=like.new_zeros(batch, self.n_heads, self.head_dim, self.dv, dtype=acc))
+
+    def _inputs(self, h: torch.Tensor, qkv: torch.Tensor):
+        """q, k (normalised, q scaled), v, g and beta per head, in the scan's precision."""
+        acc = torch.promote_types(h.dtype, torch.float32)
+        q, k, v = qkv.to(acc).split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
+        q, k, v = q.unflatten(-1, (self.n_heads, -1)), k.unflatten(-1, (self.n_heads, -1)), v.unflatten(-1, (self.n_heads, -1))
+        q = F.normalize(q, dim=-1) / math.sqrt(self.head_dim)
+        k = F.normalize(k, dim=-1)
+        g = -torch.exp(self.A_log.to(acc)) * F.softplus(self.a_proj(h).to(acc) + self.dt_bias)
+        beta = torch.sigmoid(self.b_proj(h).to(acc))
+        return q, k, v, g, beta
+
+    def _norm_gate_out(self, o: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """fla's FusedRMSNormGated: each head's output normalised, then gated."""
+        o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + self.norm_eps) * self.norm_weight
+        return self.o_proj((o.flatten(-2) * F.silu(self.g_proj(h))).to(h.dtype))
+
+    def forward(self, h: torch.Tensor, cache: GatedDeltaNetCache | None = None) -> torch.Tensor:
+        if cache is not None and cache.filled:
+            return self.step(h, cache)
+        length = h.shape[1]
+        qkv = torch.cat([self.q_proj(h), self.k_proj(h), self.v_proj(h)], dim=-1).transpose(1, 2)
+        if cache is not None:
+            cache.conv = F.pad(qkv, (self.d_conv - 1, 0))[..., -(self.d_conv - 1):].contiguous()
+        qkv = F.silu(self.conv1d(qkv)[..., :length]).transpose(1, 2)
+        q, k, v, g, beta = self._inputs(h, qkv)
+        kernel = gated_deltanet_kernel() if self.scan == "auto" and h.is_cuda else None
+        if kernel is not None:
+            o, last = kernel(q, k, v, g, beta, scale=1.0, output_final_state=True)
+        elif self.scan == "recurrent":
+            o, last = delta_recurrent(q, k, v, g, beta)
+        else:
+            o, last = delta_chunked(q, k, v, g, beta, self.chunk)
+        if cache is not None:
+            cache.state, cache.filled = last, True
+        return self._norm_gate_out(o, h)
+
+    def step(self, h: torch.Tensor, cache: GatedDeltaNetCache) -> torch.Tensor:
+        """One token, h of shape (batch, 1, d_model); advances the cache."""
+        qkv = torch.cat([self.q_proj(h[:, 0]), self.k_proj(h[:, 0]), self.v_proj(h[:, 0])], dim=-1)
+        window = torch.cat([cache.conv, qkv[:, :, None]], dim=-1)  # (batch, conv_dim, d_conv)
+        cache.conv = window[:, :, 1:]
+        qkv = F.silu((window * self.conv1d.weight[:, 0, :]).sum(-1))[:, None]
+        q, k, v, g, beta = self._inputs(h, qkv)
+        o, cache.state = delta_recurrent(q, k, v, g, beta, cache.state)
+        return self._norm_gate_out(o, h)
