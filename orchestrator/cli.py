@@ -256,7 +256,8 @@ def train(
         bar.update(done - bar.n)
 
     def report(metrics: dict, _checkpoint) -> None:
-        shown = {k: metrics[k] for k in ("train_loss", "val_loss", "val_exact_match", "gen_accuracy") if metrics[k] is not None}
+        shown = {k: metrics[k] for k in ("train_loss", "val_loss", "val_exact_match", "val_token_accuracy", "gen_accuracy")
+                 if metrics.get(k) is not None}
         bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items()})
         with open(out / "history.jsonl", "a") as f:
             f.write(json.dumps({k: v for k, v in metrics.items() if k != "config"}) + "\n")

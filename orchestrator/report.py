@@ -33,7 +33,8 @@ COLUMNS = {"model.arch": "arch", "task.setup": "setup", "model.size": "size", "t
            "task.family": "family", "train.lr": "lr", "train.seed": "seed"}
 
 
-METRIC_KEYS = ("samples", "train_loss", "val_loss", "val_exact_match", "gen_accuracy", "samples_per_s")
+METRIC_KEYS = ("samples", "train_loss", "val_loss", "val_exact_match", "val_token_accuracy", "gen_accuracy",
+               "samples_per_s")
 
 
 def _read_results(path: Path) -> tuple[list[dict], list[str]]:
@@ -123,7 +124,7 @@ def load_trials(run_dir: Path, planned: dict[str, dict] | None = None, locked: b
     if "task_label" in df and "setup" in df:  # a spec's task axes: vanilla-seqlen64, as trial names say
         label = df["task_label"].fillna("").astype(str)
         df["setup"] = df["setup"].where(label == "", df["setup"].astype(str) + "-" + label)
-    for column in ("val_exact_match", "gen_accuracy", "val_loss", "samples"):
+    for column in ("val_exact_match", "val_token_accuracy", "gen_accuracy", "val_loss", "samples"):
         df[column] = pd.to_numeric(df[column], errors="coerce")
     return df
 
@@ -133,20 +134,25 @@ def load_trials(run_dir: Path, planned: dict[str, dict] | None = None, locked: b
 METRICS = {
     "val_exact_match": "teacher-forced exact match (the paper's metric)",
     "gen_accuracy": "generation accuracy (ours: greedy decoding, the real retriever in the retrieval setup)",
+    "val_token_accuracy": "teacher-forced accuracy per supervised token (for mqar, zoology's accuracy per query)",
 }
+SHORT = {"val_exact_match": ("teacher-forced exact match", "exact_match"),
+         "gen_accuracy": ("generation accuracy (ours)", "gen_accuracy"),
+         "val_token_accuracy": ("accuracy per supervised token", "token_accuracy")}
+SUMMARIES = ("val_exact_match", "val_token_accuracy", "gen_accuracy", "val_loss")  # best.csv: mean and std of each
 
 
 def best_by_cell(df: pd.DataFrame, metric: str = "val_exact_match", mode: str = "max") -> pd.DataFrame:
     """Per (arch, setup, size, n): the learning rate whose mean final `metric` over
     seeds is best (highest for mode max, lowest for min), with the mean and spread
-    over seeds of exact match, generation accuracy and validation loss."""
-    columns = GROUP + ["lr", "seeds"] + [f"{m}{s}" for m in ("val_exact_match", "gen_accuracy", "val_loss") for s in ("", "_std")]
+    over seeds of exact match, token accuracy, generation accuracy and validation loss."""
+    columns = GROUP + ["lr", "seeds"] + [f"{m}{s}" for m in SUMMARIES for s in ("", "_std")]
     done = df[df["state"] == "finished"]
     if done.empty:
         return pd.DataFrame(columns=columns)
     by_lr = done.groupby(GROUP + ["lr"]).agg(
         seeds=("val_exact_match", "size"),
-        **{f"{m}{suffix}": (m, how) for m in ("val_exact_match", "gen_accuracy", "val_loss")
+        **{f"{m}{suffix}": (m, how) for m in SUMMARIES
            for suffix, how in (("", "mean"), ("_std", "std"))},
     ).reset_index()
     # A metric missing in every seed never wins over one that was measured.
@@ -169,13 +175,14 @@ def _fmt(row, metric: str, with_lr: bool) -> str:
 
 
 def markdown_tables(best: pd.DataFrame, selected_by: str = "val_exact_match max") -> str:
-    """Per size, two tables (rows setup x arch, columns n): exact match, the headline,
-    then generation accuracy of the same trials."""
+    """Per size, a table (rows setup x arch, columns n) per metric measured: exact
+    match, the headline, then generation accuracy and token accuracy of the same
+    trials."""
     out = []
     for size in sorted(best["size"].unique(), key=size_key):
         part = best[best["size"] == size]
         ns = sorted(part["n"].unique())
-        for metric, title in METRICS.items():
+        for metric, title in _measured(part):
             first = metric == "val_exact_match"
             out.append(f"### {size} models: {title}\n")
             if first:
@@ -189,6 +196,12 @@ def markdown_tables(best: pd.DataFrame, selected_by: str = "val_exact_match max"
     return "\n".join(out)
 
 
+def _measured(best: pd.DataFrame) -> list[tuple[str, str]]:
+    """The metrics of METRICS some cell has a value of (no generation accuracy for
+    a task without a generation protocol, none of token accuracy in old runs)."""
+    return [(m, title) for m, title in METRICS.items() if m in best and best[m].notna().any()]
+
+
 def plot(best: pd.DataFrame, out_dir: Path, task: str = "IsTree") -> list[Path]:
     """The paper's figure (accuracy against n, a panel per setup, a line per arch),
     one PNG per size and metric: exact_match_<size>.png and gen_accuracy_<size>.png."""
@@ -199,7 +212,7 @@ def plot(best: pd.DataFrame, out_dir: Path, task: str = "IsTree") -> list[Path]:
 
     paths = []
     setups = sorted(set(best["setup"]), key=setup_key)
-    for metric, title in METRICS.items():
+    for metric, _ in _measured(best):
         for size in sorted(best["size"].unique(), key=size_key):
             part = best[best["size"] == size]
             fig, axes = plt.subplots(1, len(setups), figsize=(max(6, 4 * len(setups)), 3.4), sharey=True, squeeze=False)
@@ -208,10 +221,10 @@ def plot(best: pd.DataFrame, out_dir: Path, task: str = "IsTree") -> list[Path]:
                     rows = rows.sort_values("n")
                     ax.errorbar(rows["n"], rows[metric], yerr=rows[metric + "_std"], marker="o", capsize=3, label=arch)
                 ax.set_title(setup)
-                ax.set_xlabel("n (vertices)")
+                ax.set_xlabel("n (vertices)" if task == "IsTree" else "n")
                 ax.set_xscale("log", base=2)
                 ax.set_xticks(sorted(part["n"].unique()), labels=[str(n) for n in sorted(part["n"].unique())])
-                if metric == "gen_accuracy":
+                if metric == "gen_accuracy" and task == "IsTree":
                     # Rows that never write an answer count as wrong: below chance is possible.
                     ax.set_ylim(min(0.4, part[metric].min() - 0.05), 1.02)
                     ax.axhline(0.5, color="grey", lw=0.5, ls="--")  # guessing the answer
@@ -220,10 +233,9 @@ def plot(best: pd.DataFrame, out_dir: Path, task: str = "IsTree") -> list[Path]:
                 ax.grid(alpha=0.3)
             axes[0][0].set_ylabel(metric)
             axes[0][-1].legend(loc="best", fontsize=8)
-            short = "teacher-forced exact match" if metric == "val_exact_match" else "generation accuracy (ours)"
+            short, name = SHORT[metric]
             fig.suptitle(f"{task}, {size} models: {short}")
             fig.tight_layout()
-            name = "exact_match" if metric == "val_exact_match" else metric
             path = out_dir / f"{name}_{size}.png"
             fig.savefig(path, dpi=120)
             plt.close(fig)

@@ -20,9 +20,11 @@ def supervised_loss(logits: torch.Tensor, batch: Batch, reduction: str = "mean")
 
 @torch.no_grad()
 def teacher_forced(model, batches: list[Batch], autocast) -> dict:
-    """Mean supervised loss per token, and the fraction of samples whose every
-    supervised token is the model's argmax under teacher forcing."""
-    loss_sum, tokens, exact, samples = 0.0, 0, 0, 0
+    """Mean supervised loss per token, the fraction of samples whose every
+    supervised token is the model's argmax under teacher forcing (exact match), and
+    the fraction of supervised tokens that are (token accuracy: for mqar, zoology's
+    accuracy per query)."""
+    loss_sum, tokens, exact, samples, right_tokens = 0.0, 0, 0, 0, 0
     for batch in batches:
         with autocast():
             logits = model(batch.tokens[:, :-1])
@@ -31,8 +33,9 @@ def teacher_forced(model, batches: list[Batch], autocast) -> dict:
         tokens += int(mask.sum())
         right = (logits.argmax(-1) == batch.next_tokens) | ~mask
         exact += int(right.all(dim=1).sum())
+        right_tokens += int((right & mask).sum())
         samples += batch.tokens.shape[0]
-    return {"val_loss": loss_sum / tokens, "val_exact_match": exact / samples}
+    return {"val_loss": loss_sum / tokens, "val_exact_match": exact / samples, "val_token_accuracy": right_tokens / tokens}
 
 
 @torch.no_grad()

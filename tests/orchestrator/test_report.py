@@ -278,3 +278,25 @@ def test_report_writes_the_frontier_for_a_sweep_over_n(tmp_path):
     assert math.isnan(rows.loc["mamba", "largest_solved"])
     report = (run / "report.md").read_text()
     assert "## Frontier" in report and "| cot | mamba | 0.5M |" in report and "frontier.png" in report
+
+
+def test_a_task_without_generation_gets_no_generation_tables_and_its_token_accuracy(tmp_path):
+    spec = SweepSpec(name="mq", task="mqar", task_params={"vocab": 64, "seq_len": 32},
+                     axes=dict(archs=["transformer"], setups=["vanilla"], sizes=["tiny"], n=[2, 4]),
+                     training=dict(samples=200, eval_every=100, warmup_samples=10))
+    run = tmp_path / "mq"
+    run.mkdir()
+    (run / SPEC_FILE).write_text(json.dumps({"spec": spec.model_dump(mode="json")}))
+    for trial in expand(spec):
+        (run / trial.name).mkdir()
+        (run / trial.name / "params.json").write_text(json.dumps({"trial": trial.model_dump(mode="json")}))
+        row = dict(samples=200, train_loss=0.5, val_loss=0.5, val_exact_match=0.5, val_token_accuracy=0.8,
+                   gen_accuracy=None, final_eval=True)
+        (run / trial.name / "result.json").write_text(json.dumps(row) + "\n")
+    result = CliRunner().invoke(app, ["report", str(run)])
+    assert result.exit_code == 0, result.output
+    report = (run / "report.md").read_text()
+    assert "tiny models: teacher-forced accuracy per supervised token" in report and "0.800 ± 0.000" in report
+    assert "generation accuracy (ours" not in report.split("## Every trial")[0].split("## Best learning rate")[1]
+    assert (run / "token_accuracy_tiny.png").exists() and not (run / "gen_accuracy_tiny.png").exists()
+    assert pd.read_csv(run / "best.csv")["val_token_accuracy"].tolist() == [0.8, 0.8]
