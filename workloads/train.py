@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import torch
+from pydantic import ValidationError
 
 from workloads.config import TrialConfig
 from workloads.evaluate import generation_accuracy, supervised_loss, teacher_forced
@@ -40,6 +41,16 @@ def _differences(saved: dict, wanted: dict, prefix: str = "") -> list[str]:
         elif a != b:
             out.append(f"{prefix}{key} (checkpoint {a!r}, now {b!r})")
     return out
+
+
+def _as_today(config: dict) -> dict:
+    """A stored trial config with the fields added since it was written at their
+    defaults, so that a checkpoint from before a new field still resumes; as stored
+    where it no longer validates (its differences are then named)."""
+    try:
+        return TrialConfig.model_validate(config).model_dump(mode="json")
+    except ValidationError:
+        return config
 
 
 def resolve_device(requested: str) -> torch.device:
@@ -104,9 +115,9 @@ class Trial:
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        # The task label names the trial and trains nothing (checkpoints from before it had none).
+        # The task label names the trial and trains nothing.
         wanted = self.config.model_dump(mode="json", exclude={"task_label"})
-        saved = {k: v for k, v in state["config"].items() if k != "task_label"}
+        saved = {k: v for k, v in _as_today(state["config"]).items() if k != "task_label"}
         if saved != wanted:
             differ = _differences(saved, wanted)
             raise CheckpointError(f"the checkpoint was written by a trial with another config: {'; '.join(differ)}")

@@ -308,7 +308,7 @@ def test_task_parameters_are_axes_with_setups_of_their_own(tmp_path):
     assert (best[best["setup"].str.contains("seqlen64")]["val_exact_match"] == 0.0).all()
 
 
-def test_a_checkpoint_from_before_task_labels_still_resumes(tmp_path):
+def test_a_checkpoint_from_before_a_new_config_field_still_resumes(tmp_path):
     import torch
 
     from workloads.train import run_trial
@@ -319,7 +319,8 @@ def test_a_checkpoint_from_before_task_labels_still_resumes(tmp_path):
     trial = expand(spec)[0]
     run_trial(trial, checkpoint_dir=tmp_path, stop_after=32)
     state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
-    state["config"].pop("task_label")  # as written before the field existed
+    state["config"].pop("task_label")  # as written before these fields existed
+    state["config"]["train"].pop("precision")
     torch.save(state, tmp_path / "checkpoint.pt")
     assert run_trial(trial, checkpoint_dir=tmp_path, resume_from=tmp_path)["samples"] == 64
 
