@@ -63,6 +63,35 @@ def _task_config(task: str, n: int, setup: Optional[str], family: Family, sets: 
 
 
 SET_OPTION = typer.Option([], "--set", help="another field of the task's config, FIELD=VALUE (e.g. ar: keys=64); repeatable")
+DIM_OPTION = typer.Option([], "--dim", help="a model dimension beyond the preset, FIELD=VALUE (d_model, d_state, n_layers, "
+                          "expand, n_heads, d_mlp, d_conv), as a spec's axes.model; repeatable")
+
+
+def _model_config(arch: str, size: str, dims: list[str]):
+    """The preset, with --dim's fields replaced and named as a spec names it (tiny-dmodel64)."""
+    from pydantic import ValidationError
+
+    from orchestrator.spec import MODEL_AXES, _label, _resized
+    from workloads.models import preset
+
+    try:
+        base = preset(arch, size)
+    except ValueError as e:
+        _fail(f"--size: {e}")
+    fields = {}
+    for item in dims:
+        key, sep, value = (part.strip() for part in item.partition("="))
+        if not (sep and key in MODEL_AXES and value.isdigit() and int(value) > 0):
+            _fail(f"--dim: {item!r} is not FIELD=VALUE with FIELD one of {', '.join(MODEL_AXES)} and VALUE a positive integer")
+        fields[key] = int(value)
+    if not fields:
+        return base
+    try:
+        return _resized(base, f"{size}-{_label(fields)}", fields)
+    except ValidationError as e:
+        _fail(f"--dim: {e.errors()[0]['msg'].removeprefix('Value error, ')}")
+    except ValueError as e:
+        _fail(f"--dim: {e}")
 
 
 @app.command("show-task")
@@ -201,6 +230,7 @@ def train(
     out: Path = typer.Option(..., help="directory for metrics.json, history.jsonl and the checkpoint"),
     task: str = typer.Option("istree", help="a task name (`icr-sweep tasks` lists them)"),
     sets: list[str] = SET_OPTION,
+    dims: list[str] = DIM_OPTION,
     family: Family = typer.Option("binary", help="istree: the graphs' family"),
     samples: int = typer.Option(1_000_000, help="training samples in all"),
     lr: Optional[float] = typer.Option(None, help="peak learning rate [default: 1e-3 transformer, 3e-4 others]"),
@@ -226,13 +256,14 @@ def train(
     if warmup_samples is None:
         warmup_samples = min(10_000, samples // 10)
     task_config = _task_config(task, n, setup, family, sets)
+    model = _model_config(arch, size, dims)
     try:
         config = trial_config(
             arch, size, task_config, lr=lr,
             samples=samples, seed=seed, batch_size=batch_size, warmup_samples=warmup_samples,
             eval_every=eval_every, val_samples=val_samples, gen_every_eval=gen_every_eval,
             grad_clip=grad_clip, device=device, precision=precision,
-        )
+        ).model_copy(update={"model": model})
         check_storage(str(out), flag="--out")
         out.mkdir(parents=True, exist_ok=True)
     except ValidationError as e:

@@ -392,3 +392,25 @@ def test_train_command_takes_any_task_and_its_parameters(tmp_path, thread_pools)
     stored = json.loads((out / "metrics.json").read_text())
     assert stored["config"]["task"] == {"name": "index", "n": 10, "values": 5, "setup": "retrieval"}
     assert 0 <= stored["gen_accuracy"] <= 1
+
+
+def test_train_takes_model_dimensions_beyond_the_preset_named_as_a_spec_names_them(tmp_path, thread_pools):
+    from orchestrator.spec import SweepSpec, expand
+
+    out = tmp_path / "trial"
+    args = ["train", "--task", "mqar", "--set", "vocab=64", "--set", "seq_len=32", "--arch", "mamba", "--size", "tiny",
+            "--dim", "d_state=1", "--dim", "d_model=16", "--setup", "vanilla", "--n", "2", "--samples", "64",
+            "--eval-every", "64", "--val-samples", "16", "--warmup-samples", "0", "--out", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    model = json.loads((out / "metrics.json").read_text())["config"]["model"]
+    spec = SweepSpec(name="x", task="mqar", task_params={"vocab": 64, "seq_len": 32},
+                     axes=dict(archs=["mamba"], setups=["vanilla"], sizes=["tiny"], n=[2],
+                               model={"d_state": [1], "d_model": [16]}))
+    assert model == expand(spec)[0].model.model_dump(mode="json")  # the same model, the same label
+    assert model["size"] == "tiny-dstate1-dmodel16"
+    for bad, message in ((["--dim", "width=3"], "is not FIELD=VALUE with FIELD one of d_model"),
+                         (["--dim", "d_model=33", "--arch", "transformer"], "d_model 33 is not divisible by n_heads 2"),
+                         (["--size", "3M"], "--size: unknown size '3M' for mamba")):
+        result = CliRunner().invoke(app, args + bad)
+        assert result.exit_code == 2 and message in result.output, result.output

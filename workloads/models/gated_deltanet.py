@@ -25,6 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from workloads.models.ssm_init import dt_bias_init
+
 
 def delta_recurrent(q, k, v, g, beta, state=None):
     """The recurrence, a token at a time: the reference. q and k (batch, length,
@@ -144,8 +146,7 @@ class GatedDeltaNetMixer(nn.Module):
                                 bias=False)
         # fla's init: A uniform in [0, 16], dt as Mamba's (log-uniform in [1e-3, 1e-1], floor 1e-4)
         self.A_log = nn.Parameter(torch.log(torch.empty(n_heads).uniform_(0, 16)))
-        dt = torch.exp(torch.rand(n_heads) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3)).clamp(min=1e-4)
-        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))
+        self.dt_bias = nn.Parameter(dt_bias_init(n_heads))
         self.norm_weight = nn.Parameter(torch.ones(self.dv))
         self.o_proj = nn.Linear(self.value_dim, d_model, bias=False)
         with torch.no_grad():  # the residual rule the other recurrent mixers follow

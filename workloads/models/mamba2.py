@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from workloads.models.ssm_init import dt_bias_init
+
 
 def ssd_recurrent(x, dt, A, B, C, state=None):
     """The recurrence, a token at a time: the reference.
@@ -130,8 +132,7 @@ class Mamba2Mixer(nn.Module):
         self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, d_conv, groups=self.conv_dim, padding=d_conv - 1)
         # mamba-ssm's init: dt log-uniform in [1e-3, 1e-1] (floor 1e-4) stored through an
         # inverse softplus, A uniform in [1, 16], D ones, the norm's weight ones.
-        dt = torch.exp(torch.rand(self.heads) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3)).clamp(min=1e-4)
-        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))
+        self.dt_bias = nn.Parameter(dt_bias_init(self.heads))
         self.A_log = nn.Parameter(torch.log(torch.empty(self.heads).uniform_(1, 16)))
         self.D = nn.Parameter(torch.ones(self.heads))
         self.norm_weight = nn.Parameter(torch.ones(d_inner))

@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tests.workloads.models import mixer_checks
 from workloads.models.gated_deltanet import (
-    GatedDeltaNetCache,
     GatedDeltaNetMixer,
     delta_chunked,
     delta_recurrent,
@@ -35,22 +35,9 @@ def _delta_inputs(batch=2, length=37, heads=3, dk=4, dv=6, seed=0):
 @pytest.mark.parametrize("length,chunk", [(37, 8), (32, 8), (5, 16), (64, 64), (1, 4)])
 @pytest.mark.parametrize("from_state", [False, True])
 def test_chunked_delta_rule_equals_the_recurrence_in_values_and_gradients(length, chunk, from_state):
-    inputs = _delta_inputs(length=length)
-    state = inputs[-1] if from_state else None
-    o_ref, last_ref = delta_recurrent(*inputs[:-1], state=state)
-    o, last = delta_chunked(*inputs[:-1], chunk=chunk, state=state)
-    torch.testing.assert_close(o, o_ref, rtol=1e-10, atol=1e-10)
-    torch.testing.assert_close(last, last_ref, rtol=1e-10, atol=1e-10)
-    weights = [torch.randn_like(o), torch.randn_like(last)]
-    loss_ref = (o_ref * weights[0]).sum() + (last_ref * weights[1]).sum()
-    loss = (o * weights[0]).sum() + (last * weights[1]).sum()
-    grads_ref = torch.autograd.grad(loss_ref, inputs, allow_unused=True)
-    grads = torch.autograd.grad(loss, inputs, allow_unused=True)
-    for name, grad, grad_ref in zip(("q", "k", "v", "g", "beta", "state"), grads, grads_ref):
-        if grad_ref is None:  # the state, when not given
-            assert grad is None, name
-            continue
-        torch.testing.assert_close(grad, grad_ref, rtol=1e-9, atol=1e-9, msg=name)
+    names = ("q", "k", "v", "g", "beta", "state")
+    mixer_checks.chunked_equals_recurrent(delta_chunked, delta_recurrent, _delta_inputs(length=length), names, chunk,
+                                          from_state)
 
 
 def test_the_delta_rule_overwrites_what_a_key_reads():
@@ -78,32 +65,15 @@ def _mixer(seed=0, **kw):
 
 @pytest.mark.parametrize("prompt", [1, 7, 19])
 def test_cached_decoding_equals_the_full_forward(prompt):
-    mixer = _mixer()
-    h = torch.randn(3, 26, 16, dtype=torch.float64)
-    full = mixer(h)
-    cache = mixer.new_cache(3, h)
-    outs = [mixer(h[:, :prompt], cache)]
-    assert isinstance(cache, GatedDeltaNetCache) and cache.filled
-    outs += [mixer(h[:, t : t + 1], cache) for t in range(prompt, h.shape[1])]
-    torch.testing.assert_close(torch.cat(outs, dim=1), full, rtol=1e-10, atol=1e-10)
+    mixer_checks.cached_decoding_equals_the_full_forward(_mixer(), 16, prompt)
 
 
 def test_the_recurrent_scan_runs_the_same_mixer():
-    mixer = _mixer()
-    h = torch.randn(2, 21, 16, dtype=torch.float64)
-    chunked = mixer(h)
-    mixer.scan = "recurrent"
-    torch.testing.assert_close(mixer(h), chunked, rtol=1e-10, atol=1e-10)
+    mixer_checks.recurrent_scan_equals_the_chunked_one(_mixer(), 16)
 
 
 def test_changing_a_future_input_leaves_earlier_outputs_unchanged():
-    mixer = _mixer()
-    h = torch.randn(2, 30, 16, dtype=torch.float64)
-    changed = h.clone()
-    changed[:, 17:] = torch.randn(2, 13, 16, dtype=torch.float64)
-    a, b = mixer(h), mixer(changed)
-    torch.testing.assert_close(a[:, :17], b[:, :17], rtol=0, atol=0)
-    assert not torch.allclose(a[:, 17:], b[:, 17:])
+    mixer_checks.future_inputs_leave_earlier_outputs_unchanged(_mixer(), 16)
 
 
 @pytest.mark.parametrize("d_model,n_heads,head_dim,expand_v", [(16, 2, 4, 2), (64, 2, 32, 2), (128, 4, 32, 1)])
@@ -128,15 +98,4 @@ def test_init_follows_flash_linear_attention():
 @pytest.mark.skipif(not torch.cuda.is_available() or gated_deltanet_kernel() is None,
                     reason="needs CUDA and flash-linear-attention")
 def test_fla_kernel_equals_our_chunked_form():
-    mixer = GatedDeltaNetMixer(d_model=64, n_heads=2, head_dim=32, chunk=64).cuda()
-    h = torch.randn(4, 200, 64, device="cuda")
-    outputs = {}
-    for scan in ("auto", "chunked"):
-        mixer.scan = scan
-        mixer.zero_grad()
-        out = mixer(h)
-        out.square().mean().backward()
-        outputs[scan] = (out.detach(), [p.grad.clone() for p in mixer.parameters()])
-    torch.testing.assert_close(outputs["auto"][0], outputs["chunked"][0], rtol=1e-3, atol=1e-3)
-    for grad, grad_ref in zip(outputs["auto"][1], outputs["chunked"][1]):
-        torch.testing.assert_close(grad, grad_ref, rtol=1e-2, atol=1e-4)
+    mixer_checks.kernel_equals_chunked(GatedDeltaNetMixer(d_model=64, n_heads=2, head_dim=32, chunk=64).cuda(), 64)

@@ -5,8 +5,8 @@ and state counts, and mamba-ssm's kernel against ours on a GPU."""
 import pytest
 import torch
 
+from tests.workloads.models import mixer_checks
 from workloads.models.mamba2 import (
-    Mamba2Cache,
     Mamba2Mixer,
     mamba2_kernel,
     mamba2_params,
@@ -30,20 +30,9 @@ def _ssd_inputs(batch=2, length=37, heads=3, headdim=4, d_state=5, seed=0):
 @pytest.mark.parametrize("length,chunk", [(37, 8), (32, 8), (5, 16), (64, 64), (1, 4)])
 @pytest.mark.parametrize("from_state", [False, True])
 def test_chunked_ssd_equals_the_recurrence_in_values_and_gradients(length, chunk, from_state):
-    inputs = _ssd_inputs(length=length)
-    state = inputs[-1] if from_state else None
-    y_ref, last_ref = ssd_recurrent(*inputs[:-1], state=state)
-    y, last = ssd_chunked(*inputs[:-1], chunk=chunk, state=state)
-    torch.testing.assert_close(y, y_ref, rtol=1e-10, atol=1e-10)
-    torch.testing.assert_close(last, last_ref, rtol=1e-10, atol=1e-10)
-    weights = [torch.randn_like(y), torch.randn_like(last)]
-    grads_ref = torch.autograd.grad((y_ref * weights[0]).sum() + (last_ref * weights[1]).sum(), inputs, allow_unused=True)
-    grads = torch.autograd.grad((y * weights[0]).sum() + (last * weights[1]).sum(), inputs, allow_unused=True)
-    for name, g, g_ref in zip(("x", "dt", "A", "B", "C", "state"), grads, grads_ref):
-        if g_ref is None:  # the state, when not given
-            assert g is None, name
-            continue
-        torch.testing.assert_close(g, g_ref, rtol=1e-9, atol=1e-9, msg=name)
+    names = ("x", "dt", "A", "B", "C", "state")
+    mixer_checks.chunked_equals_recurrent(ssd_chunked, ssd_recurrent, _ssd_inputs(length=length), names, chunk,
+                                          from_state)
 
 
 def test_strong_decay_over_a_long_chunk_stays_finite():
@@ -66,32 +55,15 @@ def _mixer(seed=0, **kw):
 
 @pytest.mark.parametrize("prompt", [1, 7, 19])
 def test_cached_decoding_equals_the_full_forward(prompt):
-    mixer = _mixer()
-    h = torch.randn(3, 26, 16, dtype=torch.float64)
-    full = mixer(h)
-    cache = mixer.new_cache(3, h)
-    outs = [mixer(h[:, :prompt], cache)]
-    assert isinstance(cache, Mamba2Cache) and cache.filled
-    outs += [mixer(h[:, t : t + 1], cache) for t in range(prompt, h.shape[1])]
-    torch.testing.assert_close(torch.cat(outs, dim=1), full, rtol=1e-10, atol=1e-10)
+    mixer_checks.cached_decoding_equals_the_full_forward(_mixer(), 16, prompt)
 
 
 def test_the_recurrent_scan_runs_the_same_mixer():
-    mixer = _mixer()
-    h = torch.randn(2, 21, 16, dtype=torch.float64)
-    chunked = mixer(h)
-    mixer.scan = "recurrent"
-    torch.testing.assert_close(mixer(h), chunked, rtol=1e-10, atol=1e-10)
+    mixer_checks.recurrent_scan_equals_the_chunked_one(_mixer(), 16)
 
 
 def test_changing_a_future_input_leaves_earlier_outputs_unchanged():
-    mixer = _mixer()
-    h = torch.randn(2, 30, 16, dtype=torch.float64)
-    changed = h.clone()
-    changed[:, 17:] = torch.randn(2, 13, 16, dtype=torch.float64)
-    a, b = mixer(h), mixer(changed)
-    torch.testing.assert_close(a[:, :17], b[:, :17], rtol=0, atol=0)
-    assert not torch.allclose(a[:, 17:], b[:, 17:])
+    mixer_checks.future_inputs_leave_earlier_outputs_unchanged(_mixer(), 16)
 
 
 @pytest.mark.parametrize("d_model,d_state,expand,headdim", [(16, 8, 2, 8), (64, 16, 2, 32), (128, 64, 2, 64), (48, 4, 1, 16)])
@@ -122,15 +94,4 @@ def test_a_width_the_heads_do_not_divide_is_refused():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available() or mamba2_kernel() is None, reason="needs CUDA and mamba-ssm")
 def test_mamba_ssm_kernel_equals_our_chunked_form():
-    mixer = Mamba2Mixer(d_model=64, d_state=16, headdim=32, chunk=64).cuda()
-    h = torch.randn(4, 200, 64, device="cuda")
-    outputs = {}
-    for scan in ("auto", "chunked"):
-        mixer.scan = scan
-        mixer.zero_grad()
-        out = mixer(h)
-        out.square().mean().backward()
-        outputs[scan] = (out.detach(), [p.grad.clone() for p in mixer.parameters()])
-    torch.testing.assert_close(outputs["auto"][0], outputs["chunked"][0], rtol=1e-3, atol=1e-3)
-    for g, g_ref in zip(outputs["auto"][1], outputs["chunked"][1]):
-        torch.testing.assert_close(g, g_ref, rtol=1e-2, atol=1e-4)
+    mixer_checks.kernel_equals_chunked(Mamba2Mixer(d_model=64, d_state=16, headdim=32, chunk=64).cuda(), 64)
