@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from workloads.models.config import ModelConfig
+from workloads.models.ssm_init import dt_bias_init
 from workloads.models.selective_scan import scan_cpu, scan_reference
 
 @functools.cache
@@ -74,9 +75,8 @@ class MambaMixer(nn.Module):
         with torch.no_grad():
             self.out_proj.weight /= math.sqrt(cfg.n_mamba_layers)
         nn.init.uniform_(self.dt_proj.weight, -(dt_rank**-0.5), dt_rank**-0.5)
-        dt = torch.exp(torch.rand(d_inner) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3)).clamp(min=1e-4)
         with torch.no_grad():
-            self.dt_proj.bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # inverse softplus
+            self.dt_proj.bias.copy_(dt_bias_init(d_inner))
 
     def new_cache(self, batch: int, like: torch.Tensor) -> MambaCache:
         return MambaCache(
