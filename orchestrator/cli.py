@@ -627,7 +627,7 @@ def _report(run_dir: str, out: Optional[Path] = None, solved: float = 0.9):
         _fail(f"{run_dir}: cannot be read or written ({e})")
     typer.echo(text.split("## Every trial")[0].rstrip())
     where = f"{run_dir}/report.md and {out}/report.md" if remote else f"{run_dir}/report.md"
-    typer.echo(f"Report: {where} (results.csv, best.csv, exact_match_*.png, gen_accuracy_*.png beside it)")
+    typer.echo(f"Report: {where} ({', '.join(f.name for f in files if f.name != 'report.md')} beside it)")
     return trials
 
 
