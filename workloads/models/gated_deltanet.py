@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.models.ssm_init import dt_bias_init
+from workloads.models.recurrent_parts import dt_bias_init, short_conv, short_conv_step
 
 
 def delta_recurrent(q, k, v, g, beta, state=None):
@@ -45,7 +45,7 @@ def delta_recurrent(q, k, v, g, beta, state=None):
     return torch.stack(outs, dim=1), state
 
 
-def delta_chunked(q, k, v, g, beta, chunk: int = 64, state=None):
+def delta_chunked(q, k, v, g, beta, chunk: int = 32, state=None):
     """The same recurrence in chunks (arguments as delta_recurrent).
 
     Inside a chunk entered with state S, let c_t be the running product of the
@@ -68,23 +68,27 @@ def delta_chunked(q, k, v, g, beta, chunk: int = 64, state=None):
     g, beta = (x.view(b, n_chunks, chunk, h).permute(0, 3, 1, 2) for x in (g, beta))
     log_c = torch.cumsum(g, dim=-1)  # (b, h, n, t), non-increasing in t
     gaps = log_c[..., :, None] - log_c[..., None, :]  # log G_ts; positive above the diagonal
-    eye = torch.eye(chunk, dtype=torch.bool, device=k.device)
     below = torch.ones(chunk, chunk, dtype=torch.bool, device=k.device).tril(-1)
     decay_strict = torch.exp(gaps.masked_fill(~below, -math.inf))  # masked before exp: no overflow
-    decay_causal = torch.exp(gaps.masked_fill(~(below | eye), -math.inf))
-    system = torch.eye(chunk, dtype=k.dtype, device=k.device) + beta[..., None] * decay_strict * (k @ k.transpose(-1, -2))
-    T_v = torch.linalg.solve_triangular(system, beta[..., None] * v, upper=False, unitriangular=True)
-    T_k = torch.linalg.solve_triangular(system, (beta * torch.exp(log_c))[..., None] * k, upper=False,
-                                        unitriangular=True)
-    scores = (q @ k.transpose(-1, -2)) * decay_causal  # (b, h, n, t, s)
+    eye = torch.eye(chunk, dtype=k.dtype, device=k.device)
+    system = eye + beta[..., None] * decay_strict * (k @ k.transpose(-1, -2))
+    # T V and T diag(c) K in one solve: their right-hand sides side by side
+    rhs = beta[..., None] * torch.cat([v, torch.exp(log_c)[..., None] * k], dim=-1)
+    T_v, T_k = torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True).split([dv, dk], dim=-1)
+    scores = (q @ k.transpose(-1, -2)) * (decay_strict + eye)  # (b, h, n, t, s), decays for s <= t
     to_end = torch.exp(log_c[..., -1:] - log_c)  # c_end / c_t
     if state is None:
         state = v.new_zeros(b, h, dk, dv)
     outs = []
-    for n in range(n_chunks):  # the state passed from chunk to chunk
-        u = T_v[:, :, n] - T_k[:, :, n] @ state
-        outs.append(torch.exp(log_c[:, :, n])[..., None] * (q[:, :, n] @ state) + scores[:, :, n] @ u)
-        state = torch.exp(log_c[:, :, n, -1])[..., None, None] * state + (k[:, :, n] * to_end[:, :, n, :, None]).transpose(-1, -2) @ u
+    # The state passed from chunk to chunk. unbind, not indexing: the backward of
+    # each index would fill a zero tensor of the full size.
+    reads = torch.exp(log_c)[..., None] * q  # diag(c) Q
+    writes = (k * to_end[..., None]).transpose(-1, -2)  # (K * c_end / c)^T
+    for T_v_n, T_k_n, reads_n, scores_n, writes_n, decay_n in zip(
+            *(x.unbind(2) for x in (T_v, T_k, reads, scores, writes, torch.exp(log_c[..., -1]))), strict=True):
+        u = T_v_n - T_k_n @ state
+        outs.append(reads_n @ state + scores_n @ u)
+        state = decay_n[..., None, None] * state + writes_n @ u
     o = torch.stack(outs, dim=2)  # (b, h, n, t, dv)
     return o.permute(0, 2, 3, 1, 4).reshape(b, n_chunks * chunk, h, dv)[:, :length], state
 
@@ -129,21 +133,17 @@ class GatedDeltaNetMixer(nn.Module):
     otherwise), chunked, or recurrent (the step-by-step reference)."""
 
     def __init__(self, d_model: int, n_heads: int = 2, head_dim: int = 32, expand_v: int = 2, d_conv: int = 4,
-                 chunk: int = 64, n_layers: int = 1, norm_eps: float = 1e-5, scan: str = "auto"):
+                 chunk: int = 32, n_layers: int = 1, norm_eps: float = 1e-5, scan: str = "auto"):
         super().__init__()
         self.n_heads, self.head_dim, self.dv = n_heads, head_dim, head_dim * expand_v
         self.d_conv, self.chunk, self.scan, self.norm_eps = d_conv, chunk, scan, norm_eps
         self.key_dim, self.value_dim = n_heads * head_dim, n_heads * self.dv
         self.conv_dim = 2 * self.key_dim + self.value_dim
-        self.q_proj = nn.Linear(d_model, self.key_dim, bias=False)
-        self.k_proj = nn.Linear(d_model, self.key_dim, bias=False)
-        self.v_proj = nn.Linear(d_model, self.value_dim, bias=False)
-        self.a_proj = nn.Linear(d_model, n_heads, bias=False)
-        self.b_proj = nn.Linear(d_model, n_heads, bias=False)
-        self.g_proj = nn.Linear(d_model, self.value_dim, bias=False)
+        # fla's q, k, v, g (output gate), a (decay) and b (beta) projections as one
+        # matmul: the same init (PyTorch's default depends on d_model only), fewer passes
+        self.in_proj = nn.Linear(d_model, self.conv_dim + self.value_dim + 2 * n_heads, bias=False)
         # q, k and v convolve separately, as three depthwise convs (one weight here)
-        self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, d_conv, groups=self.conv_dim, padding=d_conv - 1,
-                                bias=False)
+        self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, d_conv, groups=self.conv_dim, bias=False)
         # fla's init: A uniform in [0, 16], dt as Mamba's (log-uniform in [1e-3, 1e-1], floor 1e-4)
         self.A_log = nn.Parameter(torch.log(torch.empty(n_heads).uniform_(0, 16)))
         self.dt_bias = nn.Parameter(dt_bias_init(n_heads))
@@ -157,31 +157,29 @@ class GatedDeltaNetMixer(nn.Module):
         return GatedDeltaNetCache(conv=like.new_zeros(batch, self.conv_dim, self.d_conv - 1),
                                   state=like.new_zeros(batch, self.n_heads, self.head_dim, self.dv, dtype=acc))
 
-    def _inputs(self, h: torch.Tensor, qkv: torch.Tensor):
-        """q, k (normalised, q scaled), v, g and beta per head, in the scan's precision."""
-        acc = torch.promote_types(h.dtype, torch.float32)
-        q, k, v = qkv.to(acc).split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
-        q, k, v = q.unflatten(-1, (self.n_heads, -1)), k.unflatten(-1, (self.n_heads, -1)), v.unflatten(-1, (self.n_heads, -1))
-        q = F.normalize(q, dim=-1) / math.sqrt(self.head_dim)
-        k = F.normalize(k, dim=-1)
-        g = -torch.exp(self.A_log.to(acc)) * F.softplus(self.a_proj(h).to(acc) + self.dt_bias)
-        beta = torch.sigmoid(self.b_proj(h).to(acc))
-        return q, k, v, g, beta
+    def _project(self, h: torch.Tensor):
+        """in_proj's parts: the conv's input (q, k, v), the output gate, a and b."""
+        return self.in_proj(h).split([self.conv_dim, self.value_dim, self.n_heads, self.n_heads], dim=-1)
 
-    def _norm_gate_out(self, o: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    def _inputs(self, qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor):
+        """q, k (normalised, q scaled), v, g and beta per head, in the scan's precision."""
+        acc = torch.promote_types(qkv.dtype, torch.float32)
+        qk, v = qkv.to(acc).split([2 * self.key_dim, self.value_dim], dim=-1)
+        q, k = F.normalize(qk.unflatten(-1, (2 * self.n_heads, -1)), dim=-1).chunk(2, dim=-2)  # one pass for both
+        q, v = q / math.sqrt(self.head_dim), v.unflatten(-1, (self.n_heads, -1))
+        g = -torch.exp(self.A_log.to(acc)) * F.softplus(a.to(acc) + self.dt_bias)
+        return q, k, v, g, torch.sigmoid(b.to(acc))
+
+    def _norm_gate_out(self, o: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
         """fla's FusedRMSNormGated: each head's output normalised, then gated."""
         o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + self.norm_eps) * self.norm_weight
-        return self.o_proj((o.flatten(-2) * F.silu(self.g_proj(h))).to(h.dtype))
+        return self.o_proj((o.flatten(-2) * F.silu(gate)).to(gate.dtype))
 
     def forward(self, h: torch.Tensor, cache: GatedDeltaNetCache | None = None) -> torch.Tensor:
         if cache is not None and cache.filled:
             return self.step(h, cache)
-        length = h.shape[1]
-        qkv = torch.cat([self.q_proj(h), self.k_proj(h), self.v_proj(h)], dim=-1).transpose(1, 2)
-        if cache is not None:
-            cache.conv = F.pad(qkv, (self.d_conv - 1, 0))[..., -(self.d_conv - 1):].contiguous()
-        qkv = F.silu(self.conv1d(qkv)[..., :length]).transpose(1, 2)
-        q, k, v, g, beta = self._inputs(h, qkv)
+        qkv, gate, a, b = self._project(h)
+        q, k, v, g, beta = self._inputs(short_conv(qkv, self.conv1d, cache), a, b)
         kernel = gated_deltanet_kernel() if self.scan == "auto" and h.is_cuda else None
         if kernel is not None:
             o, last = kernel(q, k, v, g, beta, scale=1.0, output_final_state=True)
@@ -191,14 +189,11 @@ class GatedDeltaNetMixer(nn.Module):
             o, last = delta_chunked(q, k, v, g, beta, self.chunk)
         if cache is not None:
             cache.state, cache.filled = last, True
-        return self._norm_gate_out(o, h)
+        return self._norm_gate_out(o, gate)
 
     def step(self, h: torch.Tensor, cache: GatedDeltaNetCache) -> torch.Tensor:
         """One token, h of shape (batch, 1, d_model); advances the cache."""
-        qkv = torch.cat([self.q_proj(h[:, 0]), self.k_proj(h[:, 0]), self.v_proj(h[:, 0])], dim=-1)
-        window = torch.cat([cache.conv, qkv[:, :, None]], dim=-1)  # (batch, conv_dim, d_conv)
-        cache.conv = window[:, :, 1:]
-        qkv = F.silu((window * self.conv1d.weight[:, 0, :]).sum(-1))[:, None]
-        q, k, v, g, beta = self._inputs(h, qkv)
+        qkv, gate, a, b = self._project(h)
+        q, k, v, g, beta = self._inputs(short_conv_step(qkv[:, 0], self.conv1d, cache)[:, None], a, b)
         o, cache.state = delta_recurrent(q, k, v, g, beta, cache.state)
-        return self._norm_gate_out(o, h)
+        return self._norm_gate_out(o, gate)

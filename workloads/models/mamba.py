@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from workloads.models.config import ModelConfig
-from workloads.models.ssm_init import dt_bias_init
+from workloads.models.recurrent_parts import dt_bias_init, short_conv, short_conv_step
 from workloads.models.selective_scan import scan_cpu, scan_reference
 
 @functools.cache
@@ -96,12 +96,8 @@ class MambaMixer(nn.Module):
     def forward(self, h: torch.Tensor, cache: MambaCache | None = None) -> torch.Tensor:
         if cache is not None and cache.filled:
             return self.step(h, cache)
-        length = h.shape[1]
         x, z = self.in_proj(h).chunk(2, dim=-1)
-        x_t = x.transpose(1, 2)  # (B, d_inner, L)
-        if cache is not None:
-            cache.conv = F.pad(x_t, (self.d_conv - 1, 0))[..., -(self.d_conv - 1) :].contiguous()
-        x = F.silu(self.conv1d(x_t)[..., :length]).transpose(1, 2)
+        x = short_conv(x, self.conv1d, cache)
         dt, Bm, C = self.x_proj(x).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
         A = -torch.exp(self.A_log.float())
         impl = self._impl(x)
@@ -130,9 +126,7 @@ class MambaMixer(nn.Module):
     def step(self, h: torch.Tensor, cache: MambaCache) -> torch.Tensor:
         """One token, h of shape (B, 1, d_model); advances the cache."""
         x, z = self.in_proj(h[:, 0]).chunk(2, dim=-1)
-        window = torch.cat([cache.conv, x[:, :, None]], dim=-1)  # (B, d_inner, d_conv)
-        cache.conv = window[:, :, 1:]
-        x = F.silu((window * self.conv1d.weight[:, 0, :]).sum(-1) + self.conv1d.bias)
+        x = short_conv_step(x, self.conv1d, cache)
         dt, Bm, C = self.x_proj(x).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
         dt = F.softplus(self.dt_proj(dt)).float()
         A = -torch.exp(self.A_log.float())

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.models.ssm_init import dt_bias_init
+from workloads.models.recurrent_parts import dt_bias_init, short_conv, short_conv_step
 
 
 def ssd_recurrent(x, dt, A, B, C, state=None):
@@ -43,7 +43,7 @@ def ssd_recurrent(x, dt, A, B, C, state=None):
     return torch.stack(ys, dim=1), state
 
 
-def ssd_chunked(x, dt, A, B, C, chunk: int = 64, state=None):
+def ssd_chunked(x, dt, A, B, C, chunk: int = 32, state=None):
     """The same recurrence in chunks of `chunk` tokens (arguments as ssd_recurrent).
 
     With a_t = dt_t A and s_t its running sum inside a chunk, a token t of the chunk
@@ -57,26 +57,34 @@ def ssd_chunked(x, dt, A, B, C, chunk: int = 64, state=None):
         x, B, C = (F.pad(v, (0, 0) * (v.dim() - 2) + (0, pad)) for v in (x, B, C))
         dt = F.pad(dt, (0, 0, 0, pad))
     n_chunks = x.shape[1] // chunk
-    # (batch, chunks, chunk, ...)
-    xc = (x * dt[..., None]).view(b, n_chunks, chunk, h, p)
-    Bc, Cc = B.view(b, n_chunks, chunk, -1), C.view(b, n_chunks, chunk, -1)
-    s = torch.cumsum((dt * A).view(b, n_chunks, chunk, h), dim=2)  # (b, c, t, h), non-increasing in t
+    # B and C are shared by the heads: products with them run over (heads x headdim)
+    # columns at once rather than broadcast per head (whose backward fills and sums
+    # a per-head copy of B and C).
+    xc = (x * dt[..., None]).view(b, n_chunks, chunk, h, p)  # (b, c, t, h, p)
+    Bc, Cc = B.view(b, n_chunks, chunk, -1), C.view(b, n_chunks, chunk, -1)  # (b, c, t, n)
+    s = torch.cumsum((dt * A).view(b, n_chunks, chunk, h), dim=2).transpose(2, 3)  # (b, c, h, t), non-increasing
     causal = torch.ones(chunk, chunk, dtype=torch.bool, device=x.device).tril()
     # exp(s_t - s_u) for u <= t, 0 above the diagonal (masked before exp: s_t - s_u > 0 there)
-    gaps = (s[:, :, :, None, :] - s[:, :, None, :, :]).masked_fill(~causal[None, None, :, :, None], -math.inf)
-    weights = torch.einsum("bctn,bcun->bctu", Cc, Bc)[..., None] * torch.exp(gaps)  # (b, c, t, u, h)
-    y = torch.einsum("bctuh,bcuhp->bcthp", weights, xc)
-    to_end = torch.exp(s[:, :, -1:, :] - s)  # (b, c, t, h): decay from each token to the chunk's end
-    added = torch.einsum("bcth,bcthp,bctn->bchpn", to_end, xc, Bc)
+    decay = torch.exp((s[..., :, None] - s[..., None, :]).masked_fill(~causal, -math.inf))  # (b, c, h, t, u)
+    y = ((Cc @ Bc.transpose(-1, -2))[:, :, None] * decay) @ xc.transpose(2, 3)  # (b, c, h, t, p)
+    to_end = torch.exp(s[..., -1:] - s).transpose(2, 3)  # (b, c, t, h): decay from each token to the chunk's end
+    added = ((xc * to_end[..., None]).flatten(3).transpose(-1, -2) @ Bc).view(b, n_chunks, h, p, -1)
     if state is None:
         state = x.new_zeros(b, h, p, B.shape[-1])
     inflow = []
-    for c in range(n_chunks):  # the state passed from chunk to chunk: n_chunks small steps
+    # The state passed from chunk to chunk: n_chunks small steps. unbind, not
+    # indexing: the backward of each index would fill a zero tensor of the full size.
+    for chunk_decay, chunk_added in zip(torch.exp(s[..., -1]).unbind(1), added.unbind(1)):
         inflow.append(state)
-        state = torch.exp(s[:, c, -1])[..., None, None] * state + added[:, c]
-    inflow = torch.stack(inflow, dim=1)  # (b, c, h, p, n): the state entering each chunk
-    y = y + torch.einsum("bcth,bchpn,bctn->bcthp", torch.exp(s), inflow, Cc)
+        state = chunk_decay[..., None, None] * state + chunk_added
+    inflow = torch.stack(inflow, dim=1).flatten(2, 3)  # (b, c, h p, n): the state entering each chunk
+    y = y.transpose(2, 3) + torch.exp(s).transpose(2, 3)[..., None] * (Cc @ inflow.transpose(-1, -2)).view(xc.shape)
     return y.reshape(b, n_chunks * chunk, h, p)[:, :length], state
+
+
+# mamba-ssm's Mamba2 default chunk for its kernel; `chunk` of the mixer sets our CPU
+# form's, where 32 measured faster than 64 at 200 tokens (bench/bench_models.py).
+KERNEL_CHUNK = 256
 
 
 @functools.cache
@@ -120,7 +128,7 @@ class Mamba2Mixer(nn.Module):
     otherwise), chunked, or recurrent (the step-by-step reference)."""
 
     def __init__(self, d_model: int, d_state: int = 64, d_conv: int = 4, expand: int = 2, headdim: int = 32,
-                 chunk: int = 64, n_layers: int = 1, norm_eps: float = 1e-5, scan: str = "auto"):
+                 chunk: int = 32, n_layers: int = 1, norm_eps: float = 1e-5, scan: str = "auto"):
         super().__init__()
         d_inner = expand * d_model
         if d_inner % headdim:
@@ -158,17 +166,13 @@ class Mamba2Mixer(nn.Module):
     def forward(self, h: torch.Tensor, cache: Mamba2Cache | None = None) -> torch.Tensor:
         if cache is not None and cache.filled:
             return self.step(h, cache)
-        length = h.shape[1]
         z, xBC, dt = self.in_proj(h).split([self.d_inner, self.conv_dim, self.heads], dim=-1)
-        xBC_t = xBC.transpose(1, 2)
-        if cache is not None:
-            cache.conv = F.pad(xBC_t, (self.d_conv - 1, 0))[..., -(self.d_conv - 1):].contiguous()
-        x, B, C = self._split(F.silu(self.conv1d(xBC_t)[..., :length]).transpose(1, 2))
+        x, B, C = self._split(short_conv(xBC, self.conv1d, cache))
         acc = torch.promote_types(x.dtype, torch.float32)  # the scan's precision: fp32, or fp64 in tests
         A = -torch.exp(self.A_log.to(acc))
         kernel = mamba2_kernel() if self.scan == "auto" and h.is_cuda else None
         if kernel is not None:
-            y, last = kernel(x, dt, A, B[:, :, None], C[:, :, None], self.chunk, D=self.D, dt_bias=self.dt_bias,
+            y, last = kernel(x, dt, A, B[:, :, None], C[:, :, None], KERNEL_CHUNK, D=self.D, dt_bias=self.dt_bias,
                              dt_softplus=True, return_final_states=True)
         else:
             dt = F.softplus(dt + self.dt_bias).to(acc)
@@ -184,9 +188,7 @@ class Mamba2Mixer(nn.Module):
     def step(self, h: torch.Tensor, cache: Mamba2Cache) -> torch.Tensor:
         """One token, h of shape (batch, 1, d_model); advances the cache."""
         z, xBC, dt = self.in_proj(h[:, 0]).split([self.d_inner, self.conv_dim, self.heads], dim=-1)
-        window = torch.cat([cache.conv, xBC[:, :, None]], dim=-1)  # (batch, conv_dim, d_conv)
-        cache.conv = window[:, :, 1:]
-        x, B, C = self._split(F.silu((window * self.conv1d.weight[:, 0, :]).sum(-1) + self.conv1d.bias))
+        x, B, C = self._split(short_conv_step(xBC, self.conv1d, cache))
         acc = cache.ssm.dtype
         dt = F.softplus(dt + self.dt_bias).to(acc)
         A = -torch.exp(self.A_log.to(acc))

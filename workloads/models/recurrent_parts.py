@@ -1,0 +1,38 @@
+"""Parts shared by the recurrent mixers (Mamba, Mamba-2, Gated DeltaNet): the
+time-step initialisation and the short causal depthwise convolution with SiLU that
+each runs before its scan, over a full sequence and one token at a time."""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def dt_bias_init(n: int, dt_min: float = 1e-3, dt_max: float = 0.1, floor: float = 1e-4) -> torch.Tensor:
+    """Mamba's time-step bias: dt drawn log-uniform in [dt_min, dt_max] (at least
+    `floor`), stored through the inverse of softplus, so softplus(bias) = dt."""
+    dt = torch.exp(torch.rand(n) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)).clamp(min=floor)
+    return dt + torch.log(-torch.expm1(-dt))
+
+
+def short_conv(x: torch.Tensor, conv: nn.Conv1d, cache=None) -> torch.Tensor:
+    """silu(causal depthwise conv(x)) for x (batch, length, channels), and, with a
+    cache, its last d_conv - 1 inputs kept in `cache.conv` (batch, channels, d_conv - 1)
+    for `short_conv_step`. The input is padded on the left only, so the conv's
+    output has exactly `length` positions, and it is laid out (batch, length,
+    channels) before the SiLU: on CPU, SiLU's backward on a strided tensor
+    measured about twice as slow as on a contiguous one."""
+    width = conv.kernel_size[0] - 1
+    padded = F.pad(x.transpose(1, 2), (width, 0))
+    if cache is not None:
+        cache.conv = padded[..., -width:].contiguous()
+    return F.silu(F.conv1d(padded, conv.weight, conv.bias, groups=conv.groups).transpose(1, 2).contiguous())
+
+
+def short_conv_step(x: torch.Tensor, conv: nn.Conv1d, cache) -> torch.Tensor:
+    """One token of `short_conv`, x (batch, channels); advances `cache.conv`."""
+    window = torch.cat([cache.conv, x[:, :, None]], dim=-1)  # (batch, channels, d_conv)
+    cache.conv = window[:, :, 1:]
+    out = (window * conv.weight[:, 0, :]).sum(-1)
+    return F.silu(out if conv.bias is None else out + conv.bias)
