@@ -77,7 +77,7 @@ def test_status_report_and_resume_work_on_an_s3_run_directory(s3, tmp_path, ray_
     run = f"s3://{BUCKET}/runs/s3run"
     proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", f"s3://{BUCKET}/runs", ray_temp=ray_temp,
                                 port=free_port()), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+                            start_new_session=True, cwd=tmp_path)  # a remote run's local report copy: ./reports/NAME
     # Workers upload each checkpoint straight to the bucket: stop in the second trial.
     deadline = time.time() + 600
     while time.time() < deadline and proc.poll() is None:
@@ -97,7 +97,7 @@ def test_status_report_and_resume_work_on_an_s3_run_directory(s3, tmp_path, ray_
     assert run_spec(run) == load_spec(spec_path).model_copy(update={"storage": f"s3://{BUCKET}/runs"})
     assert read_file(f"{run}/report.md") is not None  # the launch's own report went beside the trials
 
-    status = subprocess.run(command("status", run), capture_output=True, text=True, timeout=120)
+    status = subprocess.run(command("status", run), capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert status.returncode == 0, status.stderr[-3000:]
     assert status.stdout.count("finished") >= 1 and "pending" in status.stdout + status.stderr
 
@@ -108,7 +108,7 @@ def test_status_report_and_resume_work_on_an_s3_run_directory(s3, tmp_path, ray_
     assert finished and midway, "the launch was not stopped between trials' checkpoints"
 
     resumed = subprocess.run(cli("resume", run, ray_temp=ray_temp, port=free_port()), capture_output=True, text=True,
-                             timeout=900)
+                             timeout=900, cwd=tmp_path)
     assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
     after = download_run(run, tmp_path / "after")
     for name in finished:
@@ -121,9 +121,10 @@ def test_status_report_and_resume_work_on_an_s3_run_directory(s3, tmp_path, ray_
     assert len(samples) - len(set(samples)) <= 1, f"{midway[0]} redid more than one window: {samples}"
 
     report = subprocess.run(command("report", run, "--out", str(tmp_path / "local")), capture_output=True,
-                            text=True, timeout=120)
+                            text=True, timeout=120, cwd=tmp_path)
     assert report.returncode == 0, report.stderr[-3000:]
     assert "3 trials: 3 finished." in read_file(f"{run}/report.md").decode()
     assert (tmp_path / "local" / "report.md").read_text() == read_file(f"{run}/report.md").decode()
     assert read_file(f"{run}/best.csv") and [k for k in _keys(s3, "runs/s3run/exact_match_")]
+    assert (tmp_path / "reports" / "s3run" / "report.md").exists()  # launch's and resume's default local copy
     assert SPEC_FILE in {Path(k).name for k in _keys(s3, "runs/s3run/")}
