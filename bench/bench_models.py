@@ -80,7 +80,7 @@ def mixer_stack(mixer: str, n_layers: int, d_model: int = 64) -> nn.Module:
     from workloads.models.mamba2 import Mamba2Mixer
 
     build = {"mamba2": lambda: Mamba2Mixer(d_model, d_state=64, headdim=32, n_layers=n_layers),
-             "gated_deltanet": lambda: GatedDeltaNetMixer(d_model, n_heads=2, head_dim=32, n_layers=n_layers)}[mixer]
+             "gated_deltanet": lambda: GatedDeltaNetMixer(d_model, heads=2, head_dim=32, n_layers=n_layers)}[mixer]
 
     class Layer(nn.Module):
         def __init__(self):

@@ -63,15 +63,16 @@ def _task_config(task: str, n: int, setup: Optional[str], family: Family, sets: 
 
 
 SET_OPTION = typer.Option([], "--set", help="another field of the task's config, FIELD=VALUE (e.g. ar: keys=64); repeatable")
-DIM_OPTION = typer.Option([], "--dim", help="a model dimension beyond the preset, FIELD=VALUE (d_model, d_state, n_layers, "
-                          "expand, n_heads, d_mlp, d_conv), as a spec's axes.model; repeatable")
+DIM_OPTION = typer.Option([], "--dim", help="a model dimension beyond the preset, FIELD=VALUE (d_model, n_layers, the "
+                          "attention layers' n_heads and d_mlp, the mixer's fields: d_state, expand, heads, ...), "
+                          "as a spec's axes.model; repeatable")
 
 
 def _model_config(arch: str, size: str, dims: list[str]):
     """The preset, with --dim's fields replaced and named as a spec names it (tiny-dmodel64)."""
     from pydantic import ValidationError
 
-    from orchestrator.spec import MODEL_AXES, _label, _resized
+    from orchestrator.spec import MODEL_AXES, _dimensions, _label, _resized
     from workloads.models import preset
 
     try:
@@ -83,6 +84,8 @@ def _model_config(arch: str, size: str, dims: list[str]):
         key, sep, value = (part.strip() for part in item.partition("="))
         if not (sep and key in MODEL_AXES and value.isdigit() and int(value) > 0):
             _fail(f"--dim: {item!r} is not FIELD=VALUE with FIELD one of {', '.join(MODEL_AXES)} and VALUE a positive integer")
+        if key not in _dimensions(base):
+            _fail(f"--dim: {arch} has no layer with {key}; its dimensions: {', '.join(sorted(_dimensions(base) & set(MODEL_AXES)))}")
         fields[key] = int(value)
     if not fields:
         return base
@@ -196,7 +199,7 @@ def models(format: ListFormat = typer.Option("table", "--format")):
     rows = [
         dict(arch=arch, size=size, params=cfg.n_params, state_floats=cfg.state_floats,
              kv_floats_per_token=cfg.kv_floats_per_token, d_model=cfg.d_model, n_layers=cfg.n_layers,
-             attn_layer_idx=list(cfg.attn_layer_idx))
+             attn_layer_idx=list(cfg.attn_layer_idx), mixer=cfg.mixer.name if cfg.n_recurrent_layers else None)
         for arch, sizes in PRESETS.items()
         for size, cfg in sizes.items()
     ]
@@ -205,6 +208,7 @@ def models(format: ListFormat = typer.Option("table", "--format")):
     else:
         for r in rows:
             idx = r.pop("attn_layer_idx")
+            r["mixer"] = r["mixer"] or "-"
             r["attention layers"] = "all" if len(idx) == r["n_layers"] else ",".join(map(str, idx)) or "none"
         _print_table(rows)
 
@@ -223,7 +227,7 @@ def _print_table(rows: list[dict]) -> None:
 
 @app.command("train")
 def train(
-    arch: Arch = typer.Option(..., help="model family"),
+    arch: Arch = typer.Option(..., help="architecture (`icr-sweep models` lists them)"),
     size: str = typer.Option(..., help="preset: tiny, 0.5M, 1M, 2M"),
     setup: str = typer.Option(..., help="vanilla, cot (istree) or retrieval"),
     n: int = typer.Option(..., help="the task's size (istree: vertices; `icr-sweep tasks` says for each)"),

@@ -292,7 +292,9 @@ def plot_frontier(table: pd.DataFrame, out_dir: Path, solved: float, sample_leng
 
     setups = list(dict.fromkeys(table["setup"]))
     fig, axes = plt.subplots(1, len(setups), figsize=(max(6, 4.5 * len(setups)), 3.8), squeeze=False)
-    markers = {"transformer": "s", "mamba": "o", "hybrid": "D"}
+    from workloads.models import PRESETS
+
+    markers = dict(zip(PRESETS, "soDv^<>ph*"))  # one per architecture, the same in every figure
     for ax, setup in zip(axes[0], setups):
         part = table[table["setup"] == setup].copy()
         cache = part["largest_tried"].map(lambda n: sample_length(setup, int(n)))
@@ -300,7 +302,7 @@ def plot_frontier(table: pd.DataFrame, out_dir: Path, solved: float, sample_leng
         floor = part["largest_tried"].min() / 2  # where models that solve no n sit
         top = part["largest_tried"].max()
         for arch, rows in part.groupby("arch", sort=False):
-            ax.scatter(rows["x"], rows["largest_solved"].fillna(floor), marker=markers.get(arch, "o"), s=40,
+            ax.scatter(rows["x"], rows["largest_solved"].fillna(floor), marker=markers.get(arch, "X"), s=40,
                        label=arch, zorder=3)
         every = part[part["solves_all"]]
         if len(every):  # an arrow up: it might solve larger n too

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Literal, Optional, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
-from workloads.config import PAPER_LR, Device, Precision, Seed, TrainConfig, TrialConfig
+from workloads.config import Device, Precision, Seed, TrainConfig, TrialConfig
 from workloads.models import preset
-from workloads.models.config import Arch, ModelConfig, Size
+from workloads.models.config import DEFAULT_LR, MIXERS, Arch, ModelConfig, Size
 from workloads.tasks import TASKS
 from workloads.tasks.istree import N_MAX, N_MIN, Family
 
@@ -31,7 +31,11 @@ class _Spec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-MODEL_AXES = ("d_model", "d_state", "n_layers", "expand", "n_heads", "d_mlp", "d_conv")
+# Model dimensions a spec can sweep: the stack's, its attention layers' and every
+# mixer's integer fields (each swept only for the architectures that have it).
+ATTENTION_AXES = ("n_heads", "d_mlp")
+MODEL_AXES = ("d_model", "n_layers", *ATTENTION_AXES, *dict.fromkeys(
+    field for cls in MIXERS.values() for field, info in cls.model_fields.items() if info.annotation is int))
 
 
 class AxesSpec(_Spec):
@@ -112,15 +116,16 @@ class Distribution(_Spec):
 LrValue = Union[float, list[float], Distribution]
 
 
-class LearningRateSpec(_Spec):
-    """Per-architecture rule: a value, a list to grid over, or a distribution to search.
-    Defaults to the paper's: 1e-3 for the Transformer, 3e-4 for Mamba and the hybrid."""
+class _LearningRates(_Spec):
+    @model_validator(mode="before")
+    @classmethod
+    def _known_archs(cls, data):
+        unknown = [k for k in data if k not in DEFAULT_LR] if isinstance(data, dict) else []
+        if unknown:
+            raise ValueError(f"no architecture named {', '.join(map(repr, unknown))}; known: {', '.join(DEFAULT_LR)}")
+        return data
 
-    transformer: LrValue = PAPER_LR["transformer"]
-    mamba: LrValue = PAPER_LR["mamba"]
-    hybrid: LrValue = PAPER_LR["hybrid"]
-
-    @field_validator("transformer", "mamba", "hybrid")
+    @field_validator("*")
     @classmethod
     def _positive(cls, value):
         values = value if isinstance(value, list) else [value] if isinstance(value, float) else []
@@ -139,6 +144,15 @@ class LearningRateSpec(_Spec):
 
     def searched(self, archs) -> dict[str, Distribution]:
         return {a: getattr(self, a) for a in archs if isinstance(getattr(self, a), Distribution)}
+
+
+# One field per architecture, defaulting to its rate in DEFAULT_LR (PAPER.md's for
+# the paper's three: 1e-3 for the Transformer, 3e-4 for Mamba and the hybrid).
+LearningRateSpec = create_model(
+    "LearningRateSpec", __base__=_LearningRates,
+    __doc__="Per-architecture rule: a value, a list to grid over, or a distribution to search.",
+    **{arch: (LrValue, lr) for arch, lr in DEFAULT_LR.items()},
+)
 
 
 class TrainingSpec(_Spec):
@@ -461,8 +475,9 @@ def _train_config(spec: SweepSpec, lr: float, seed: int) -> TrainConfig:
 
 
 def _resized(cfg: ModelConfig, label: str, fields: dict) -> ModelConfig:
-    """`cfg` with `fields` replaced and named `label`. A new n_layers keeps the
-    layout: all attention, none, or attention in the last layer (the hybrid)."""
+    """`cfg` with `fields` (its own or its mixer's) replaced and named `label`. A
+    new n_layers keeps the layout: all attention, none, or attention in the last
+    layer (the hybrid)."""
     update = dict(fields, size=label)
     if "n_layers" in fields:
         layers, idx = fields["n_layers"], cfg.attn_layer_idx
@@ -472,22 +487,25 @@ def _resized(cfg: ModelConfig, label: str, fields: dict) -> ModelConfig:
             update["attn_layer_idx"] = (layers - 1,)
         elif idx:
             raise ValueError(f"n_layers of {cfg.arch}: its attention layers {idx} have no rule to follow")
-    return ModelConfig.model_validate({**cfg.model_dump(), **update})
+    return cfg.with_fields(**update)
 
 
-MAMBA_ONLY, ATTENTION_ONLY = ("d_state", "d_conv", "expand"), ("n_heads", "d_mlp")
+def _dimensions(cfg: ModelConfig) -> set[str]:
+    """The model dimensions `cfg` has a layer for."""
+    own = {"d_model", "n_layers"} | (set(ATTENTION_AXES) if cfg.attn_layer_idx else set())
+    return own | (set(type(cfg.mixer).model_fields) if cfg.n_recurrent_layers else set())
 
 
 def model_variants(spec: SweepSpec, arch: str) -> dict[str, ModelConfig]:
     """The models of `arch` a spec sweeps, by size label: each size's preset, and
     with axes.model each combination of its dimensions (tiny-dstate4-expand1).
-    A dimension the family has no layer for (d_state of a Transformer, n_heads of
-    Mamba) is not swept for it: the variants would be one model trained twice."""
+    A dimension the architecture has no layer for (d_state of a Transformer,
+    n_heads of Mamba) is not swept for it: the variants would be one model
+    trained twice."""
     out = {}
     for size in spec.axes.sizes:
         base = preset(arch, size)
-        unused = (MAMBA_ONLY if not base.n_mamba_layers else ()) + (ATTENTION_ONLY if not base.attn_layer_idx else ())
-        axes = {k: v for k, v in spec.axes.model_axes(arch).items() if k not in unused}
+        axes = {k: v for k, v in spec.axes.model_axes(arch).items() if k in _dimensions(base)}
         for values in itertools.product(*axes.values()):
             fields = dict(zip(axes, values))
             label = "-".join(filter(None, [size, _label(fields)]))

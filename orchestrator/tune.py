@@ -51,8 +51,8 @@ def _cost(trial: TrialConfig) -> float:
     """A rough relative cost, to start the longest trials first: a sweep whose
     longest trial starts last ends with one trial running alone."""
     m = trial.model
-    mamba_factor = 3 if len(m.attn_layer_idx) < m.n_layers else 1  # the CPU scan's measured premium
-    return trial.train.samples * trial.task.longest_sample * m.d_model * m.n_layers * mamba_factor
+    factor = m.mixer.cpu_cost if m.n_recurrent_layers else 1  # the recurrent mixer's measured premium
+    return trial.train.samples * trial.task.longest_sample * m.d_model * m.n_layers * factor
 
 
 def _trial_name(trial) -> str:

@@ -5,16 +5,14 @@ from typing import Annotated, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from workloads.models import ModelConfig, preset
+from workloads.models.config import DEFAULT_LR
 from workloads.tasks import TaskConfig
 
-# PAPER.md: Adam at 1e-3 for Transformers, 3e-4 for Mamba and hybrids.
-PAPER_LR = {"transformer": 1e-3, "mamba": 3e-4, "hybrid": 3e-4}
-
-
 def paper_lr(arch: str) -> float:
-    if arch not in PAPER_LR:
-        raise ValueError(f"no default learning rate for {arch!r}; known: {', '.join(PAPER_LR)}")
-    return PAPER_LR[arch]
+    """The architecture's default learning rate (PAPER.md's for its three)."""
+    if arch not in DEFAULT_LR:
+        raise ValueError(f"no default learning rate for {arch!r}; known: {', '.join(DEFAULT_LR)}")
+    return DEFAULT_LR[arch]
 
 
 # Seeds feed 64-bit hashes (the data) and torch's generator: 0 .. 2^64 - 1.

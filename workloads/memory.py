@@ -23,17 +23,11 @@ PROCESS_OVERHEAD = 1 << 30
 GiB = 1 << 30
 
 
-def mamba_layer_floats(cfg: ModelConfig) -> float:
-    """Floats kept per token by one Mamba layer: its RMSNorm (input, input/rms,
-    1/rms) and output (in_proj's input); in_proj's output (x and z); the conv
-    output and silu's; x_proj's output; the scan's contiguous u, delta, B, C and z,
-    its output before and after the gate, and its state once per chunk."""
-    d, d_inner, n_state = cfg.d_model, cfg.d_inner, cfg.d_state
-    norm = 3 * d + 1
-    projections = 2 * d_inner + (cfg.dt_rank + 2 * n_state)
-    conv = 2 * d_inner
-    scan = 5 * d_inner + 2 * n_state + 2 * n_state * d_inner / SCAN_CHUNK
-    return norm + projections + conv + scan
+def recurrent_layer_floats(cfg: ModelConfig) -> float:
+    """Floats kept per token by one recurrent layer: its RMSNorm (input,
+    input/rms, 1/rms) and output (the mixer's input), and what its mixer keeps
+    (the mixer config's `activation_floats`; Mamba's is measured by the test)."""
+    return 3 * cfg.d_model + 1 + cfg.mixer.activation_floats(cfg.d_model)
 
 
 def attention_layer_floats(cfg: ModelConfig) -> float:
@@ -51,7 +45,8 @@ def attention_layer_floats(cfg: ModelConfig) -> float:
 def activation_floats_per_token(cfg: ModelConfig) -> float:
     """Everything the layers and the final norm keep per token (logits aside)."""
     n_attn = len(cfg.attn_layer_idx)
-    return cfg.n_mamba_layers * mamba_layer_floats(cfg) + n_attn * attention_layer_floats(cfg) + 2 * cfg.d_model + 1
+    recurrent = cfg.n_recurrent_layers * recurrent_layer_floats(cfg) if cfg.n_recurrent_layers else 0
+    return recurrent + n_attn * attention_layer_floats(cfg) + 2 * cfg.d_model + 1
 
 
 @dataclass(frozen=True)
@@ -77,7 +72,7 @@ def estimate(trial: TrialConfig, vocab_size: int, n_params: int) -> MemoryEstima
     tokens = trial.train.batch_size * (trial.task.longest_sample - 1)  # the model reads all but the last token
     width = 2 if trial.train.precision == "bf16" else 4
     per_token = activation_floats_per_token(cfg)
-    widest_layer = max(mamba_layer_floats(cfg) if cfg.n_mamba_layers else 0,
+    widest_layer = max(recurrent_layer_floats(cfg) if cfg.n_recurrent_layers else 0,
                        attention_layer_floats(cfg) if cfg.attn_layer_idx else 0)
     return MemoryEstimate(
         activations=int(tokens * (per_token + widest_layer) * width),

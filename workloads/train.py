@@ -17,7 +17,6 @@ from pydantic import ValidationError
 from workloads.config import TrialConfig
 from workloads.evaluate import generation_accuracy, supervised_loss, teacher_forced
 from workloads.models import build_model
-from workloads.models.mamba import require_scan_kernels
 from workloads.tasks import build_task
 from workloads.tasks.istree import TRAIN_STREAM, VALID_STREAM
 
@@ -82,7 +81,7 @@ class Trial:
             (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_bf16 else contextlib.nullcontext
         )
         self.task = build_task(config.task)
-        require_scan_kernels(config.model, self.device)
+        config.model.check_device(self.device)
         torch.manual_seed(tc.seed)
         self.model = build_model(config.model, self.task.vocab_size).to(self.device)
         cuda = self.device.type == "cuda"

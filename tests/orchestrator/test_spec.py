@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from orchestrator.cli import app
 from orchestrator.spec import SpecError, SweepSpec, cells, expand, load_spec
 from workloads.config import trial_config
+from workloads.models import preset
 from workloads.tasks import IsTreeConfig
 
 SWEEPS = Path(__file__).parents[2] / "sweeps"
@@ -87,7 +88,9 @@ def test_schema_is_json_schema_of_the_spec():
 BAD_SPECS = {
     "unknown nested key": ("name: x\ntraining: {sampels: 10}\n", ["training.sampels", "unknown key", "samples, batch_size"]),
     "unknown top key": ("name: x\naxis: {n: [8]}\n", ["axis", "unknown key", "axes"]),
-    "unknown arch": ("name: x\naxes: {archs: [transformer, rwkv]}\n", ["axes.archs[1]", "'transformer', 'mamba' or 'hybrid'", "rwkv"]),
+    "unknown arch": ("name: x\naxes: {archs: [transformer, rwkv]}\n", ["axes.archs[1]", "'transformer', 'mamba', 'hybrid', 'mamba2'", "rwkv"]),
+    "unknown arch in lr": ("name: x\nlr: {rwkv: 1.0e-3}\n", ["lr", "no architecture named 'rwkv'", "mamba2, mamba2_hybrid, gated_deltanet"]),
+    "dimension of no mixer": ("name: x\naxes: {model: {heads: [0]}}\n", ["axes.model", "heads: a list of distinct positive values"]),
     "n too small": ("name: x\naxes: {n: [16, 3]}\n", ["axes.n", "in 4..1024", "[3]"]),
     "n too large": ("name: x\naxes: {n: [16, 4096]}\n", ["axes.n", "in 4..1024", "[4096]"]),
     "lr nan": ("name: x\nlr: {transformer: .nan}\n", ["lr.transformer", "finite and > 0", "nan"]),
@@ -255,10 +258,25 @@ def test_a_spec_sweeps_any_registered_task_with_its_parameters(tmp_path):
     assert {(t.task.setup, t.task.n) for t in trials} == {(s, n) for s in ("vanilla", "retrieval") for n in (8, 32)}
 
 
+def test_newer_rnns_sweep_with_their_own_dimensions_and_learning_rates():
+    """Architectures are names: the newer RNNs and their hybrids take learning
+    rates and their mixers' dimensions in a spec like the paper's three."""
+    spec = SweepSpec(name="x", task="ar", lr={"gated_deltanet": [1e-3, 3e-3]},
+                     axes=dict(archs=["gated_deltanet", "mamba2_hybrid"], setups=["vanilla"], sizes=["tiny"], n=[8],
+                               model={"heads": [1, 2], "d_state": [8]}))
+    trials = expand(spec)
+    assert len(trials) == spec.trial_count() == 2 * 2 + 1
+    gdn = {(t.model.size, t.train.lr): t.model for t in trials if t.model.arch == "gated_deltanet"}
+    assert set(gdn) == {(f"tiny-heads{h}", lr) for h in (1, 2) for lr in (1e-3, 3e-3)}  # d_state is not its
+    assert gdn["tiny-heads2", 1e-3].mixer.heads == 2 and gdn["tiny-heads2", 1e-3].state_floats > gdn["tiny-heads1", 1e-3].state_floats
+    (hybrid,) = [t for t in trials if t.model.arch == "mamba2_hybrid"]
+    assert hybrid.model.size == "tiny-dstate8" and hybrid.model.mixer.d_state == 8 and hybrid.train.lr == 3e-4
+    assert hybrid.model.layers[-1] == "attention" and hybrid.model.n_heads == preset("mamba2_hybrid", "tiny").n_heads
+
+
 def test_model_dimensions_are_axes_beyond_the_presets():
     from orchestrator.report import frontier
     from orchestrator.spec import model_variants
-    from workloads.models import preset
 
     spec = SweepSpec(name="x", task="ar", axes=dict(archs=["mamba", "hybrid", "transformer"], setups=["vanilla"],
                                                    sizes=["tiny"], n=[8], model={"d_state": [4, 32], "n_layers": [2, 4]}))
@@ -269,7 +287,7 @@ def test_model_dimensions_are_axes_beyond_the_presets():
     mamba = {t.model.size: t.model for t in trials if t.model.arch == "mamba"}
     assert set(mamba) == {"tiny-dstate4-nlayers2", "tiny-dstate4-nlayers4", "tiny-dstate32-nlayers2", "tiny-dstate32-nlayers4"}
     small, big = mamba["tiny-dstate4-nlayers2"], mamba["tiny-dstate32-nlayers2"]
-    assert (small.d_state, big.d_state, small.d_model) == (4, 32, preset("mamba", "tiny").d_model)
+    assert (small.mixer.d_state, big.mixer.d_state, small.d_model) == (4, 32, preset("mamba", "tiny").d_model)
     assert small.state_floats < big.state_floats
     hybrids = [t.model for t in trials if t.model.arch == "hybrid"]
     assert all(m.attn_layer_idx == (m.n_layers - 1,) for m in hybrids)  # the attention layer stays on top
@@ -326,8 +344,6 @@ def test_a_checkpoint_from_before_a_new_config_field_still_resumes(tmp_path):
 
 
 def test_model_axes_per_arch_vary_only_that_arch():
-    from workloads.models import preset
-
     spec = SweepSpec(name="x", task="mqar", task_params={"vocab": 64, "seq_len": 32},
                      axes=dict(archs=["transformer", "mamba", "hybrid"], setups=["vanilla"], sizes=["tiny"], n=[2, 4],
                                model={"transformer": {"d_model": [64]}, "mamba": {"d_state": [1, 16]}}))
@@ -337,7 +353,7 @@ def test_model_axes_per_arch_vary_only_that_arch():
     assert sizes == {("transformer", "tiny-dmodel64"), ("mamba", "tiny-dstate1"), ("mamba", "tiny-dstate16"),
                      ("hybrid", "tiny")}
     by_size = {t.model.size: t.model for t in trials}
-    assert by_size["tiny-dmodel64"].d_model == 64 and by_size["tiny"].d_state == preset("hybrid", "tiny").d_state
+    assert by_size["tiny-dmodel64"].d_model == 64 and by_size["tiny"].mixer.d_state == preset("hybrid", "tiny").mixer.d_state
     assert by_size["tiny-dstate1"].state_floats < by_size["tiny-dstate16"].state_floats
 
 

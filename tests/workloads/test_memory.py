@@ -62,7 +62,7 @@ def saved_bytes(model, tokens) -> int:
 
 @pytest.mark.parametrize("arch, size", [(a, s) for a in ("transformer", "mamba", "hybrid") for s in ("0.5M", "1M", "2M")])
 def test_activation_count_is_what_autograd_keeps(monkeypatch, arch, size):
-    cfg = preset(arch, size).model_copy(update={"scan": "cuda"})  # the CUDA path, with the stand-in kernel
+    cfg = preset(arch, size).with_fields(scan="cuda")  # the CUDA path, with the stand-in kernel
     monkeypatch.setattr(mamba, "mamba_ssm_scan", lambda: kernel_saving_scan)
     torch.manual_seed(0)
     model = build_model(cfg, vocab_size=81)

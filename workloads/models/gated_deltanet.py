@@ -19,6 +19,7 @@ it imports; it is imported lazily, as it needs triton.
 
 import functools
 import math
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -107,18 +108,42 @@ def gated_deltanet_kernel():
     return _import_kernel()[0]
 
 
-def gated_deltanet_params(d_model: int, n_heads: int, head_dim: int, expand_v: int, d_conv: int) -> int:
-    """Trainable parameters of one mixer, from its shapes."""
-    dk, dv = n_heads * head_dim, n_heads * head_dim * expand_v
-    projections = d_model * (2 * dk + 2 * dv + 2 * n_heads) + dv * d_model  # q k v g a b, o
-    return projections + (2 * dk + dv) * d_conv + 2 * n_heads + head_dim * expand_v
+@functools.cache
+def kernel_backward_refused() -> str:
+    """Why fla's gated backward refuses to run on this GPU, or "" where it runs.
+
+    fla raises in the backward on Hopper with Triton 3.4.0 up to 3.7.1, which
+    miscompiles one of its kernels (fla issue #640; torch up to 2.12.0 pins such a
+    Triton), unless tilelang is installed to replace that kernel. Its forward is
+    unaffected."""
+    import importlib.util
+
+    try:
+        from fla.utils import IS_NVIDIA_HOPPER, TRITON_ABOVE_3_4_0, TRITON_ABOVE_3_7_1
+    except ImportError:
+        return ""
+    if IS_NVIDIA_HOPPER and TRITON_ABOVE_3_4_0 and not TRITON_ABOVE_3_7_1 and importlib.util.find_spec("tilelang") is None:
+        import triton
+
+        return (f"flash-linear-attention refuses the gated backward on Hopper with Triton {triton.__version__} "
+                "(fla issue #640: Triton >= 3.7.1 or tilelang fixes it)")
+    return ""
 
 
-def gated_deltanet_state_floats(d_model: int, n_heads: int, head_dim: int, expand_v: int, d_conv: int) -> int:
-    """The state one sequence carries per layer: every head's H (head_dim x value
-    dim) and the last d_conv - 1 inputs of the q, k and v convolutions."""
-    dk, dv = n_heads * head_dim, n_heads * head_dim * expand_v
-    return n_heads * head_dim * head_dim * expand_v + (2 * dk + dv) * (d_conv - 1)
+def pick_kernel(scan: str, on_cuda: bool, grad: bool):
+    """fla's kernel where `scan` auto may use it: on CUDA, where it imports, and
+    where a backward would follow, only if fla runs one here (else our chunked
+    form trains, with a warning once)."""
+    kernel = gated_deltanet_kernel() if scan == "auto" and on_cuda else None
+    if kernel is not None and grad and kernel_backward_refused():
+        _warn_once(f"{kernel_backward_refused()}: Gated DeltaNet trains on our chunked form here")
+        return None
+    return kernel
+
+
+@functools.cache
+def _warn_once(message: str) -> None:
+    warnings.warn(message, stacklevel=3)
 
 
 @dataclass
@@ -129,24 +154,25 @@ class GatedDeltaNetCache:
 
 
 class GatedDeltaNetMixer(nn.Module):
-    """`scan`: auto (fla's kernel on CUDA where it imports, the chunked form
-    otherwise), chunked, or recurrent (the step-by-step reference)."""
+    """`scan`: auto (fla's kernel on CUDA where it imports and runs, see
+    pick_kernel; the chunked form otherwise), chunked, or recurrent (the
+    step-by-step reference)."""
 
-    def __init__(self, d_model: int, n_heads: int = 2, head_dim: int = 32, expand_v: int = 2, d_conv: int = 4,
+    def __init__(self, d_model: int, heads: int = 2, head_dim: int = 32, expand_v: int = 2, d_conv: int = 4,
                  chunk: int = 32, n_layers: int = 1, norm_eps: float = 1e-5, scan: str = "auto"):
         super().__init__()
-        self.n_heads, self.head_dim, self.dv = n_heads, head_dim, head_dim * expand_v
+        self.n_heads, self.head_dim, self.dv = heads, head_dim, head_dim * expand_v
         self.d_conv, self.chunk, self.scan, self.norm_eps = d_conv, chunk, scan, norm_eps
-        self.key_dim, self.value_dim = n_heads * head_dim, n_heads * self.dv
+        self.key_dim, self.value_dim = heads * head_dim, heads * self.dv
         self.conv_dim = 2 * self.key_dim + self.value_dim
         # fla's q, k, v, g (output gate), a (decay) and b (beta) projections as one
         # matmul: the same init (PyTorch's default depends on d_model only), fewer passes
-        self.in_proj = nn.Linear(d_model, self.conv_dim + self.value_dim + 2 * n_heads, bias=False)
+        self.in_proj = nn.Linear(d_model, self.conv_dim + self.value_dim + 2 * heads, bias=False)
         # q, k and v convolve separately, as three depthwise convs (one weight here)
         self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, d_conv, groups=self.conv_dim, bias=False)
         # fla's init: A uniform in [0, 16], dt as Mamba's (log-uniform in [1e-3, 1e-1], floor 1e-4)
-        self.A_log = nn.Parameter(torch.log(torch.empty(n_heads).uniform_(0, 16)))
-        self.dt_bias = nn.Parameter(dt_bias_init(n_heads))
+        self.A_log = nn.Parameter(torch.log(torch.empty(heads).uniform_(0, 16)))
+        self.dt_bias = nn.Parameter(dt_bias_init(heads))
         self.norm_weight = nn.Parameter(torch.ones(self.dv))
         self.o_proj = nn.Linear(self.value_dim, d_model, bias=False)
         with torch.no_grad():  # the residual rule the other recurrent mixers follow
@@ -180,7 +206,7 @@ class GatedDeltaNetMixer(nn.Module):
             return self.step(h, cache)
         qkv, gate, a, b = self._project(h)
         q, k, v, g, beta = self._inputs(short_conv(qkv, self.conv1d, cache), a, b)
-        kernel = gated_deltanet_kernel() if self.scan == "auto" and h.is_cuda else None
+        kernel = pick_kernel(self.scan, h.is_cuda, torch.is_grad_enabled())
         if kernel is not None:
             o, last = kernel(q, k, v, g, beta, scale=1.0, output_final_state=True)
         elif self.scan == "recurrent":

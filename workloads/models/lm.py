@@ -1,6 +1,7 @@
 """The language model around the layers: frozen sinusoidal embedding shared with the
-output head, a stack of attention and Mamba layers, and a final RMSNorm placed by
-the config's layout rule (after the Mamba stack in a hybrid, at the end otherwise)."""
+output head, a stack of attention and recurrent layers (the config's `layers`), and
+a final RMSNorm placed by the config's layout rule (after the recurrent stack in a
+hybrid, at the end otherwise)."""
 
 from dataclasses import dataclass
 
@@ -8,7 +9,6 @@ import torch
 from torch import nn
 
 from workloads.models.config import ModelConfig
-from workloads.models.mamba import MambaLayer
 from workloads.models.transformer import AttentionLayer
 
 
@@ -18,6 +18,23 @@ def sinusoidal_table(vocab_size: int, d_model: int) -> torch.Tensor:
     j = torch.arange(d_model, dtype=torch.float64)[None, :]
     angle = i / 10000 ** ((j - j % 2) / d_model)
     return torch.where(j % 2 == 0, torch.sin(angle), torch.cos(angle)).to(torch.float32)
+
+
+class RecurrentLayer(nn.Module):
+    """Pre-norm residual layer of the config's recurrent mixer (no MLP, as in
+    mamba-ssm's MixerModel)."""
+
+    def __init__(self, cfg: ModelConfig, layer_idx: int):
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.mixer = cfg.mixer.build(cfg.d_model, cfg.n_recurrent_layers, cfg.norm_eps)
+
+    def new_cache(self, batch: int, max_length: int, like: torch.Tensor):
+        return self.mixer.new_cache(batch, like)
+
+    def forward(self, x: torch.Tensor, cache=None) -> torch.Tensor:
+        return x + self.mixer(self.norm(x), cache)
 
 
 @dataclass
@@ -33,7 +50,7 @@ class SequenceModel(nn.Module):
         # Frozen so that the parameter count does not grow with the vocabulary (PAPER.md).
         self.register_buffer("embedding", sinusoidal_table(vocab_size, cfg.d_model), persistent=False)
         self.layers = nn.ModuleList(
-            AttentionLayer(cfg, i) if i in cfg.attn_layer_idx else MambaLayer(cfg, i) for i in range(cfg.n_layers)
+            AttentionLayer(cfg, i) if kind == "attention" else RecurrentLayer(cfg, i) for i, kind in enumerate(cfg.layers)
         )
         self.norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
 

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.models.config import ModelConfig
+from workloads.models.config import MambaConfig
 from workloads.models.recurrent_parts import dt_bias_init, short_conv, short_conv_step
 from workloads.models.selective_scan import scan_cpu, scan_reference
 
@@ -34,10 +34,10 @@ def mamba_ssm_scan():
     return _import_mamba_ssm_scan()[0]
 
 
-def require_scan_kernels(cfg: ModelConfig, device) -> None:
-    """Refuses a model whose Mamba layers would run the reference scan on a GPU
-    without being asked to: mamba-ssm must import there."""
-    if torch.device(device).type != "cuda" or not cfg.n_mamba_layers or cfg.scan not in ("auto", "cuda"):
+def require_scan_kernels(cfg: MambaConfig, device) -> None:
+    """Refuses Mamba layers that would run the reference scan on a GPU without
+    being asked to: mamba-ssm must import there."""
+    if torch.device(device).type != "cuda" or cfg.scan not in ("auto", "cuda"):
         return
     kernel, error = _import_mamba_ssm_scan()
     if kernel is None:
@@ -57,23 +57,27 @@ class MambaCache:
 
 
 class MambaMixer(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    """Arguments as MambaConfig's fields; n_layers, the model's Mamba layers, scales
+    out_proj at init. norm_eps is taken like every mixer's: Mamba has no norm inside."""
+
+    def __init__(self, d_model: int, d_state: int = 16, d_conv: int = 4, expand: int = 2, scan: str = "auto",
+                 n_layers: int = 1, norm_eps: float = 1e-5):
         super().__init__()
-        d_inner, n_state, dt_rank = cfg.d_inner, cfg.d_state, cfg.dt_rank
-        self.d_inner, self.d_state, self.dt_rank, self.d_conv = d_inner, n_state, dt_rank, cfg.d_conv
-        self.scan_impl = cfg.scan
-        self.in_proj = nn.Linear(cfg.d_model, 2 * d_inner, bias=False)
-        self.conv1d = nn.Conv1d(d_inner, d_inner, cfg.d_conv, groups=d_inner, padding=cfg.d_conv - 1)
+        d_inner, n_state, dt_rank = expand * d_model, d_state, -(-d_model // 16)  # dt_rank: ceil(d_model / 16)
+        self.d_inner, self.d_state, self.dt_rank, self.d_conv = d_inner, n_state, dt_rank, d_conv
+        self.scan_impl = scan
+        self.in_proj = nn.Linear(d_model, 2 * d_inner, bias=False)
+        self.conv1d = nn.Conv1d(d_inner, d_inner, d_conv, groups=d_inner, padding=d_conv - 1)
         self.x_proj = nn.Linear(d_inner, dt_rank + 2 * n_state, bias=False)
         self.dt_proj = nn.Linear(dt_rank, d_inner, bias=True)
         # S4D-real initialisation of A and Mamba's dt initialisation (dt in [1e-3, 1e-1]).
         self.A_log = nn.Parameter(torch.log(torch.arange(1, n_state + 1, dtype=torch.float32)).repeat(d_inner, 1))
         self.D = nn.Parameter(torch.ones(d_inner))
-        self.out_proj = nn.Linear(d_inner, cfg.d_model, bias=False)
+        self.out_proj = nn.Linear(d_inner, d_model, bias=False)
         # mamba-ssm's MixerModel init (GPT-2's rule): the residual branch's output
         # projection is PyTorch's default scaled by 1/sqrt(number of Mamba layers).
         with torch.no_grad():
-            self.out_proj.weight /= math.sqrt(cfg.n_mamba_layers)
+            self.out_proj.weight /= math.sqrt(n_layers)
         nn.init.uniform_(self.dt_proj.weight, -(dt_rank**-0.5), dt_rank**-0.5)
         with torch.no_grad():
             self.dt_proj.bias.copy_(dt_bias_init(d_inner))
@@ -133,19 +137,3 @@ class MambaMixer(nn.Module):
         cache.ssm = torch.exp(dt[..., None] * A) * cache.ssm + (dt * x.float())[..., None] * Bm.float()[:, None, :]
         y = (cache.ssm * C.float()[:, None, :]).sum(-1).to(x.dtype) + self.D * x
         return self.out_proj(y * F.silu(z))[:, None]
-
-
-class MambaLayer(nn.Module):
-    """Pre-norm residual Mamba layer (no MLP, as in mamba-ssm's MixerModel)."""
-
-    def __init__(self, cfg: ModelConfig, layer_idx: int):
-        super().__init__()
-        self.layer_idx = layer_idx
-        self.norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
-        self.mixer = MambaMixer(cfg)
-
-    def new_cache(self, batch: int, max_length: int, like: torch.Tensor) -> MambaCache:
-        return self.mixer.new_cache(batch, like)
-
-    def forward(self, x: torch.Tensor, cache: MambaCache | None = None) -> torch.Tensor:
-        return x + self.mixer(self.norm(x), cache)

@@ -101,21 +101,6 @@ def mamba2_kernel():
     return _import_kernel()[0]
 
 
-def mamba2_params(d_model: int, d_state: int, d_conv: int, expand: int, headdim: int) -> int:
-    """Trainable parameters of one mixer, from its shapes."""
-    d_inner = expand * d_model
-    heads, conv_dim = d_inner // headdim, d_inner + 2 * d_state
-    in_proj = d_model * (2 * d_inner + 2 * d_state + heads)
-    return in_proj + conv_dim * (d_conv + 1) + 3 * heads + d_inner + d_inner * d_model
-
-
-def mamba2_state_floats(d_model: int, d_state: int, d_conv: int, expand: int) -> int:
-    """The state one sequence carries per layer: the SSM state of every head
-    (d_inner x d_state in all) and the conv's last d_conv - 1 inputs of xBC."""
-    d_inner = expand * d_model
-    return d_inner * d_state + (d_inner + 2 * d_state) * (d_conv - 1)
-
-
 @dataclass
 class Mamba2Cache:
     conv: torch.Tensor  # (batch, conv_dim, d_conv - 1): the conv's most recent inputs

@@ -51,17 +51,33 @@ def chunked_equals_recurrent(chunked, recurrent, inputs: list, names: tuple, chu
         torch.testing.assert_close(grad, grad_ref, rtol=1e-9, atol=1e-9, msg=name)
 
 
-def kernel_equals_chunked(mixer, d_model: int) -> None:
+def counts_follow_the_config(config, d_model: int) -> None:
+    """The config's parameter and state counts (what `icr-sweep models` reports,
+    computed without torch) against the mixer it builds and the cache it decodes with."""
+    mixer = config.build(d_model, n_layers=1, norm_eps=1e-5)
+    assert sum(p.numel() for p in mixer.parameters()) == config.params(d_model)
+    cache = mixer.new_cache(1, torch.zeros(1))
+    carried = sum(v.numel() for v in vars(cache).values() if isinstance(v, torch.Tensor))
+    assert carried == config.state_floats(d_model)
+
+
+def kernel_equals_chunked(mixer, d_model: int, gradients: bool = True) -> None:
     """On CUDA: the mixer with its kernel (scan auto) against our chunked form, in
-    outputs and parameter gradients, fp32, at 200 tokens."""
+    outputs (no grad: the forward alone) and, with `gradients`, in outputs and
+    parameter gradients; fp32, at 200 tokens."""
     h = torch.randn(4, 200, d_model, device="cuda")
     outputs = {}
     for scan in ("auto", "chunked"):
         mixer.scan = scan
-        mixer.zero_grad()
-        out = mixer(h)
-        out.square().mean().backward()
-        outputs[scan] = (out.detach(), [p.grad.clone() for p in mixer.parameters()])
-    torch.testing.assert_close(outputs["auto"][0], outputs["chunked"][0], rtol=1e-3, atol=1e-3)
-    for grad, grad_ref in zip(outputs["auto"][1], outputs["chunked"][1]):
-        torch.testing.assert_close(grad, grad_ref, rtol=1e-2, atol=1e-4)
+        with torch.no_grad():
+            outputs[scan, "forward"] = mixer(h)
+        if gradients:
+            mixer.zero_grad()
+            out = mixer(h)
+            out.square().mean().backward()
+            outputs[scan] = (out.detach(), [p.grad.clone() for p in mixer.parameters()])
+    torch.testing.assert_close(outputs["auto", "forward"], outputs["chunked", "forward"], rtol=1e-3, atol=1e-3)
+    if gradients:
+        torch.testing.assert_close(outputs["auto"][0], outputs["chunked"][0], rtol=1e-3, atol=1e-3)
+        for grad, grad_ref in zip(outputs["auto"][1], outputs["chunked"][1]):
+            torch.testing.assert_close(grad, grad_ref, rtol=1e-2, atol=1e-4)

@@ -2,18 +2,21 @@
 (float64, values and gradients), cached decoding against the full forward,
 causality, parameter and state counts, and fla's kernel against ours on a GPU."""
 
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from tests.workloads.models import mixer_checks
+from workloads.models.config import GatedDeltaNetConfig
 from workloads.models.gated_deltanet import (
     GatedDeltaNetMixer,
     delta_chunked,
     delta_recurrent,
     gated_deltanet_kernel,
-    gated_deltanet_params,
-    gated_deltanet_state_floats,
+    kernel_backward_refused,
+    pick_kernel,
 )
 
 
@@ -60,7 +63,7 @@ def test_strong_decay_over_a_long_chunk_stays_finite():
 
 def _mixer(seed=0, **kw):
     torch.manual_seed(seed)
-    return GatedDeltaNetMixer(**{**dict(d_model=16, n_heads=2, head_dim=4, expand_v=2, chunk=8), **kw}).double()
+    return GatedDeltaNetMixer(**{**dict(d_model=16, heads=2, head_dim=4, expand_v=2, chunk=8), **kw}).double()
 
 
 @pytest.mark.parametrize("prompt", [1, 7, 19])
@@ -76,17 +79,15 @@ def test_changing_a_future_input_leaves_earlier_outputs_unchanged():
     mixer_checks.future_inputs_leave_earlier_outputs_unchanged(_mixer(), 16)
 
 
-@pytest.mark.parametrize("d_model,n_heads,head_dim,expand_v", [(16, 2, 4, 2), (64, 2, 32, 2), (128, 4, 32, 1)])
-def test_parameter_and_state_counts_follow_the_shapes(d_model, n_heads, head_dim, expand_v):
-    mixer = GatedDeltaNetMixer(d_model=d_model, n_heads=n_heads, head_dim=head_dim, expand_v=expand_v)
-    assert sum(p.numel() for p in mixer.parameters()) == gated_deltanet_params(d_model, n_heads, head_dim, expand_v, 4)
-    cache = mixer.new_cache(1, torch.zeros(1))
-    assert cache.conv.numel() + cache.state.numel() == gated_deltanet_state_floats(d_model, n_heads, head_dim, expand_v, 4)
+@pytest.mark.parametrize("d_model,heads,head_dim,expand_v", [(16, 2, 4, 2), (64, 2, 32, 2), (128, 4, 32, 1)])
+def test_parameter_and_state_counts_follow_the_shapes(d_model, heads, head_dim, expand_v):
+    config = GatedDeltaNetConfig(heads=heads, head_dim=head_dim, expand_v=expand_v)
+    mixer_checks.counts_follow_the_config(config, d_model)
 
 
 def test_init_follows_flash_linear_attention():
     torch.manual_seed(0)
-    mixer = GatedDeltaNetMixer(d_model=64, n_heads=256, head_dim=4)
+    mixer = GatedDeltaNetMixer(d_model=64, heads=256, head_dim=4)
     A = torch.exp(mixer.A_log)
     dt = F.softplus(mixer.dt_bias)
     assert 0 < A.min() and A.max() <= 16 and A.mean() > 6  # uniform on [0, 16]
@@ -98,4 +99,35 @@ def test_init_follows_flash_linear_attention():
 @pytest.mark.skipif(not torch.cuda.is_available() or gated_deltanet_kernel() is None,
                     reason="needs CUDA and flash-linear-attention")
 def test_fla_kernel_equals_our_chunked_form():
-    mixer_checks.kernel_equals_chunked(GatedDeltaNetMixer(d_model=64, n_heads=2, head_dim=32, chunk=64).cuda(), 64)
+    """Values and gradients; where fla refuses its backward on this GPU (see
+    kernel_backward_refused), values, and training falls back to ours."""
+    mixer = GatedDeltaNetMixer(d_model=64, heads=2, head_dim=32, chunk=64).cuda()
+    mixer_checks.kernel_equals_chunked(mixer, 64, gradients=not kernel_backward_refused())
+    if kernel_backward_refused():
+        h = torch.randn(2, 50, 64, device="cuda")
+        mixer.scan = "auto"
+        out = mixer(h)
+        out.sum().backward()
+        mixer.scan = "chunked"
+        torch.testing.assert_close(out, mixer(h), rtol=0, atol=0)
+
+
+def test_auto_takes_the_kernel_only_where_it_runs(monkeypatch):
+    from workloads.models import gated_deltanet
+
+    def fake_kernel(*args, **kwargs):
+        raise AssertionError("not called here")
+
+    monkeypatch.setattr(gated_deltanet, "_import_kernel", lambda: (fake_kernel, ""))
+    monkeypatch.setattr(gated_deltanet, "kernel_backward_refused", lambda: "")
+    assert pick_kernel("auto", on_cuda=True, grad=True) is fake_kernel
+    assert pick_kernel("auto", on_cuda=False, grad=False) is None
+    assert pick_kernel("chunked", on_cuda=True, grad=False) is None
+    refusal = "fla refuses the gated backward on Hopper with Triton 3.6.0"
+    monkeypatch.setattr(gated_deltanet, "kernel_backward_refused", lambda: refusal)
+    assert pick_kernel("auto", on_cuda=True, grad=False) is fake_kernel  # the forward is unaffected
+    with pytest.warns(UserWarning, match="trains on our chunked form"):
+        assert pick_kernel("auto", on_cuda=True, grad=True) is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once
+        assert pick_kernel("auto", on_cuda=True, grad=True) is None

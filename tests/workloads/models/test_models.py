@@ -21,13 +21,34 @@ def test_presets_match_the_paper_parameter_counts(arch, size):
     assert abs(params / PAPER_PARAMS[arch, size] - 1) < 0.02
 
 
+NEW_ARCHS = ("mamba2", "mamba2_hybrid", "gated_deltanet", "gated_deltanet_hybrid")
+
+
+@pytest.mark.parametrize("arch", NEW_ARCHS)
+@pytest.mark.parametrize("size,nominal", [("0.5M", 0.5e6), ("1M", 1e6), ("2M", 2e6)])
+def test_newer_rnn_presets_are_within_5_percent_of_their_size(arch, size, nominal):
+    assert abs(build_model(preset(arch, size), VOCAB).num_params() / nominal - 1) < 0.05
+
+
+@pytest.mark.parametrize("arch", NEW_ARCHS)
+def test_newer_rnn_hybrids_are_their_stack_with_one_llama_layer_on_top(arch):
+    for size in ("tiny", "0.5M", "1M", "2M"):
+        cfg = preset(arch, size)
+        mixer = arch.removesuffix("_hybrid")
+        if arch.endswith("_hybrid"):
+            assert cfg.layers == (mixer,) * (cfg.n_layers - 1) + ("attention",) and cfg.attn_init == "torch"
+            assert cfg.norm_idx == cfg.n_layers - 1
+        else:
+            assert cfg.layers == (mixer,) * cfg.n_layers
+
+
 def test_parameter_count_does_not_depend_on_the_vocabulary():
     cfg = preset("hybrid", "tiny")
     assert build_model(cfg, 20).num_params() == build_model(cfg, 200).num_params()
 
 
 def test_unknown_names_list_the_valid_ones():
-    with pytest.raises(ValueError, match="transformer, mamba, hybrid"):
+    with pytest.raises(ValueError, match="transformer, mamba, hybrid, mamba2, .*gated_deltanet"):
         preset("rwkv", "1M")
     with pytest.raises(ValueError, match="tiny, 0.5M, 1M, 2M"):
         preset("mamba", "3M")
@@ -36,7 +57,8 @@ def test_unknown_names_list_the_valid_ones():
 def test_hybrid_layout_is_data():
     cfg = preset("hybrid", "0.5M")
     kinds = [type(layer).__name__ for layer in build_model(cfg, VOCAB).layers]
-    assert kinds == ["MambaLayer"] * 12 + ["AttentionLayer"]
+    assert cfg.layers == ("mamba",) * 12 + ("attention",)
+    assert kinds == ["RecurrentLayer"] * 12 + ["AttentionLayer"]
     other = cfg.model_copy(update={"attn_layer_idx": (0, 6)})
     kinds = [type(layer).__name__ for layer in build_model(other, VOCAB).layers]
     assert kinds.count("AttentionLayer") == 2 and kinds[0] == kinds[6] == "AttentionLayer"
@@ -48,7 +70,8 @@ def test_final_norm_follows_the_mamba_stack_and_nothing_follows_the_top_attentio
     model = _model(arch, "0.5M")
     tokens = torch.randint(0, VOCAB, (2, 30))
     layers = list(model.layers)
-    n_body = {"transformer": len(layers), "mamba": len(layers), "hybrid": len(layers) - 1}[arch]
+    kinds = model.cfg.layers
+    n_body = kinds.index("attention") if "attention" in kinds and set(kinds) != {"attention"} else len(kinds)
     assert model.cfg.norm_idx == n_body
     with torch.no_grad():
         h = model.embedding[tokens]
@@ -93,7 +116,7 @@ def test_mamba_layers_init_as_mamba_ssm(arch, n_mamba):
     model = build_model(cfg, VOCAB)
     mixers = [layer.mixer for layer in model.layers if hasattr(layer, "mixer")]
     assert len(mixers) == n_mamba
-    out_bound = cfg.d_inner**-0.5 / n_mamba**0.5  # PyTorch's default / sqrt(Mamba layers)
+    out_bound = (cfg.mixer.expand * cfg.d_model)**-0.5 / n_mamba**0.5  # PyTorch's default / sqrt(Mamba layers)
     in_bound = cfg.d_model**-0.5
     for mixer in mixers:
         out_w, in_w = mixer.out_proj.weight.detach(), mixer.in_proj.weight.detach()
@@ -101,11 +124,11 @@ def test_mamba_layers_init_as_mamba_ssm(arch, n_mamba):
         assert out_w.std().item() == pytest.approx(_uniform_std(out_bound), rel=0.06)
         assert in_w.abs().max().item() <= in_bound
         assert in_w.std().item() == pytest.approx(_uniform_std(in_bound), rel=0.06)
-        assert torch.allclose(mixer.A_log, torch.log(torch.arange(1, cfg.d_state + 1.0)).expand_as(mixer.A_log))
+        assert torch.allclose(mixer.A_log, torch.log(torch.arange(1, cfg.mixer.d_state + 1.0)).expand_as(mixer.A_log))
         assert torch.equal(mixer.D, torch.ones_like(mixer.D))
         dt = torch.nn.functional.softplus(mixer.dt_proj.bias.detach())
         assert dt.min().item() >= 1e-3 * 0.999 and dt.max().item() <= 0.1 * 1.001
-        assert mixer.dt_proj.weight.abs().max().item() <= cfg.dt_rank**-0.5
+        assert mixer.dt_proj.weight.abs().max().item() <= (-(-cfg.d_model // 16))**-0.5  # dt_rank ceil(d / 16)
 
 
 def test_hybrid_attention_layer_keeps_pytorch_default_init():
