@@ -8,8 +8,8 @@ alternation so that machine noise hits both sides alike:
   - our Transformer against transformers' LlamaForCausalLM (the reference code's model),
   - our Mamba (compiled CPU scan) against `mambapy` (parallel scan), and against our
     Transformer, the target being within 3x of its step time;
-  - stacks of the new mixers (Mamba-2, Gated DeltaNet; chunked forms) near 0.5M
-    parameters against our Transformer, the same target.
+  - the 0.5M presets of the new mixers (Mamba-2, Gated DeltaNet; chunked forms)
+    against our Transformer, the same target.
 A training step is forward, cross-entropy over every position, backward and Adam.
 Peak memory is read per configuration in a fresh subprocess (ru_maxrss).
 """
@@ -70,50 +70,17 @@ def mambapy_lm(d_model=64, n_layers=16) -> nn.Module:
     return LM()
 
 
-def mixer_stack(mixer: str, n_layers: int, d_model: int = 64) -> nn.Module:
-    """The new recurrent mixers (issue 12) before they have presets: pre-norm residual
-    layers of one mixer around our frozen sinusoidal embedding and tied head, sized
-    near 0.5M trainable parameters (Mamba-2: d_state 64, headdim 32, 15 layers:
-    517k; Gated DeltaNet: 2 heads of 32, expand_v 2, 15 layers: 512k)."""
-    from workloads.models.gated_deltanet import GatedDeltaNetMixer
-    from workloads.models.lm import sinusoidal_table
-    from workloads.models.mamba2 import Mamba2Mixer
-
-    build = {"mamba2": lambda: Mamba2Mixer(d_model, d_state=64, headdim=32, n_layers=n_layers),
-             "gated_deltanet": lambda: GatedDeltaNetMixer(d_model, heads=2, head_dim=32, n_layers=n_layers)}[mixer]
-
-    class Layer(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.norm, self.mixer = nn.RMSNorm(d_model), build()
-
-        def forward(self, h):
-            return h + self.mixer(self.norm(h))
-
-    class LM(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.register_buffer("embedding", sinusoidal_table(VOCAB, d_model))
-            self.layers = nn.Sequential(*(Layer() for _ in range(n_layers)))
-            self.norm = nn.RMSNorm(d_model)
-
-        def forward(self, x):
-            return self.norm(self.layers(self.embedding[x])) @ self.embedding.T
-
-    return LM()
-
-
 MODELS = {
     "ours-transformer-0.5M": lambda: ours("transformer", "0.5M"),
     "hf-llama-0.5M": hf_llama,
     "ours-mamba-0.5M": lambda: ours("mamba", "0.5M"),
     "mambapy-0.5M": mambapy_lm,
-    "mamba2-stack-0.5M": lambda: mixer_stack("mamba2", 15),
-    "gdn-stack-0.5M": lambda: mixer_stack("gated_deltanet", 15),
+    "ours-mamba2-0.5M": lambda: ours("mamba2", "0.5M"),
+    "ours-gated_deltanet-0.5M": lambda: ours("gated_deltanet", "0.5M"),
 }
 PAIRS = [("ours-transformer-0.5M", "hf-llama-0.5M"), ("ours-mamba-0.5M", "mambapy-0.5M"),
-         ("ours-mamba-0.5M", "ours-transformer-0.5M"), ("mamba2-stack-0.5M", "ours-transformer-0.5M"),
-         ("gdn-stack-0.5M", "ours-transformer-0.5M")]
+         ("ours-mamba-0.5M", "ours-transformer-0.5M"), ("ours-mamba2-0.5M", "ours-transformer-0.5M"),
+         ("ours-gated_deltanet-0.5M", "ours-transformer-0.5M")]
 
 
 class Trainer:

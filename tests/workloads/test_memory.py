@@ -73,6 +73,22 @@ def test_activation_count_is_what_autograd_keeps(monkeypatch, arch, size):
     assert measured == pytest.approx(predicted, rel=0.02), (measured, predicted)
 
 
+@pytest.mark.parametrize("arch, size, dims", [("gated_deltanet", "0.5M", {}), ("gated_deltanet", "2M", {}),
+                                             ("gated_deltanet_hybrid", "1M", {}),
+                                             ("gated_deltanet", "tiny", {"heads": 4, "head_dim": 16, "chunk": 64}),
+                                             ("gated_deltanet", "tiny", {"expand_v": 1, "chunk": 16})])
+def test_gated_deltanet_count_is_what_its_chunked_form_keeps(arch, size, dims):
+    """The form that trains wherever fla's backward does not run (GPUs included):
+    the count is exact with two or more heads, and never below what is kept."""
+    cfg = preset(arch, size).with_fields(scan="chunked", **dims)
+    torch.manual_seed(0)
+    model = build_model(cfg, vocab_size=81)
+    batch, length = 2, 128
+    measured = saved_bytes(model, torch.randint(0, 81, (batch, length)))
+    predicted = batch * length * activation_floats_per_token(cfg) * 4
+    assert measured <= predicted <= (1.12 if cfg.mixer.heads == 1 else 1.01) * measured, (measured, predicted)
+
+
 @pytest.mark.parametrize("setup", ["vanilla", "cot", "retrieval"])
 def test_the_longest_sample_is_every_trees_and_bounds_every_batch(setup):
     for n in (4, 5, 16, 37, 64):

@@ -130,9 +130,11 @@ class Mamba2Config(_Mixer):
         return d_inner * self.d_state + conv_dim * (self.d_conv - 1)
 
     def activation_floats(self, d_model: int) -> float:
-        """An estimate for mamba-ssm's kernels, not yet measured: in_proj's output,
-        the conv's output and silu's, the scan's x, dt, B, C and output, the gated
-        norm's input, gate and output."""
+        """For mamba-ssm's kernel: in_proj's output, the conv's output and silu's,
+        the scan's x, dt, B, C and output, the gated norm's input, gate and output.
+        On an H100 the whole trial's estimate was 1.17 to 1.19 times the peak
+        reserved (bench/results/gpu_NVIDIA_H100_80GB_HBM3.json); our chunked form,
+        which runs where mamba-ssm does not import, keeps about 1.7 times this."""
         d_inner, heads, conv_dim = self._shapes(d_model)
         return (2 * d_inner + conv_dim + heads) + 2 * conv_dim + (conv_dim + heads + d_inner) + 3 * d_inner + 1
 
@@ -163,12 +165,18 @@ class GatedDeltaNetConfig(_Mixer):
         return dk * self.head_dim * self.expand_v + (2 * dk + dv) * (self.d_conv - 1)
 
     def activation_floats(self, d_model: int) -> float:
-        """An estimate for flash-linear-attention's kernels, not yet measured:
-        in_proj's output, the conv's output and silu's, normalised q and k, v, g
-        and beta, the output, the norm's input and the gate."""
+        """What our chunked form keeps, the larger of the two paths: it trains on
+        CUDA too where fla refuses its backward (Hopper with Triton < 3.7.1, see
+        gated_deltanet.kernel_backward_refused), where fla's kernel keeps about half
+        as much (an H100, bench/results/gpu_NVIDIA_H100_80GB_HBM3.json). Per token:
+        19 floats per key channel and 13 per value channel (projections, convs,
+        normalised q and k, the solve's right-hand sides and results, the gated
+        norm), 15 per head (g, beta and their decays), 7 chunk x chunk matrices per
+        head (decays, the system, scores) and the state once per chunk. Fitted to
+        what autograd keeps across heads, widths and chunks: within 1% of it with
+        two or more heads, up to 11% above it with one (tests/workloads/test_memory.py)."""
         dk, dv = self.heads * self.head_dim, self.heads * self.head_dim * self.expand_v
-        conv_dim = 2 * dk + dv
-        return (conv_dim + dv + 2 * self.heads) + 2 * conv_dim + (conv_dim + 2 * self.heads) + 3 * dv
+        return 19 * dk + 13 * dv + 15 * self.heads + 7 * self.heads * self.chunk + dk * self.head_dim * self.expand_v / self.chunk
 
 
 # Any recurrent mixer's config, told apart by `name`.
