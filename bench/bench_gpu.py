@@ -103,9 +103,13 @@ def main() -> None:
                         row = measure(arch, size, n, setup, precision, args.steps, args.device)
                         rows.append(row)
                         print(json.dumps(row), flush=True)
-    out = args.out or Path("bench/results") / f"gpu_{name.replace(' ', '_')}.json"
+    write_rows(args.out or Path("bench/results") / f"gpu_{name.replace(' ', '_')}.json", name, rows)
+
+
+def write_rows(out: Path, device: str, rows: list[dict]) -> None:
+    """The bench's figures with the device and torch they were measured on."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"device": name, "torch": torch.__version__, "rows": rows}, indent=1))
+    out.write_text(json.dumps({"device": device, "torch": torch.__version__, "rows": rows}, indent=1))
     print(f"wrote {out}")
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from bench_gpu import write_rows  # bench/, the script's own folder
 
 from workloads.models import build_model, preset
 
@@ -166,10 +167,7 @@ def main() -> None:
                               check=i == 0, device=args.device)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-    out = args.out or Path("bench/results") / f"gpu_mixers_{args.mode}_{name.replace(' ', '_')}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"device": name, "torch": torch.__version__, "rows": rows}, indent=1))
-    print(f"wrote {out}")
+    write_rows(args.out or Path("bench/results") / f"gpu_mixers_{args.mode}_{name.replace(' ', '_')}.json", name, rows)
 
 
 if __name__ == "__main__":

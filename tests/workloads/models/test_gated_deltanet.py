@@ -61,24 +61,6 @@ def test_strong_decay_over_a_long_chunk_stays_finite():
     torch.testing.assert_close(o, delta_recurrent(q, k, v, g, beta)[0])
 
 
-def _mixer(seed=0, **kw):
-    torch.manual_seed(seed)
-    return GatedDeltaNetMixer(**{**dict(d_model=16, heads=2, head_dim=4, expand_v=2, chunk=8), **kw}).double()
-
-
-@pytest.mark.parametrize("prompt", [1, 7, 19])
-def test_cached_decoding_equals_the_full_forward(prompt):
-    mixer_checks.cached_decoding_equals_the_full_forward(_mixer(), 16, prompt)
-
-
-def test_the_recurrent_scan_runs_the_same_mixer():
-    mixer_checks.recurrent_scan_equals_the_chunked_one(_mixer(), 16)
-
-
-def test_changing_a_future_input_leaves_earlier_outputs_unchanged():
-    mixer_checks.future_inputs_leave_earlier_outputs_unchanged(_mixer(), 16)
-
-
 @pytest.mark.parametrize("d_model,heads,head_dim,expand_v", [(16, 2, 4, 2), (64, 2, 32, 2), (128, 4, 32, 1)])
 def test_parameter_and_state_counts_follow_the_shapes(d_model, heads, head_dim, expand_v):
     config = GatedDeltaNetConfig(heads=heads, head_dim=head_dim, expand_v=expand_v)
