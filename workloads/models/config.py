@@ -102,7 +102,7 @@ class Mamba2Config(_Mixer):
     """Mamba-2 (workloads/models/mamba2.py): SSD with a scalar decay per head."""
 
     layer: ClassVar[str] = "workloads.models.mamba2:Mamba2Mixer"
-    cpu_cost: ClassVar[float] = 3.0  # bench/results/models_cpu_mixers.json: 0.37x the Transformer's speed
+    cpu_cost: ClassVar[float] = 3.0  # bench/results/models_cpu_mixers.json: 0.38x the Transformer's speed
 
     name: Literal["mamba2"] = "mamba2"
     d_state: int = Field(64, gt=0)
@@ -143,14 +143,14 @@ class GatedDeltaNetConfig(_Mixer):
     """Gated DeltaNet (workloads/models/gated_deltanet.py): the delta rule with a decay."""
 
     layer: ClassVar[str] = "workloads.models.gated_deltanet:GatedDeltaNetMixer"
-    cpu_cost: ClassVar[float] = 3.5  # bench/results/models_cpu_mixers.json: 0.30x the Transformer's speed
+    cpu_cost: ClassVar[float] = 3.0  # bench/results/models_cpu_mixers.json: 0.34x the Transformer's speed
 
     name: Literal["gated_deltanet"] = "gated_deltanet"
     heads: int = Field(2, gt=0, description="delta-rule heads (attention layers' are n_heads)")
     head_dim: int = Field(32, gt=0, description="key (and query) channels per head")
     expand_v: int = Field(2, gt=0, description="value channels per head = expand_v * head_dim")
     d_conv: int = Field(4, gt=1)
-    chunk: int = Field(32, gt=0, description="tokens per chunk of our CPU form (results do not depend on it)")
+    chunk: int = Field(16, gt=0, description="tokens per chunk of our CPU form (results do not depend on it; 16 measured faster than 32 and 64 at 200 tokens)")
     scan: Literal["auto", "chunked", "recurrent"] = "auto"
 
     def params(self, d_model: int) -> int:

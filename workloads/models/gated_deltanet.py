@@ -159,7 +159,7 @@ class GatedDeltaNetMixer(nn.Module):
     step-by-step reference)."""
 
     def __init__(self, d_model: int, heads: int = 2, head_dim: int = 32, expand_v: int = 2, d_conv: int = 4,
-                 chunk: int = 32, n_layers: int = 1, norm_eps: float = 1e-5, scan: str = "auto"):
+                 chunk: int = 16, n_layers: int = 1, norm_eps: float = 1e-5, scan: str = "auto"):
         super().__init__()
         self.n_heads, self.head_dim, self.dv = heads, head_dim, head_dim * expand_v
         self.d_conv, self.chunk, self.scan, self.norm_eps = d_conv, chunk, scan, norm_eps
