@@ -91,9 +91,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("no CUDA GPU here; --device cpu runs the code path without figures")
-    name = torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu"
+    name = device_name(args.device)
     rows = []
     for arch in args.archs:
         for size in args.sizes:
@@ -104,6 +102,16 @@ def main() -> None:
                         rows.append(row)
                         print(json.dumps(row), flush=True)
     write_rows(args.out or Path("bench/results") / f"gpu_{name.replace(' ', '_')}.json", name, rows)
+
+
+def device_name(device: str) -> str:
+    """The GPU's name (what result files are named after), or "cpu"; on a machine
+    without CUDA, `cuda` stops the bench with a pointer to `--device cpu`."""
+    if device == "cpu":
+        return "cpu"
+    if not torch.cuda.is_available():
+        raise SystemExit("no CUDA GPU here; --device cpu runs this bench's code path without figures")
+    return torch.cuda.get_device_name(0)
 
 
 def write_rows(out: Path, device: str, rows: list[dict]) -> None:

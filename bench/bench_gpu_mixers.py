@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from bench_gpu import write_rows  # bench/, the script's own folder
+from bench_gpu import device_name, write_rows  # bench/, the script's own folder
 
 from workloads.models import build_model, preset
 
@@ -156,9 +156,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("no CUDA GPU here: this bench compares CUDA kernels (--device cpu runs its code path)")
-    name = torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu"
+    name = device_name(args.device)
     rows = []
     for arch in args.archs:
         for length in args.lengths:

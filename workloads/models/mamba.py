@@ -67,7 +67,7 @@ class MambaMixer(nn.Module):
         self.d_inner, self.d_state, self.dt_rank, self.d_conv = d_inner, n_state, dt_rank, d_conv
         self.scan_impl = scan
         self.in_proj = nn.Linear(d_model, 2 * d_inner, bias=False)
-        self.conv1d = nn.Conv1d(d_inner, d_inner, d_conv, groups=d_inner, padding=d_conv - 1)
+        self.conv1d = nn.Conv1d(d_inner, d_inner, d_conv, groups=d_inner)  # weights only: short_conv pads
         self.x_proj = nn.Linear(d_inner, dt_rank + 2 * n_state, bias=False)
         self.dt_proj = nn.Linear(dt_rank, d_inner, bias=True)
         # S4D-real initialisation of A and Mamba's dt initialisation (dt in [1e-3, 1e-1]).

@@ -122,7 +122,7 @@ class Mamba2Mixer(nn.Module):
         self.heads, self.chunk, self.scan, self.norm_eps = d_inner // headdim, chunk, scan, norm_eps
         self.conv_dim = d_inner + 2 * d_state
         self.in_proj = nn.Linear(d_model, 2 * d_inner + 2 * d_state + self.heads, bias=False)
-        self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, d_conv, groups=self.conv_dim, padding=d_conv - 1)
+        self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, d_conv, groups=self.conv_dim)  # weights only: short_conv pads
         # mamba-ssm's init: dt log-uniform in [1e-3, 1e-1] (floor 1e-4) stored through an
         # inverse softplus, A uniform in [1, 16], D ones, the norm's weight ones.
         self.dt_bias = nn.Parameter(dt_bias_init(self.heads))
