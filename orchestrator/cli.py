@@ -355,9 +355,19 @@ def validate(spec: Path = typer.Argument(..., help="sweep spec (YAML)")):
 
 
 @app.command("plan")
-def plan(spec: Path = typer.Argument(..., help="sweep spec (YAML)"), format: ListFormat = typer.Option("table", "--format")):
+def plan(
+    spec: Path = typer.Argument(..., help="sweep spec (YAML)"),
+    format: ListFormat = typer.Option("table", "--format"),
+    device_name: Optional[str] = typer.Option(
+        None, help="the device to project the wall time on, as bench/bench_sweep.py names it (cpu, or a GPU's "
+        "name such as 'NVIDIA H100 80GB HBM3') \\[default: this machine's first GPU, or cpu]"),
+    devices: Optional[float] = typer.Option(None, help="GPUs (or CPUs) to project on \\[default: this machine's]"),
+    rates: Optional[Path] = typer.Option(None, help="measured rates to project from \\[default: "
+                                         "bench/results/sweep_<device>.json]"),
+):
     """Show the trials a spec would run, with each trial's estimated peak GPU memory
-    and GPU share, and warnings for trials that would not fit their share."""
+    and GPU share, warnings for trials that would not fit their share, and the
+    sweep's projected wall time from measured rates (bench/bench_sweep.py)."""
     from orchestrator.spec import cells, expand, gpu_share, memory_warnings, trial_for
 
     s = _spec(spec)
@@ -391,6 +401,47 @@ def plan(spec: Path = typer.Argument(..., help="sweep spec (YAML)"), format: Lis
                    f"against {s.resources.gpu_memory_gb:g} GB GPUs (resources.gpu_memory_gb)")
         for warning in memory_warnings(s, shares):
             typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
+    typer.echo(_projection_line(s, device_name, devices, rates))
+
+
+def _local_gpus() -> list[str]:
+    """The names of this machine's GPUs, as nvidia-smi gives them (none without it)."""
+    import shutil
+    import subprocess
+
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def _projection_line(s, device_name: Optional[str], devices: Optional[float], rates: Optional[Path]) -> str:
+    """'projected wall time: ...' from the measured rates of the device the spec would run on."""
+    import os
+
+    from orchestrator.projection import load_rates, project, rates_file, spec_trials
+
+    gpus = _local_gpus() if s.resources.device != "cpu" and device_name is None else []
+    device = device_name or (gpus[0] if gpus else "cpu")
+    on_gpu = device != "cpu"
+    count = devices or (len(gpus) or 1 if on_gpu else os.cpu_count() or 1)
+    unit = "GPU" if on_gpu else "CPU"
+    path = rates or rates_file(device)
+    record = load_rates(path)
+    if record is None:
+        return (f"projected wall time: unknown; no measured rates for {device} in {path} "
+                f"(`python bench/bench_sweep.py --device {'cuda' if on_gpu else 'cpu'}` on that device writes them)")
+    try:
+        p = project(spec_trials(s, on_gpu), record["classes"], count)
+    except ValueError as e:
+        return f"projected wall time: unknown; {e} ({path})"
+    scaled = f", the others scaled by sample length from the nearest measured class" if p.scaled else ""
+    return (f"projected wall time: {p.describe()} on {count:g} {unit} ({device}), from the rates in {path}"
+            f"{scaled}; evaluation excluded")
 
 
 def _task_columns(spec) -> dict:

@@ -165,6 +165,8 @@ class TrainingSpec(_Spec):
     val_samples: int = Field(5_000, gt=0)
     val_seed: Seed = 1234
     eval_batch_size: int = Field(250, gt=0)
+    length_groups: int = Field(4, gt=0, description="micro-batches of similar lengths per training batch "
+                               "(no work on padding; the same loss); 1: one padded batch")
     gen_every_eval: bool = False
     grad_clip: Optional[float] = Field(None, gt=0)
     precision: Precision = "fp32"

@@ -36,6 +36,9 @@ class TrainConfig(BaseModel):
     val_seed: Seed = Field(1234, description="seed of the validation set, shared by all trials")
     gen_every_eval: bool = Field(False, description="generation accuracy at every evaluation, not only the last")
     eval_batch_size: int = Field(250, gt=0)
+    length_groups: int = Field(
+        4, gt=0, description="a training batch runs as up to this many micro-batches of similar lengths, "
+        "each padded to its own longest row (the same loss and gradient; 1: one batch padded to its longest row)")
     seed: Seed = 0
     device: Device = "auto"
     precision: Precision = Field(

@@ -15,15 +15,18 @@ def supervised_loss(logits: torch.Tensor, batch: Batch, reduction: str = "mean")
     losses = F.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")
     if reduction == "none":
         return losses * mask
+    if reduction == "sum":
+        return (losses * mask).sum()
     return (losses * mask).sum() / mask.sum()
 
 
 @torch.no_grad()
-def teacher_forced(model, batches: list[Batch], autocast) -> dict:
+def teacher_forced(model, batches: list[Batch], autocast, predictions: list | None = None) -> dict:
     """Mean supervised loss per token, the fraction of samples whose every
     supervised token is the model's argmax under teacher forcing (exact match), and
     the fraction of supervised tokens that are (token accuracy: for mqar, zoology's
-    accuracy per query)."""
+    accuracy per query). With `predictions` (a list), each batch's (B, T-1) argmax
+    tokens are appended to it, on the CPU."""
     loss_sum, tokens, exact, samples, right_tokens = 0.0, 0, 0, 0, 0
     for batch in batches:
         with autocast():
@@ -31,11 +34,39 @@ def teacher_forced(model, batches: list[Batch], autocast) -> dict:
         loss_sum += supervised_loss(logits, batch, reduction="none").sum().item()
         mask = batch.supervised[:, 1:]
         tokens += int(mask.sum())
-        right = (logits.argmax(-1) == batch.next_tokens) | ~mask
+        argmax = logits.argmax(-1)
+        right = (argmax == batch.next_tokens) | ~mask
         exact += int(right.all(dim=1).sum())
         right_tokens += int((right & mask).sum())
         samples += batch.tokens.shape[0]
+        if predictions is not None:
+            predictions.append(argmax.cpu())
     return {"val_loss": loss_sum / tokens, "val_exact_match": exact / samples, "val_token_accuracy": right_tokens / tokens}
+
+
+def settled_rows(task, batch: Batch, argmax: torch.Tensor) -> np.ndarray:
+    """Rows whose greedy generation is known from teacher forcing alone: where
+    every token the model writes after the prompt, up to the row's answer, is its
+    argmax under teacher forcing (the retriever's answers, which generation takes
+    from the retriever, aside) and the task stops at the answer and nowhere
+    before. Greedy decoding then writes exactly the row's own tokens: each step
+    sees the prefix teacher forcing saw. (B,) bool; argmax: (B, T-1) on the CPU."""
+    tokens = batch.tokens.cpu().numpy()
+    batch_size, width = tokens.shape
+    if batch.targets is not None or width <= task.prompt_length:
+        return np.zeros(batch_size, bool)
+    lengths = batch.lengths.cpu().numpy()
+    positions = np.arange(width)[None, :]
+    written = (positions >= task.prompt_length) & (positions < lengths[:, None])  # what generation writes
+    matches = np.zeros_like(written)
+    matches[:, 1:] = argmax.numpy() == tokens[:, 1:]
+    if task.uses_retriever:
+        matches[:, 1:] |= tokens[:, :-1] == task.end_search_id  # the retriever's answer, not the model's
+    stops = np.zeros_like(written)
+    for pos in range(task.prompt_length, width):
+        stops[:, pos] = task.stopped(tokens, pos)
+    stops_at_end = stops[np.arange(batch_size), lengths - 1] & ((stops & written).sum(axis=1) == 1)
+    return (matches | ~written).all(axis=1) & stops_at_end
 
 
 @torch.no_grad()
@@ -78,12 +109,31 @@ def answers(task, seqs: np.ndarray) -> np.ndarray:
     return task.answers(seqs)
 
 
-def generation_accuracy(model, task, batches: list[Batch], autocast) -> float:
-    """The fraction of rows whose generated answer equals their label."""
+def generation_accuracy(model, task, batches: list[Batch], autocast, predictions: list | None = None,
+                        batch_size: int | None = None) -> float:
+    """The fraction of rows whose generated answer equals their label.
+
+    With `predictions` (teacher_forced's argmax per batch), rows whose generation
+    teacher forcing already decides (`settled_rows`) are scored from their own
+    tokens, and only the others are decoded, gathered into batches of
+    `batch_size` rows (default: the first batch's)."""
     right = total = 0
-    for batch in batches:
-        prompts = batch.tokens[:, : task.prompt_length]
-        got = answers(task, generate(model, task, prompts, autocast))
-        right += int((got == batch.labels.cpu().numpy().astype(np.int64)).sum())
+    prompts, labels = [], []
+    for i, batch in enumerate(batches):
+        rows = np.arange(batch.tokens.shape[0])
+        if predictions is not None:
+            settled = settled_rows(task, batch, predictions[i])
+            got = answers(task, batch.tokens[settled].cpu().numpy())
+            right += int((got == batch.labels[settled].cpu().numpy().astype(np.int64)).sum())
+            total += len(got)
+            rows = rows[~settled]
+        index = torch.as_tensor(rows, device=batch.tokens.device)
+        prompts.append(batch.tokens[index, : task.prompt_length])
+        labels.append(batch.labels[index].cpu().numpy().astype(np.int64))
+    prompts_all, labels_all = torch.cat(prompts), np.concatenate(labels)
+    step = batch_size or batches[0].tokens.shape[0]
+    for start in range(0, len(labels_all), step):
+        got = answers(task, generate(model, task, prompts_all[start : start + step], autocast))
+        right += int((got == labels_all[start : start + step]).sum())
         total += len(got)
     return right / total

@@ -14,10 +14,11 @@ from typing import Callable, Optional
 import torch
 from pydantic import ValidationError
 
+from workloads.batching import OVERHEAD_TOKENS, group_rows
 from workloads.config import TrialConfig
 from workloads.evaluate import generation_accuracy, supervised_loss, teacher_forced
 from workloads.models import build_model
-from workloads.tasks import build_task
+from workloads.tasks import Batch, build_task
 from workloads.tasks.istree import TRAIN_STREAM, VALID_STREAM
 
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -152,6 +153,24 @@ class Trial:
         except CheckpointError as e:
             raise CheckpointError(f"{path}: {e}; {start_over}") from None
 
+    def backward(self, batch: Batch) -> torch.Tensor:
+        """Accumulates the gradient of the batch's loss (the token mean over every
+        supervised token of the batch), computed in length-grouped micro-batches
+        (workloads/batching.py); returns the loss, detached."""
+        tc = self.config.train
+        supervised = int(batch.supervised[:, 1:].sum())  # on the CPU copy
+        groups = group_rows(batch.lengths.numpy(), tc.length_groups, OVERHEAD_TOKENS.get(self.device.type, 0))
+        total = None
+        for rows in groups:
+            part = batch.rows(rows, int(batch.lengths[rows].max())).to(self.device) if len(groups) > 1 \
+                else batch.to(self.device)
+            with self.autocast():
+                logits = self.model(part.tokens[:, :-1])
+            loss = supervised_loss(logits, part, reduction="sum") / max(1, supervised)
+            loss.backward()
+            total = loss.detach() if total is None else total + loss.detach()
+        return total
+
     def validation_batches(self):
         tc = self.config.train
         return [
@@ -161,10 +180,11 @@ class Trial:
 
     def evaluate(self, batches, with_generation: bool) -> dict:
         self.model.eval()
-        metrics = teacher_forced(self.model, batches, self.autocast)
+        generation = with_generation and self.task.generates
+        predictions = [] if generation else None
+        metrics = teacher_forced(self.model, batches, self.autocast, predictions)
         metrics["gen_accuracy"] = (
-            generation_accuracy(self.model, self.task, batches, self.autocast)
-            if with_generation and self.task.generates else None
+            generation_accuracy(self.model, self.task, batches, self.autocast, predictions) if generation else None
         )
         self.model.train()
         return metrics
@@ -203,12 +223,8 @@ def run_trial(
         count = min(tc.batch_size, tc.samples - trial.samples)
         batch = task.batch(tc.seed, TRAIN_STREAM, trial.samples, count)
         batch_tokens = int(batch.lengths.sum())  # counted on the CPU copy: no GPU sync per step
-        batch = batch.to(trial.device)
-        with trial.autocast():
-            logits = model(batch.tokens[:, :-1])
-        loss = supervised_loss(logits, batch)
         trial.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss = trial.backward(batch)
         if tc.grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
         trial.optimizer.step()

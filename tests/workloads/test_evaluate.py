@@ -3,10 +3,13 @@ on a chosen set of supervised tokens and wrong on the others."""
 
 import contextlib
 
+import numpy as np
+import pytest
 import torch
 
-from workloads.evaluate import teacher_forced
-from workloads.tasks import build_task
+from workloads.evaluate import generation_accuracy, settled_rows, teacher_forced
+from workloads.tasks import IsTreeConfig, build_task
+from workloads.tasks.ar import ARConfig
 from workloads.tasks.mqar import MQARConfig
 
 
@@ -35,3 +38,92 @@ def test_token_accuracy_counts_supervised_tokens_and_exact_match_counts_samples(
     assert metrics["val_exact_match"] == (right.sum(1) == mask.sum(1)).sum().item() / len(mask)
     assert (mask.sum(1) == 4).all()  # every sample: its n = 4 queries
     assert 0 < metrics["val_exact_match"] < metrics["val_token_accuracy"] < 1
+
+
+class PrefixOracle:
+    """A stand-in model whose next token is a function of the whole prefix, so that
+    its full forward, prefill and step agree by construction: the samples' own next
+    token, except at `wrong` prefixes, and TRUE (IsTree's answer "a tree") after
+    any prefix it has not seen."""
+
+    def __init__(self, task, batch, wrong: set, fallback: int):
+        self.task, self.fallback, self.table = task, fallback, {}
+        tokens = batch.tokens.tolist()
+        for r, length in enumerate(batch.lengths.tolist()):
+            key = ()
+            for p in range(length - 1):
+                key = hash((key, tokens[r][p]))
+                wanted = tokens[r][p + 1]
+                self.table[key] = (wanted + 1) % task.vocab_size if (r, p + 1) in wrong else wanted
+        self.rows_decoded = 0
+
+    def _one_hot(self, keys):
+        nxt = torch.tensor([self.table.get(k, self.fallback) for k in keys])
+        return torch.nn.functional.one_hot(nxt, self.task.vocab_size).float()
+
+    def __call__(self, tokens):
+        keys, out = [()] * tokens.shape[0], []
+        for p in range(tokens.shape[1]):
+            keys = [hash((k, t)) for k, t in zip(keys, tokens[:, p].tolist())]
+            out.append(self._one_hot(keys))
+        return torch.stack(out, dim=1)
+
+    def prefill(self, tokens, max_length):
+        self.rows_decoded += tokens.shape[0]
+        self.keys = [()] * tokens.shape[0]
+        for p in range(tokens.shape[1]):
+            self.keys = [hash((k, t)) for k, t in zip(self.keys, tokens[:, p].tolist())]
+        return self._one_hot(self.keys), None
+
+    def step(self, token, state):
+        self.keys = [hash((k, t)) for k, t in zip(self.keys, token.tolist())]
+        return self._one_hot(self.keys)
+
+
+@pytest.mark.parametrize("task_config", [IsTreeConfig(n=6, setup="cot"), IsTreeConfig(n=6, setup="retrieval"),
+                                         IsTreeConfig(n=6, setup="vanilla"), ARConfig(n=6, setup="retrieval")],
+                         ids=["istree-cot", "istree-retrieval", "istree-vanilla", "ar-retrieval"])
+def test_generation_decided_by_teacher_forcing_scores_as_full_decoding(task_config):
+    task = build_task(task_config)
+    batches = [task.batch(0, 1, start, 40) for start in (0, 40)]
+    rng = np.random.default_rng(0)
+    models, harmless_only = [], 0
+    for batch in batches:
+        wrong = set()
+        for r, length in enumerate(batch.lengths.tolist()):
+            row = batch.tokens[r].tolist()
+            answered = [p for p in range(task.prompt_length + 1, length) if task.uses_retriever and row[p - 1] == task.end_search_id]
+            if rng.random() < 0.4:  # a wrong token somewhere in what the model writes
+                wrong.add((r, int(rng.integers(task.prompt_length, length))))
+            elif answered:  # a wrong guess where the retriever answers: generation never uses it
+                wrong.add((r, answered[int(rng.integers(len(answered)))]))
+                harmless_only += 1
+        models.append(PrefixOracle(task, batch, wrong, fallback=getattr(task, "true_id", task.pad_id)))
+
+    class PerBatch:  # each batch has its own table; generation sees them all at once
+        def __init__(self):
+            self.table = {k: v for m in models for k, v in m.table.items()}
+            self.model = models[0]
+            self.model.table = self.table
+
+        def __call__(self, tokens):
+            return self.model(tokens)
+
+        def prefill(self, tokens, max_length):
+            return self.model.prefill(tokens, max_length)
+
+        def step(self, token, state):
+            return self.model.step(token, state)
+
+    model = PerBatch()
+    predictions = []
+    teacher_forced(model, batches, contextlib.nullcontext, predictions)
+    settled = sum(int(settled_rows(task, b, p).sum()) for b, p in zip(batches, predictions))
+    full = generation_accuracy(model, task, batches, contextlib.nullcontext)
+    decoded_full, model.model.rows_decoded = model.model.rows_decoded, 0
+    quick = generation_accuracy(model, task, batches, contextlib.nullcontext, predictions)
+    assert quick == full
+    assert 0 < settled < 80 and decoded_full == 80 and model.model.rows_decoded == 80 - settled
+    assert 0 < full < 1
+    if task.uses_retriever:
+        assert harmless_only > 10 and settled >= harmless_only

@@ -78,6 +78,25 @@ class Batch:
         """What positions 0..T-2 are trained to predict."""
         return (self.tokens if self.targets is None else self.targets)[:, 1:]
 
+    def rows(self, index, width: int) -> Batch:
+        """The rows `index` (a sequence of row numbers), cut or right-padded to
+        `width` tokens; padding carries no loss (token 0, unsupervised)."""
+        import torch
+
+        index = torch.as_tensor(index, dtype=torch.long)
+
+        def take(t: torch.Tensor | None) -> torch.Tensor | None:
+            if t is None:
+                return None
+            if t.dim() == 1:
+                return t[index]
+            out = t[index, :width]
+            if out.shape[1] < width:
+                out = torch.cat([out, out.new_zeros(len(index), width - out.shape[1])], dim=1)
+            return out
+
+        return Batch(*(take(t) for t in (self.tokens, self.supervised, self.lengths, self.labels, self.targets)))
+
     def to(self, device) -> Batch:
         """The batch on `device`; to a GPU through pinned memory, without blocking."""
         import torch

@@ -1,0 +1,106 @@
+"""A spec's projected wall time from measured trial rates.
+
+bench/bench_sweep.py runs a slice of a grid through the real launch path and
+writes, per trial class (arch, size, setup, n), the samples per second a trial
+trained at while packed as the sweep packs it, and the share of a device it held
+(a GPU fraction, or CPUs). A trial's time is its samples over its class's rate;
+the sweep keeps its devices full, so its wall time is the sum of trial times
+weighted by their shares over the devices there are, and never less than its
+longest trial. A class the bench did not run takes the tokens per second of the
+nearest measured class of the same arch (same size and setup first) over its own
+sample length: a lower bound for attention, whose cost grows faster than length.
+"""
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+RESULTS_DIR = Path(__file__).resolve().parents[1] / "bench" / "results"
+
+
+def rates_file(device: str) -> Path:
+    """Where bench_sweep.py writes the rates of `device` (a GPU's name, or cpu)."""
+    return RESULTS_DIR / f"sweep_{device.replace(' ', '_')}.json"
+
+
+@dataclass
+class Projection:
+    seconds: float  # the sweep's wall time
+    trial_seconds: float  # all trials' times added up
+    longest: float  # the longest trial's time
+    measured: int  # trials whose class was measured
+    scaled: list[str] = field(default_factory=list)  # 'class <- measured class' for the others
+
+    def describe(self) -> str:
+        return f"{format_duration(self.seconds)} ({self.measured} trials at measured rates, {len(self.scaled)} scaled)"
+
+
+def format_duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def load_rates(path: Path) -> Optional[dict]:
+    """The bench's record ({device, classes: [...], ...}) or None where there is none."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("classes"), list) else None
+
+
+def _key(arch, size, setup, n) -> tuple:
+    return (str(arch), str(size), str(setup), int(n))
+
+
+def project(trials: list[dict], classes: list[dict], devices: float) -> Projection:
+    """`trials`: {arch, size, setup, n, samples, share, longest_sample} each;
+    `classes`: the bench's rows ({arch, size, setup, n, samples_per_s,
+    tokens_per_sample}); `devices`: GPUs (shares are fractions of one) or CPUs
+    (shares are CPUs)."""
+    measured = {_key(c["arch"], c["size"], c["setup"], c["n"]): c for c in classes if c.get("samples_per_s")}
+    total = weighted = longest = 0.0
+    scaled, exact = [], 0
+    for t in trials:
+        key = _key(t["arch"], t["size"], t["setup"], t["n"])
+        row = measured.get(key)
+        if row is not None:
+            rate = row["samples_per_s"]
+            exact += 1
+        else:
+            same_arch = [c for k, c in measured.items() if k[0] == key[0]]
+            if not same_arch:
+                raise ValueError(f"no measured rate for {key[0]}; the bench ran {sorted({k[0] for k in measured})}")
+            near = min(same_arch, key=lambda c: (c["size"] != key[1], c["setup"] != key[2], abs(math.log(c["n"] / key[3]))))
+            tokens_per_s = near["samples_per_s"] * near["tokens_per_sample"]
+            rate = tokens_per_s / (near["tokens_per_sample"] * t["longest_sample"] / near["longest_sample"])
+            scaled.append(f"{'-'.join(map(str, key))} <- {near['arch']}-{near['size']}-{near['setup']}-{near['n']}")
+        seconds = t["samples"] / rate
+        total += seconds
+        weighted += seconds * t["share"]
+        longest = max(longest, seconds)
+    return Projection(seconds=max(weighted / devices, longest), trial_seconds=total, longest=longest,
+                      measured=exact, scaled=list(dict.fromkeys(scaled)))
+
+
+def spec_trials(spec, on_gpu: bool) -> list[dict]:
+    """The trials of a spec as `project` takes them (an Optuna spec: each cell's
+    num_samples trials), each with its share: its GPU fraction, or its CPUs."""
+    from orchestrator.spec import cells, expand, gpu_share, trial_for
+
+    if spec.search.method == "grid":
+        configs = [(t, 1) for t in expand(spec)]
+    else:
+        configs = [(trial_for(spec, *cell, getattr(spec.lr, cell[0]).low), spec.search.num_samples) for cell in cells(spec)]
+    out = []
+    for t, count in configs:
+        share = gpu_share(spec, t)[0] if on_gpu else spec.resources.cpus_per_trial
+        row = dict(arch=t.model.arch, size=t.model.size, setup=t.setup, n=t.task.n, samples=t.train.samples,
+                   share=share, longest_sample=t.task.longest_sample)
+        out += [row] * count
+    return out

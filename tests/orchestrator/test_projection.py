@@ -1,0 +1,66 @@
+"""A spec's projected wall time from measured rates: trial times weighted by their
+shares over the devices, never less than the longest trial; classes the bench did
+not run scaled from the nearest one measured; plan says where the figure comes from."""
+
+import json
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from orchestrator.cli import app
+from orchestrator.projection import project
+
+RATES = [
+    dict(arch="transformer", size="0.5M", setup="cot", n=16, samples_per_s=100.0, tokens_per_sample=70.0, longest_sample=80),
+    dict(arch="mamba", size="0.5M", setup="cot", n=16, samples_per_s=50.0, tokens_per_sample=70.0, longest_sample=80),
+]
+
+
+def _trial(arch, n=16, setup="cot", samples=1000, share=0.5, longest=80, size="0.5M"):
+    return dict(arch=arch, size=size, setup=setup, n=n, samples=samples, share=share, longest_sample=longest)
+
+
+def test_trial_times_weighted_by_share_over_the_devices():
+    trials = [_trial("transformer")] * 4 + [_trial("mamba")] * 2  # 10 s each, 20 s each
+    p = project(trials, RATES, devices=1)
+    assert p.trial_seconds == pytest.approx(4 * 10 + 2 * 20)
+    assert p.seconds == pytest.approx((4 * 10 + 2 * 20) * 0.5)
+    assert p.measured == 6 and not p.scaled
+    assert project(trials, RATES, devices=2).seconds == pytest.approx(20)  # the longest trial bounds it
+
+
+def test_an_unmeasured_class_runs_at_its_neighbours_tokens_per_second():
+    p = project([_trial("transformer", n=32, longest=160)], RATES, devices=1)
+    assert p.measured == 0 and p.scaled == ["transformer-0.5M-cot-32 <- transformer-0.5M-cot-16"]
+    assert p.trial_seconds == pytest.approx(1000 / 50)  # twice as long a sample: half the samples per second
+
+
+def test_an_arch_never_measured_is_refused_by_name():
+    with pytest.raises(ValueError, match="no measured rate for hybrid"):
+        project([_trial("hybrid")], RATES, devices=1)
+
+
+def _spec(tmp_path):
+    spec = dict(name="p", axes=dict(archs=["transformer", "mamba"], setups=["cot"], sizes=["0.5M"], n=[16, 32]),
+                training=dict(samples=1000, warmup_samples=10), resources=dict(cpus_per_trial=1, device="cpu"))
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_plan_projects_from_a_rates_file_and_names_it(tmp_path):
+    rates = tmp_path / "rates.json"
+    rates.write_text(json.dumps({"device": "cpu", "classes": RATES}))
+    result = CliRunner().invoke(app, ["plan", str(_spec(tmp_path)), "--rates", str(rates), "--devices", "2"])
+    assert result.exit_code == 0, result.output
+    # 10 + 20 s measured at n=16, 20 + 40 s scaled at n=32, one CPU each on two CPUs: 45 s.
+    line = [l for l in result.output.splitlines() if l.startswith("projected wall time")][0]
+    assert "45 s (2 trials at measured rates, 2 scaled) on 2 CPU (cpu)" in line and str(rates) in line
+
+
+def test_plan_without_rates_says_how_to_measure_them(tmp_path):
+    result = CliRunner().invoke(app, ["plan", str(_spec(tmp_path)), "--rates", str(tmp_path / "none.json")])
+    assert result.exit_code == 0, result.output
+    assert "projected wall time: unknown; no measured rates for cpu" in result.output
+    assert "bench/bench_sweep.py --device cpu" in result.output
