@@ -3,7 +3,7 @@
 A batch of samples is right-padded to its longest row, and IsTree's rows differ
 in length: a tree's trace is the longest a graph can write, a non-tree's stops at
 its first cycle. In a retrieval batch 30% of the padded tokens are padding, in a
-CoT batch 13% (bench/results/batching_cpu.json). Here the rows are sorted by
+CoT batch 13%. Here the rows are sorted by
 length and cut into a few contiguous groups, each padded only to its own longest
 row; the trainer runs each group and sums their gradients.
 
@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import numpy as np
 
-# A group's fixed cost in tokens' worth of work, by device type. CPU: measured
-# (bench/bench_batching.py: a 0.5M Transformer step of 64 x 615 tokens against the
-# same tokens in 2 to 4 groups costs about 100 tokens a group). CUDA: not yet
-# measured (no GPU in the session that wrote this); a step of the paper's models
-# there runs about 300 kernels, ~3 ms, the time of roughly 4,000 tokens at the
-# rates of README's GPU table, so that is the default.
+# A group's fixed cost in tokens' worth of work, by device type; estimates, not
+# fits. CPU: 128, with which grouped steps ran 1.4x to 2.3x as fast as padded ones
+# at retrieval n=16 and 0.95x to 1.2x at CoT n=16, where little is padding
+# (bench/bench_step.py, bench/results/step_cpu.json). CUDA: not yet measured (no
+# GPU in the session that wrote this); a step of the paper's models there runs a
+# few hundred kernels, a few ms, the time of some thousands of tokens at the rates
+# of README's GPU table: 4,096 until bench_step.py --device cuda measures it.
 OVERHEAD_TOKENS = {"cpu": 128, "cuda": 4096}
 
 
