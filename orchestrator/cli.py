@@ -19,6 +19,8 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    # Help texts are plain text: "[default: ...]" must not be read as rich markup and vanish.
+    rich_markup_mode=None,
 )
 
 
@@ -244,6 +246,7 @@ def train(
         None, help="linear warm-up [default: 10,000 (the paper's), or a tenth of --samples when that is less]"
     ),
     eval_every: int = typer.Option(100_000, help="samples between evaluations and checkpoints"),
+    checkpoint_every_s: float = typer.Option(60.0, help="seconds of training between checkpoints between evaluations"),
     val_samples: int = typer.Option(5_000),
     gen_every_eval: bool = typer.Option(False, help="generation accuracy at every evaluation"),
     grad_clip: Optional[float] = typer.Option(None),
@@ -265,7 +268,7 @@ def train(
         config = trial_config(
             arch, size, task_config, lr=lr,
             samples=samples, seed=seed, batch_size=batch_size, warmup_samples=warmup_samples,
-            eval_every=eval_every, val_samples=val_samples, gen_every_eval=gen_every_eval,
+            eval_every=eval_every, checkpoint_every_s=checkpoint_every_s, val_samples=val_samples, gen_every_eval=gen_every_eval,
             grad_clip=grad_clip, device=device, precision=precision,
         ).model_copy(update={"model": model})
         check_storage(str(out), flag="--out")
@@ -297,14 +300,55 @@ def train(
         with open(out / "history.jsonl", "a") as f:
             f.write(json.dumps({k: v for k, v in metrics.items() if k != "config"}) + "\n")
 
+    stop = _StopSignals()
     try:
-        metrics = run_trial(config, report=report, checkpoint_dir=checkpoint, resume_from=resume, on_step=on_step)
+        with stop:
+            metrics = run_trial(config, report=report, checkpoint_dir=checkpoint, resume_from=resume, on_step=on_step,
+                                should_stop=stop.requested)
     except CheckpointError as e:
         _fail(str(e))
     finally:
         bar.close()
+    if metrics.get("stopped"):
+        typer.secho(f"Stopped by {stop.name} at {metrics['samples']:,} samples, checkpointed in {checkpoint}. "
+                    "Run the same command to continue.", fg=typer.colors.YELLOW, err=True)
+        raise typer.Exit(130)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
     typer.echo(json.dumps({k: v for k, v in metrics.items() if k != "config"}))
+
+
+class _StopSignals:
+    """SIGINT and SIGTERM (Ctrl-C, a cluster's or a spot instance's stop) ask the
+    trial to stop at its next step, checkpointed; a second signal stops at once."""
+
+    def __init__(self):
+        self.name = None
+        self._previous = {}
+
+    def requested(self) -> bool:
+        return self.name is not None
+
+    def _handle(self, signum, frame):
+        import signal
+
+        if self.name is not None:
+            raise KeyboardInterrupt
+        self.name = signal.Signals(signum).name
+        typer.secho(f"\n{self.name}: stopping after this step with a checkpoint (again to stop at once)",
+                    fg=typer.colors.YELLOW, err=True)
+
+    def __enter__(self):
+        import signal
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
 
 
 def _flag_error(e) -> str:
@@ -360,9 +404,9 @@ def plan(
     format: ListFormat = typer.Option("table", "--format"),
     device_name: Optional[str] = typer.Option(
         None, help="the device to project the wall time on, as bench/bench_sweep.py names it (cpu, or a GPU's "
-        "name such as 'NVIDIA H100 80GB HBM3') \\[default: this machine's first GPU, or cpu]"),
-    devices: Optional[float] = typer.Option(None, help="GPUs (or CPUs) to project on \\[default: this machine's]"),
-    rates: Optional[Path] = typer.Option(None, help="measured rates to project from \\[default: "
+        "name such as 'NVIDIA H100 80GB HBM3') [default: this machine's first GPU, or cpu]"),
+    devices: Optional[float] = typer.Option(None, help="GPUs (or CPUs) to project on [default: this machine's]"),
+    rates: Optional[Path] = typer.Option(None, help="measured rates to project from [default: "
                                          "bench/results/sweep_<device>.json]"),
 ):
     """Show the trials a spec would run, with each trial's estimated peak GPU memory
@@ -541,6 +585,8 @@ def launch(
         if sweep.holds_sweep(run_dir):
             _fail(f"{run_dir} already holds a sweep; continue it with `icr-sweep resume {run_dir}`, "
                   "or pick another name or --storage")
+        _preflight(s, on_this_cpu=address is None and (s.resources.device == "cpu" or (
+            s.resources.device == "auto" and not _local_gpus())), cpus=num_cpus)
         resources = _start_ray(_ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus), s)
         if resources["gpu"]:
             from orchestrator.spec import gpu_shares, memory_warnings
@@ -553,12 +599,48 @@ def launch(
     _run_locked(run_dir, work)
 
 
+def _spec_trials(s) -> list:
+    """The trials of a spec; for an Optuna spec one per cell (its lr changes no shape)."""
+    from orchestrator.spec import cells, expand, trial_for
+
+    if s.search.method == "grid":
+        return expand(s)
+    return [trial_for(s, *cell, getattr(s.lr, cell[0]).low) for cell in cells(s)]
+
+
+def _preflight(s, on_this_cpu: bool, cpus: Optional[int] = None) -> None:
+    """Builds and runs each distinct model of the sweep once on the CPU, and holds
+    CPU trials' memory against this machine's, before Ray starts: exit 2 naming
+    the trials that could not run."""
+    import os
+
+    from workloads.preflight import check_models, cpu_memory_problems
+
+    trials = _spec_trials(s)
+    problems = check_models(trials)
+    warnings = []
+    if on_this_cpu:
+        slots = int((cpus or os.cpu_count() or 1) // s.resources.cpus_per_trial) or 1
+        concurrent = min(slots, s.resources.max_concurrent or slots, len(trials))
+        errors, warnings = cpu_memory_problems(trials, concurrent)
+        problems += errors
+    for warning in warnings:
+        typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
+    if problems:
+        more = f"\n  ... and {len(problems) - 10} more" if len(problems) > 10 else ""
+        _fail("no trial was started; these could not run:\n  " + "\n  ".join(problems[:10]) + more)
+
+
 RUN_DIR = typer.Argument(..., help="the sweep's run directory: a path, or a URI such as s3://bucket/prefix/name")
 
 
 def _run_location(run_dir: str) -> str:
     """The run directory as the commands use it: a URI as given, a path made absolute."""
+    from orchestrator.spec import scheme_typo
     from orchestrator.storage import is_remote
+
+    if scheme_typo(run_dir):
+        _fail(scheme_typo(run_dir))
 
     return run_dir.rstrip("/") if is_remote(run_dir) else str(Path(run_dir.removeprefix("file://")).resolve())
 
@@ -603,11 +685,25 @@ def _read_run(run_dir: str):
     from orchestrator.rundir import RunDirError
     from orchestrator.storage import is_remote, local_view
 
+    _require_local_run(run_dir)
     try:
         with local_view(run_dir) as local:
             return read_run(local, locked=not is_remote(run_dir))
     except (RunDirError, OSError) as e:
         _fail(f"{run_dir}: cannot be read ({e})")
+
+
+def _require_local_run(run_dir: str) -> None:
+    """Refuses a local path that does not exist or is not a directory, by name."""
+    from orchestrator.storage import is_remote
+
+    if is_remote(run_dir):
+        return
+    path = Path(run_dir)
+    if not path.exists():
+        _fail(f"{run_dir}: no such run directory (a sweep's is <storage>/<name>, e.g. runs/istree_smoke)")
+    if not path.is_dir():
+        _fail(f"{run_dir}: not a directory; a sweep's run directory is <storage>/<name>, e.g. runs/istree_smoke")
 
 
 @app.command("status")
@@ -665,6 +761,7 @@ def _report(run_dir: str, out: Optional[Path] = None, solved: float = 0.9):
     from orchestrator.storage import is_remote, local_view, upload
 
     remote = is_remote(run_dir)
+    _require_local_run(run_dir)
     try:
         with local_view(run_dir) as local:
             try:

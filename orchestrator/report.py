@@ -35,6 +35,7 @@ COLUMNS = {"model.arch": "arch", "task.setup": "setup", "model.size": "size", "t
 
 METRIC_KEYS = ("samples", "train_loss", "val_loss", "val_exact_match", "val_token_accuracy", "gen_accuracy",
                "samples_per_s")
+PROGRESS_KEYS = ("samples", "train_loss", "samples_per_s")  # also in the rows between evaluations
 
 
 def _read_results(path: Path) -> tuple[list[dict], list[str]]:
@@ -113,7 +114,11 @@ def load_trials(run_dir: Path, planned: dict[str, dict] | None = None, locked: b
                 # (Tune makes a pending trial's directory before it writes params.json: nothing amiss)
                 problems.append(config_problem + "; config taken from the spec")
         last = results[-1] if results else {}
-        metrics = {k: last.get(k) for k in METRIC_KEYS}
+        # Rows between evaluations (time-based checkpoints) carry progress only: the
+        # metrics are the last evaluation's, the progress the latest row's.
+        evaluated = [r for r in results if r.get("evaluated", True)]
+        last_eval = evaluated[-1] if evaluated else {}
+        metrics = {k: (last if k in PROGRESS_KEYS else last_eval).get(k) for k in METRIC_KEYS}
         flat = pd.json_normalize(config, sep=".").iloc[0].to_dict() if config else {}
         rows.append({"trial": name, "state": state, **metrics, "error": "; ".join(filter(None, [error, *problems])), **flat})
     df = pd.DataFrame(rows)

@@ -8,6 +8,8 @@ configs, the very ones `icr-sweep train` takes.
 import itertools
 import json
 import math
+import re
+import typing
 from pathlib import Path
 from typing import Literal, Optional, Union
 
@@ -27,8 +29,43 @@ PLAUSIBLE_TRIALS = 2_000
 MAX_SPEC_BYTES = 1_000_000
 
 
+def scheme_typo(location: str) -> str:
+    """A message where `location` looks like a storage URI with a slash missing
+    (s3:/bucket, which would silently become a local directory), else ''."""
+    scheme, colon, rest = location.partition(":")
+    if colon and scheme.lower() in STORAGE_SCHEMES and not rest.startswith("//"):
+        return f"{location!r} looks like a {scheme}:// URI with a slash missing; write {scheme}://{rest.lstrip('/')}"
+    return ""
+
+
+def _admits_bool(annotation) -> bool:
+    return annotation is bool or any(_admits_bool(a) for a in typing.get_args(annotation))
+
+
+def _holds_bool(value) -> bool:
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, dict):
+        return any(_holds_bool(v) for v in value.values())
+    return isinstance(value, (list, tuple)) and any(_holds_bool(v) for v in value)
+
+
 class _Spec(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # No inf or nan in any number; and no YAML true/false where a number is meant
+    # (pydantic would read true as 1: `samples: true` trained one sample).
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bools_for_numbers(cls, value, info):
+        field = cls.model_fields.get(info.field_name)
+        if field is None or (isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)):
+            return value  # a section: its own fields check theirs
+        if _holds_bool(value) and not _admits_bool(field.annotation):
+            if isinstance(value, bool):
+                raise ValueError(f"a number is expected, not the YAML boolean {str(value).lower()}")
+            raise ValueError(f"numbers are expected, not YAML booleans: {json.dumps(value)}")
+        return value
 
 
 # Model dimensions a spec can sweep: the stack's, its attention layers' and every
@@ -117,6 +154,9 @@ LrValue = Union[float, list[float], Distribution]
 
 
 class _LearningRates(_Spec):
+    # Infinite and nan rates reach `_positive`, whose message is clearer than the union's.
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=True)
+
     @model_validator(mode="before")
     @classmethod
     def _known_archs(cls, data):
@@ -162,6 +202,8 @@ class TrainingSpec(_Spec):
     batch_size: int = Field(64, gt=0)
     warmup_samples: int = Field(10_000, ge=0)
     eval_every: int = Field(100_000, gt=0)
+    checkpoint_every_s: float = Field(60.0, gt=0, allow_inf_nan=False, description="seconds of training between "
+                                      "checkpoints taken between evaluations: a killed trial loses at most this")
     val_samples: int = Field(5_000, gt=0)
     val_seed: Seed = 1234
     eval_batch_size: int = Field(250, gt=0)
@@ -233,6 +275,9 @@ class SweepSpec(_Spec):
     @field_validator("storage")
     @classmethod
     def _known_scheme(cls, value):
+        typo = scheme_typo(value)
+        if typo:
+            raise ValueError(typo)
         scheme, sep, _ = value.partition("://")
         if sep and scheme not in STORAGE_SCHEMES:
             raise ValueError(f"unknown storage scheme {scheme + '://'!r} in {value!r}; use a local path or one of "
@@ -389,6 +434,11 @@ def format_errors(error: ValidationError, source: str) -> str:
                 loc, msg = ["axes", field], rest
         elif "input" in err and err["type"] != "missing":
             msg += f" (got {err['input']!r})"
+        if not loc:  # a check across fields: its message names the field it is about
+            match = re.match(r"^((?:axes|training|resources|search|lr)\.\w+ with \w+|(?:axes|training|resources|search|lr)\.\w+): (.*)$", msg, re.S)
+            if match:
+                lines.append(f"{source}: {match.group(1)}: {match.group(2)}")
+                continue
         lines.append(f"{source}: {_path(loc)}: {msg}")
     return "\n".join(dict.fromkeys(lines))
 
@@ -486,6 +536,9 @@ def _resized(cfg: ModelConfig, label: str, fields: dict) -> ModelConfig:
         if len(idx) == cfg.n_layers:
             update["attn_layer_idx"] = tuple(range(layers))
         elif idx == (cfg.n_layers - 1,):
+            if layers < 2:
+                raise ValueError(f"n_layers {layers} leaves the {cfg.arch} no recurrent layer below its attention "
+                                 "layer; a hybrid needs n_layers of at least 2")
             update["attn_layer_idx"] = (layers - 1,)
         elif idx:
             raise ValueError(f"n_layers of {cfg.arch}: its attention layers {idx} have no rule to follow")

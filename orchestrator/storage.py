@@ -9,7 +9,9 @@ run; checkpoints stay where they are.
 """
 
 import contextlib
+import os
 import tempfile
+import threading
 from pathlib import Path
 from typing import Iterator, Optional
 
@@ -24,13 +26,49 @@ def is_remote(location: str) -> bool:
     return bool(sep) and scheme != "file"
 
 
+# Seconds the first request to a remote store may take before the command gives up:
+# without a network, gs:// retries for many minutes with no output.
+ANSWER_TIMEOUT_S = 20.0
+_answered: set[str] = set()
+
+
+def _answer_timeout() -> float:
+    try:
+        return float(os.environ.get("ICR_STORAGE_TIMEOUT_S", ANSWER_TIMEOUT_S))
+    except ValueError:
+        return ANSWER_TIMEOUT_S
+
+
 def _fs(uri: str):
+    """The filesystem and path of `uri`, once its store has answered a first request
+    within ICR_STORAGE_TIMEOUT_S seconds (default 20); RunDirError otherwise."""
     import pyarrow.fs
 
     try:
-        return pyarrow.fs.FileSystem.from_uri(uri)
+        fs, path = pyarrow.fs.FileSystem.from_uri(uri)
     except (OSError, ValueError) as e:
         raise RunDirError(f"{uri}: cannot open this storage ({e})") from None
+    store = uri.split("://", 1)[0] + "://" + path.split("/", 1)[0]
+    if store not in _answered:
+        outcome: list = []
+        probe = threading.Thread(target=lambda: outcome.append(_try(fs.get_file_info, path)), daemon=True)
+        probe.start()
+        probe.join(_answer_timeout())
+        if not outcome:
+            raise RunDirError(f"{uri}: the storage did not answer within {_answer_timeout():g} s (no network, or "
+                              "credentials it waits for?); check the connection and the credentials, or use a local "
+                              "path (ICR_STORAGE_TIMEOUT_S sets the wait)")
+        if isinstance(outcome[0], Exception):
+            raise RunDirError(f"{uri}: cannot be reached ({str(outcome[0]).splitlines()[0]})") from None
+        _answered.add(store)
+    return fs, path
+
+
+def _try(fn, *args):
+    try:
+        return fn(*args)
+    except Exception as e:  # handed to the caller's thread
+        return e
 
 
 def check_remote(run_dir: str, flag: str = "--storage") -> None:

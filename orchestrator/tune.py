@@ -1,10 +1,12 @@
 """Runs a sweep spec on Ray Tune: one trial per resolved config, checkpointed at
 every evaluation, retried from its checkpoint when it crashes, resumable as a whole."""
 
+import contextlib
 import json
 import math
 import os
 import pickle
+import signal
 import socket
 import tempfile
 from pathlib import Path
@@ -93,6 +95,8 @@ class CellwiseOptuna(Searcher):
         return {"trial": trial.model_dump(mode="json"), "grid": False}
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
+        if result.get("evaluated") is False:  # a checkpoint between evaluations: no metric to report
+            return
         if trial_id in self.owner:
             self.studies[self.owner[trial_id]].on_trial_result(trial_id, result)
 
@@ -282,6 +286,22 @@ def _tuner_parts(spec: SweepSpec, resources: dict):
     return trainable, run_config
 
 
+@contextlib.contextmanager
+def _sigterm_as_ctrl_c():
+    """SIGTERM (what a cluster, a scheduler or a spot instance sends) stops the sweep
+    as Ctrl-C does: Tune saves its state, the trials keep their checkpoints, and
+    the command ends with the report and the resume command. Installed after Ray
+    starts, whose own handler would end the driver with a stack dump."""
+    def forward(signum, frame):
+        os.kill(os.getpid(), signal.SIGINT)
+
+    previous = signal.signal(signal.SIGTERM, forward)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def launch(spec: SweepSpec, resources: dict) -> str:
     """Runs every trial of `spec`; returns the run directory. Ray must be initialised."""
     run_dir = spec.run_dir()
@@ -305,7 +325,8 @@ def launch(spec: SweepSpec, resources: dict) -> str:
             trial_name_creator=_trial_name, trial_dirname_creator=_trial_name,
         )
     tuner = tune.Tuner(trainable, param_space=param_space, tune_config=tune_config, run_config=run_config)
-    tuner.fit()
+    with _sigterm_as_ctrl_c():
+        tuner.fit()
     return run_dir
 
 
@@ -314,7 +335,8 @@ def resume(run_dir: str, spec: SweepSpec, resources: dict) -> str:
     from their last checkpoint, errored ones are retried from theirs."""
     trainable, _ = _tuner_parts(spec, resources)
     tuner = tune.Tuner.restore(run_dir, trainable=trainable, resume_unfinished=True, resume_errored=True)
-    tuner.fit()
+    with _sigterm_as_ctrl_c():
+        tuner.fit()
     return run_dir
 
 

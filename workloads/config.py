@@ -32,6 +32,9 @@ class TrainConfig(BaseModel):
     warmup_samples: int = Field(10_000, ge=0, description="linear warm-up, then cosine decay to 0")
     grad_clip: Optional[float] = Field(None, gt=0, description="max global grad norm; None: no clipping")
     eval_every: int = Field(100_000, gt=0, description="samples between evaluations (and checkpoints)")
+    checkpoint_every_s: float = Field(
+        60.0, gt=0, allow_inf_nan=False,
+        description="seconds of training between checkpoints taken between evaluations: a killed trial loses at most this")
     val_samples: int = Field(5_000, gt=0)
     val_seed: Seed = Field(1234, description="seed of the validation set, shared by all trials")
     gen_every_eval: bool = Field(False, description="generation accuracy at every evaluation, not only the last")
@@ -70,10 +73,20 @@ class TrialConfig(BaseModel):
     def name(self) -> str:
         """A readable id, e.g. transformer-cot-0.5M-n32-lr1e-3-s0 (IsTree, the paper's
         task) or ar-mamba-retrieval-0.5M-n64-lr3e-4-s0 (any other task)."""
-        mantissa, exponent = f"{self.train.lr:.2e}".split("e")
-        lr = f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+        lr = _short_float(self.train.lr)
         task = "" if self.task.name == "istree" else f"{self.task.name}-"
         return f"{task}{self.model.arch}-{self.setup}-{self.model.size}-n{self.task.n}-lr{lr}-s{self.train.seed}"
+
+
+def _short_float(value: float) -> str:
+    """1e-3, 3e-4, 1.2345e-3: the fewest digits (at least three) that give `value`
+    back exactly, so that two learning rates never share a trial name."""
+    for digits in range(2, 17):
+        text = f"{value:.{digits}e}"
+        if float(text) == value:
+            break
+    mantissa, exponent = text.split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
 
 
 def trial_config(arch: str, size: str, task: TaskConfig, lr: Optional[float] = None, **train) -> TrialConfig:

@@ -99,6 +99,9 @@ class Trial:
         )
         self.samples = 0
         self.history: list[dict] = []
+        # Training loss since the last evaluation (its mean is the next train_loss),
+        # kept with a checkpoint taken between evaluations.
+        self.loss_sum, self.loss_steps = 0.0, 0
 
     def state_dict(self) -> dict:
         state = {
@@ -107,6 +110,7 @@ class Trial:
             "scheduler": self.scheduler.state_dict(),
             "samples": self.samples,
             "history": self.history,
+            "loss_since_eval": [self.loss_sum, self.loss_steps],
             "config": self.config.model_dump(mode="json"),
             "rng_cpu": torch.get_rng_state(),
         }
@@ -126,6 +130,7 @@ class Trial:
         self.scheduler.load_state_dict(state["scheduler"])
         self.samples = state["samples"]
         self.history = state["history"]
+        self.loss_sum, self.loss_steps = state.get("loss_since_eval", (0.0, 0))
         torch.set_rng_state(state["rng_cpu"])
         if "rng_cuda" in state and self.device.type == "cuda":
             torch.cuda.set_rng_state(state["rng_cuda"], self.device)
@@ -197,11 +202,18 @@ def run_trial(
     resume_from: Optional[Path] = None,
     stop_after: Optional[int] = None,
     on_step: Optional[Callable[[int], None]] = None,
+    should_stop: Optional[Callable[[], bool]] = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> dict:
     """Trains one trial to its sample budget and returns the final metrics.
 
     At every evaluation the trial is checkpointed into `checkpoint_dir` (when given)
-    and `report(metrics, checkpoint_dir)` is called. `resume_from` is a directory
+    and `report(metrics, checkpoint_dir)` is called; between evaluations too, once
+    `checkpoint_every_s` seconds of `clock` have passed since the last checkpoint,
+    with a progress row (`evaluated` False: samples, loss and rates, no evaluation),
+    so that a killed trial loses at most that much training. `should_stop()`, asked
+    after every step, ends the run with such a checkpoint at the current step (the
+    returned metrics then hold `stopped`: True). `resume_from` is a directory
     holding an earlier checkpoint of the same config. `stop_after` ends the run
     early once that many samples are done (to simulate an interruption).
     `on_step(samples)` is called after every optimiser step (for progress bars).
@@ -215,9 +227,36 @@ def run_trial(
     model, task = trial.model, trial.task
     model.train()
     pending = []  # this run's step losses (device tensors) not yet checked and summed
-    loss_sum, loss_steps, train_time, train_tokens, trained = 0.0, 0, 0.0, 0, 0
+    train_time, train_tokens, trained = 0.0, 0, 0
+    last_checkpoint = clock()
     # A trial resumed after its last evaluation trains nothing and returns that evaluation.
     metrics = {**trial.history[-1], "config": config.model_dump(mode="json")} if trial.history else {}
+
+    def flush_losses(step: int) -> None:
+        """Sums the pending step losses into the trial's, raising at the first non-finite one."""
+        if not pending:
+            return
+        recent = torch.stack(pending).cpu()
+        pending.clear()
+        bad = (~torch.isfinite(recent)).nonzero()
+        if len(bad):
+            first = step - len(recent) + 1 + int(bad[0])
+            raise FloatingPointError(f"loss is {recent[bad[0]].item()} at step {first} ({config.name})")
+        trial.loss_sum += float(recent.sum())
+        trial.loss_steps += len(recent)
+
+    def progress(step: int, **extra) -> dict:
+        return {
+            "samples": trial.samples,
+            "step": step,
+            "train_loss": trial.loss_sum / max(1, trial.loss_steps),
+            **extra,
+            "lr": trial.scheduler.get_last_lr()[0],
+            "samples_per_s": trained / max(train_time, 1e-9),
+            "tokens_per_s": train_tokens / max(train_time, 1e-9),
+            "config": config.model_dump(mode="json"),
+        }
+
     while trial.samples < tc.samples:
         started = time.perf_counter()
         count = min(tc.batch_size, tc.samples - trial.samples)
@@ -237,39 +276,36 @@ def run_trial(
         train_tokens += batch_tokens
         eval_due = trial.samples // tc.eval_every > before // tc.eval_every or trial.samples == tc.samples
         if len(pending) == _LOSS_CHECK_STEPS or eval_due:
-            recent = torch.stack(pending).cpu()
-            pending.clear()
-            bad = (~torch.isfinite(recent)).nonzero()
-            if len(bad):
-                first = step - len(recent) + 1 + int(bad[0])
-                raise FloatingPointError(f"loss is {recent[bad[0]].item()} at step {first} ({config.name})")
-            loss_sum += float(recent.sum())
-            loss_steps += len(recent)
+            flush_losses(step)
         train_time += time.perf_counter() - started
         if on_step is not None:
             on_step(trial.samples)
         if not eval_due:
+            stop = should_stop is not None and should_stop()
+            if checkpoint_dir is not None and (stop or clock() - last_checkpoint >= tc.checkpoint_every_s):
+                flush_losses(step)
+                trial.save(Path(checkpoint_dir))
+                last_checkpoint = clock()
+                metrics = progress(step, final_eval=False, evaluated=False)
+                if report is not None:
+                    report(metrics, checkpoint_dir)
+            if stop:
+                return {**(metrics or progress(step, final_eval=False, evaluated=False)), "stopped": True}
             if stop_after is not None and trial.samples >= stop_after:
                 break
             continue
         final = trial.samples == tc.samples
-        metrics = {
-            "samples": trial.samples,
-            "step": step,
-            "train_loss": loss_sum / max(1, loss_steps),
-            **trial.evaluate(val_batches, with_generation=final or tc.gen_every_eval),
-            "lr": trial.scheduler.get_last_lr()[0],
-            "samples_per_s": trained / train_time,
-            "tokens_per_s": train_tokens / train_time,
-            "final_eval": final,
-            "config": config.model_dump(mode="json"),
-        }
-        loss_sum, loss_steps = 0.0, 0
+        metrics = progress(step, **trial.evaluate(val_batches, with_generation=final or tc.gen_every_eval),
+                           final_eval=final, evaluated=True)
+        trial.loss_sum, trial.loss_steps = 0.0, 0
         trial.history.append({k: v for k, v in metrics.items() if k != "config"})
         if checkpoint_dir is not None:
             trial.save(Path(checkpoint_dir))
+            last_checkpoint = clock()
         if report is not None:
             report(metrics, checkpoint_dir)
         if stop_after is not None and trial.samples >= stop_after:
             break
+        if should_stop is not None and should_stop() and trial.samples < tc.samples:
+            return {**metrics, "stopped": True}
     return metrics

@@ -303,3 +303,16 @@ def test_a_task_without_generation_gets_no_generation_tables_and_its_token_accur
     assert (run / "token_accuracy_tiny.png").exists() and not (run / "gen_accuracy_tiny.png").exists()
     assert "gen_accuracy" not in result.output and "token_accuracy_tiny.png" in result.output
     assert pd.read_csv(run / "best.csv")["val_token_accuracy"].tolist() == [0.8, 0.8]
+
+
+def test_rows_between_evaluations_move_progress_and_keep_the_last_evaluation(tmp_path):
+    run, trials = fake_run(tmp_path, accuracy)
+    name = trials[0].name
+    results = run / name / "result.json"
+    first = results.read_text().splitlines()[0]  # the evaluation at 100 samples, then a time checkpoint
+    results.write_text(first + "\n" + json.dumps({"samples": 164, "train_loss": 0.8, "samples_per_s": 50.0,
+                                                  "final_eval": False, "evaluated": False}) + "\n")
+    row = load_trials(run, locked=False).set_index("trial").loc[name]
+    assert row["samples"] == 164 and row["train_loss"] == 0.8  # progress: the latest row
+    assert row["val_exact_match"] == 0.1 and row["val_loss"] == 1.0  # metrics: the last evaluation
+    assert row["state"] == "interrupted"

@@ -177,7 +177,9 @@ def _killme_spec(tmp_path, name: str = "killme", samples: int = 12288) -> Path:
     return path
 
 
-def test_ctrl_c_stops_with_the_resume_command_and_every_trial_in_its_true_state(tmp_path, ray_temp):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_stops_with_the_resume_command_and_every_trial_in_its_true_state(tmp_path, ray_temp, sig):
+    """Ctrl-C, and SIGTERM as a cluster or a spot instance sends it, end alike."""
     spec_path = _killme_spec(tmp_path)
     storage = tmp_path / "runs"
     run_dir = storage / "killme"
@@ -190,9 +192,10 @@ def test_ctrl_c_stops_with_the_resume_command_and_every_trial_in_its_true_state(
                 len(r) >= 2 and not r[-1].get("final_eval") for r in results.values()):
             break
         time.sleep(0.1)
-    proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
+    proc.send_signal(sig)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 130, out[-3000:]
+    assert "Fatal Python error" not in out and "Traceback" not in out, out[-3000:]
     assert f"icr-sweep resume {run_dir}" in out
     states = read_run(run_dir)[0].set_index("trial")["state"].to_dict()
     assert len(states) == 3, states  # the never-started trial is listed too

@@ -73,15 +73,14 @@ def test_reports_carry_the_metrics_and_the_full_config():
 def test_train_loss_is_the_plain_mean_of_the_step_losses_since_the_last_evaluation(monkeypatch, tmp_path):
     # 15 steps between evaluations, so windows straddle the 32-step NaN checks; the
     # run is cut mid-window and resumed from its last checkpoint.
-    real, losses = train_mod.supervised_loss, []
+    real, losses = train_mod.Trial.backward, []
 
-    def recorded(logits, batch, reduction="mean"):
-        loss = real(logits, batch, reduction)
-        if logits.requires_grad:
-            losses.append(loss.item())
+    def recorded(self, batch):  # each training step's loss, as the step computed it
+        loss = real(self, batch)
+        losses.append(loss.item())
         return loss
 
-    monkeypatch.setattr(train_mod, "supervised_loss", recorded)
+    monkeypatch.setattr(train_mod.Trial, "backward", recorded)
     config = small_trial(samples=1200, batch_size=16, eval_every=240)
     reports = []
     run_trial(config, report=lambda m, _: reports.append(m), checkpoint_dir=tmp_path, stop_after=560)
@@ -440,3 +439,72 @@ def test_train_takes_model_dimensions_beyond_the_preset_named_as_a_spec_names_th
                          (args + ["--size", "3M"], "--size: unknown size '3M' for mamba")):
         result = CliRunner().invoke(app, bad)
         assert result.exit_code == 2 and message in result.output, result.output
+
+
+class FakeClock:
+    """A clock that advances by `tick` seconds each time it is read."""
+
+    def __init__(self, tick: float):
+        self.now, self.tick = 0.0, tick
+
+    def __call__(self) -> float:
+        self.now += self.tick
+        return self.now
+
+
+def test_checkpoints_between_evaluations_by_time_and_a_resume_from_one_matches_a_straight_run(tmp_path):
+    config = small_trial(checkpoint_every_s=2.5)  # the fake clock reads 1 s per step: a checkpoint every third step
+    rows = []
+    straight = run_trial(config, checkpoint_dir=tmp_path / "a", report=lambda m, _: rows.append(m), clock=FakeClock(1.0))
+    progress = [r for r in rows if not r["evaluated"]]
+    assert [r["samples"] for r in rows if r["evaluated"]] == [256, 512, 768, 1024]
+    assert progress and all(r["samples"] % 256 and "val_loss" not in r and r["train_loss"] > 0 for r in progress)
+    # Stopped right after a time checkpoint between evaluations (as a SIGKILL would find it), then resumed.
+    cut = progress[2]["samples"]
+    run_trial(config, checkpoint_dir=tmp_path / "b", stop_after=cut, clock=FakeClock(1.0))
+    assert _weights(tmp_path / "b")["samples"] == cut and cut % 256
+    resumed = run_trial(config, checkpoint_dir=tmp_path / "b", resume_from=tmp_path / "b", clock=FakeClock(1.0))
+    a, b = _weights(tmp_path / "a"), _weights(tmp_path / "b")
+    for name, w in a["model"].items():
+        assert torch.equal(w, b["model"][name]), name
+    # The loss since the last evaluation travelled with the checkpoint: every evaluation row agrees.
+    assert [h["train_loss"] for h in a["history"]] == [h["train_loss"] for h in b["history"]]
+    assert straight["val_exact_match"] == resumed["val_exact_match"]
+
+
+def test_a_trial_asked_to_stop_checkpoints_its_current_step(tmp_path):
+    config = small_trial()
+    asked = iter([False] * 10 + [True])
+    metrics = run_trial(config, checkpoint_dir=tmp_path, should_stop=lambda: next(asked))
+    assert metrics["stopped"] and metrics["samples"] == 11 * 32 and not metrics["evaluated"]
+    assert _weights(tmp_path)["samples"] == 11 * 32  # nothing since the evaluation at 256 is lost
+    finished = run_trial(config, checkpoint_dir=tmp_path, resume_from=tmp_path)
+    assert finished["samples"] == 1024 and finished["final_eval"]
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_train_stops_on_a_signal_with_a_checkpoint_and_exit_130(tmp_path, sig):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "orchestrator.cli", "train", "--arch", "transformer", "--size", "tiny", "--setup",
+               "cot", "--n", "6", "--samples", "2000000", "--eval-every", "1000000", "--val-samples", "32",
+               "--device", "cpu", "--out", str(out)]
+    proc = subprocess.Popen(command + ["--checkpoint-every-s", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    first = out / "checkpoint" / CHECKPOINT_FILE
+    deadline = time.time() + 180
+    while time.time() < deadline and not first.exists():  # a time checkpoint: training is under way
+        time.sleep(0.2)
+    time.sleep(0.5)
+    before = _weights(out / "checkpoint")["samples"]
+    proc.send_signal(getattr(signal, sig))
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert f"Stopped by {sig}" in err and "Run the same command to continue" in err
+    saved = _weights(out / "checkpoint")
+    assert before < saved["samples"] < 1_000_000 and saved["history"] == []  # saved at the stop, not only by time
+    assert "Traceback" not in err

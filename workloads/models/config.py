@@ -223,6 +223,9 @@ class ModelConfig(BaseModel):
             raise ValueError(f"attn_layer_idx {bad} outside 0..{self.n_layers - 1}")
         if self.attn_layer_idx and self.d_model % self.n_heads:
             raise ValueError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
+        if self.attn_layer_idx and (self.d_model // self.n_heads) % 2:
+            raise ValueError(f"d_model {self.d_model} over n_heads {self.n_heads} gives heads of "
+                             f"{self.d_model // self.n_heads} channels; rotary positions rotate pairs, so it must be even")
         if self.n_recurrent_layers:
             self.mixer.params(self.d_model)  # a mixer's own shape checks (Mamba-2's headdim)
         return self

@@ -1,0 +1,144 @@
+"""Faults that used to pass validation and fail later: models whose shapes cannot run,
+trials too large for the machine, values of the wrong type, storage typos and
+storage that never answers, and messages that misled."""
+
+import socket
+import threading
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+import workloads.models
+from orchestrator.cli import app
+from orchestrator.spec import SpecError, load_spec
+from workloads.config import trial_config
+from workloads.models.config import PRESETS
+from workloads.preflight import check_models
+from workloads.tasks import IsTreeConfig
+
+runner = CliRunner()
+
+
+def _write(tmp_path, **spec):
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump({"name": "pf", "storage": str(tmp_path / "runs"), **spec}))
+    return path
+
+
+def test_every_preset_builds_and_runs_a_step():
+    trials = [trial_config(arch, "tiny", IsTreeConfig(n=6, setup="retrieval"), device="cpu") for arch in PRESETS]
+    assert check_models(trials) == []
+
+
+def test_launch_refuses_a_sweep_whose_model_cannot_run_before_anything_starts(tmp_path, monkeypatch):
+    def broken(cfg, vocab):
+        raise RuntimeError("shapes do not fit")
+
+    monkeypatch.setattr(workloads.models, "build_model", broken)
+    spec = _write(tmp_path, axes=dict(archs=["transformer"], setups=["cot"], sizes=["tiny"], n=[5]),
+                  resources=dict(device="cpu"), training=dict(samples=1000, warmup_samples=10))
+    result = runner.invoke(app, ["launch", str(spec)])
+    assert result.exit_code == 2, result.output
+    assert "no trial was started" in result.output and "transformer-cot-tiny-n5" in result.output
+    assert "RuntimeError: shapes do not fit" in result.output
+    assert not list((tmp_path / "runs").glob("pf/*/params.json"))
+
+
+def test_launch_refuses_a_cpu_trial_larger_than_the_machine(tmp_path):
+    spec = _write(tmp_path, axes=dict(archs=["transformer"], setups=["retrieval"], sizes=["2M"], n=[64]),
+                  resources=dict(device="cpu"), training=dict(samples=10**7, batch_size=200_000, warmup_samples=10))
+    result = runner.invoke(app, ["launch", str(spec)])
+    assert result.exit_code == 2, result.output
+    assert "more than this machine's" in result.output and "lower training.batch_size" in result.output
+
+
+@pytest.mark.parametrize("text, fragments", [
+    ("axes: {archs: [transformer], sizes: [tiny], model: {d_model: [30]}}",
+     ["axes.model with transformer", "heads of 15 channels", "must be even"]),
+    ("axes: {archs: [hybrid], sizes: [tiny], model: {n_layers: [1]}}",
+     ["axes.model with hybrid", "no recurrent layer", "at least 2"]),
+    ("training: {samples: true}", ["training.samples", "not the YAML boolean true"]),
+    ("lr: {transformer: true}", ["lr.transformer", "not the YAML boolean true"]),
+    ("axes: {n: [true, 8]}", ["axes.n", "not YAML booleans"]),
+    ("resources: {gpu_memory_gb: .inf}", ["resources.gpu_memory_gb", "finite"]),
+    ("training: {checkpoint_every_s: .inf}", ["training.checkpoint_every_s", "finite"]),
+    ("storage: 's3:/bucket/runs'", ["storage", "slash missing", "s3://bucket/runs"]),
+])
+def test_specs_that_could_not_run_are_refused_by_path(tmp_path, text, fragments):
+    path = tmp_path / "spec.yaml"
+    path.write_text("name: x\n" + text + "\n")
+    with pytest.raises(SpecError) as err:
+        load_spec(path)
+    for fragment in fragments:
+        assert fragment in str(err.value), (fragment, str(err.value))
+
+
+def test_a_boolean_where_one_is_meant_is_kept(tmp_path):
+    path = tmp_path / "spec.yaml"
+    path.write_text("name: x\ntraining: {gen_every_eval: true}\n")
+    assert load_spec(path).training.gen_every_eval is True
+
+
+def test_learning_rates_that_differ_late_get_their_own_trial_names():
+    names = {trial_config("transformer", "tiny", IsTreeConfig(n=6), lr=lr).name for lr in (1.0e-3, 1.0001e-3, 1.00012e-3)}
+    assert len(names) == 3
+    assert trial_config("transformer", "tiny", IsTreeConfig(n=6), lr=1e-3).name.endswith("-lr1e-3-s0")  # names kept
+
+
+def test_status_and_report_of_a_path_that_does_not_exist_say_so(tmp_path):
+    for command in ("status", "report"):
+        result = runner.invoke(app, [command, str(tmp_path / "nowhere")])
+        assert result.exit_code == 2 and "no such run directory" in result.output, result.output
+
+
+def test_a_run_uri_with_a_slash_missing_is_refused():
+    result = runner.invoke(app, ["status", "s3:/bucket/runs/x"])
+    assert result.exit_code == 2 and "write s3://bucket/runs/x" in result.output
+
+
+def test_help_keeps_bracketed_text():
+    result = runner.invoke(app, ["train", "--help"])
+    assert "[default: 1e-3 transformer, 3e-4 others]" in " ".join(result.output.split())
+
+
+@pytest.fixture
+def silent_endpoint():
+    """A TCP server on 127.0.0.1 that accepts connections and never answers."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    held, stop = [], threading.Event()
+
+    def accept():
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    server.close()
+
+
+def test_storage_that_never_answers_fails_within_the_timeout(tmp_path, monkeypatch, silent_endpoint):
+    import time
+
+    import orchestrator.storage as storage
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", silent_endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
+    monkeypatch.setenv("ICR_STORAGE_TIMEOUT_S", "2")
+    monkeypatch.setattr(storage, "_answered", set())
+    started = time.monotonic()
+    result = runner.invoke(app, ["status", "s3://bucket/runs/x"])
+    assert time.monotonic() - started < 15
+    assert result.exit_code == 2 and "did not answer within 2 s" in result.output, result.output
