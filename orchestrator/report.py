@@ -59,12 +59,43 @@ def _read_results(path: Path) -> tuple[list[dict], list[str]]:
     return rows, problems
 
 
+def _checked_rows(rows: list[dict], name: str) -> tuple[list[dict], list[str]]:
+    """The rows whose metrics are numbers (nan for a metric not measured), and a
+    problem for each row left out: a row with an infinite exact match or a list for
+    its samples would otherwise crash the report or rank first."""
+    kept, problems = [], []
+    for number, row in enumerate(rows, 1):
+        bad = []
+        for key in METRIC_KEYS:
+            value = row.get(key)
+            if value is None or (isinstance(value, float) and math.isnan(value) and key != "samples"):
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                bad.append(f"{key} is {json.dumps(value)}")
+        if bad:
+            problems.append(f"{name} row {number}: {', '.join(bad)}; row skipped")
+        else:
+            kept.append(row)
+    return kept, problems
+
+
 def _read_config(trial_dir: Path) -> tuple[dict | None, str]:
+    from pydantic import ValidationError
+
+    from workloads.config import TrialConfig
+
     path = trial_dir / "params.json"
     try:
         config = json.loads(path.read_bytes().decode("utf-8"))["trial"]
         if not isinstance(config, dict):
             raise TypeError(f"'trial' is a {type(config).__name__}")
+        try:
+            TrialConfig.model_validate(config)
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(map(str, first["loc"]))
+            return None, (f"{path.name} does not hold a trial's config ({where}: "
+                          f"{first['msg'].removeprefix('Value error, ')}, got {json.dumps(first.get('input'))[:60]})")
         return config, ""
     except FileNotFoundError:
         return None, f"{path.name} is missing"
@@ -104,6 +135,8 @@ def load_trials(run_dir: Path, planned: dict[str, dict] | None = None, locked: b
         trial_dir = run_dir / name
         config, config_problem = _read_config(trial_dir) if trial_dir.is_dir() else (None, "")
         results, problems = _read_results(trial_dir / "result.json")
+        results, wrong = _checked_rows(results, "result.json")
+        problems += wrong
         status = statuses.get(name)
         state, error = _state(status, results, trial_dir, status == "RUNNING" if live is None else live)
         if config is None:

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from orchestrator.report import best_by_cell, load_trials, write_report
+from orchestrator.report import best_by_cell, load_trials, read_run, write_report
 from orchestrator.rundir import RunLock
 from orchestrator.spec import SPEC_FILE, SweepSpec, expand, planned_trials
 
@@ -316,3 +316,31 @@ def test_rows_between_evaluations_move_progress_and_keep_the_last_evaluation(tmp
     assert row["samples"] == 164 and row["train_loss"] == 0.8  # progress: the latest row
     assert row["val_exact_match"] == 0.1 and row["val_loss"] == 1.0  # metrics: the last evaluation
     assert row["state"] == "interrupted"
+
+
+def test_results_of_the_wrong_shape_are_named_not_crashed_on_or_dropped(tmp_path):
+    run, trials = fake_run(tmp_path, accuracy)
+    names = [t.name for t in trials[:4]]
+    def rewrite_last_row(path, **fields):
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        rows[-1].update(fields)
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))  # json writes inf as Infinity
+
+    rewrite_last_row(run / names[0] / "result.json", val_exact_match=float("inf"))
+    second = run / names[1] / "params.json"
+    params = json.loads(second.read_text())
+    params["trial"]["train"]["lr"] = [1, 2]
+    second.write_text(json.dumps(params))
+    rewrite_last_row(run / names[2] / "result.json", samples=[200])
+    (run / names[3] / "result.json").write_text('[1, 2]\n"x"\n')
+    result = CliRunner().invoke(app, ["report", str(run)])
+    assert result.exit_code == 0, result.output
+    df = read_run(run, locked=False)[0].set_index("trial")  # as status and report read it: with the spec's plan
+    assert len(df) == len(trials)  # every trial is listed: none dropped
+    assert "val_exact_match is Infinity; row skipped" in df.loc[names[0], "error"]
+    assert df.loc[names[0], "val_exact_match"] == 0.1  # the last row that holds numbers
+    assert "params.json does not hold a trial's config (train.lr" in df.loc[names[1], "error"]
+    assert df.loc[names[1], "state"] == "finished" and df.loc[names[1], "lr"] == trials[1].train.lr  # from the spec
+    assert 'samples is [200]; row skipped' in df.loc[names[2], "error"]
+    assert "line 1 is not a result" in df.loc[names[3], "error"]
+    assert all(math.isfinite(v) for v in df["val_exact_match"].dropna())
