@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.projection import format_duration, project, rates_file, spec_trials  # noqa: E402
-from orchestrator.report import _read_results  # noqa: E402
+from orchestrator.report import read_results  # noqa: E402
 from orchestrator.spec import load_spec  # noqa: E402
 
 
@@ -93,7 +93,7 @@ def run_window(spec_path: Path, seconds: float, cpus) -> float:
 def trial_rows(run_dir: Path) -> list[dict]:
     rows = []
     for result in sorted(run_dir.glob("*/result.json")):
-        results, _ = _read_results(result)
+        results = read_results(result.parent)
         if not results:
             continue
         last = results[-1]

@@ -283,7 +283,7 @@ def train(
     bound_threads(cpus)  # before torch starts its pools
     from tqdm import tqdm
 
-    from workloads.train import CHECKPOINT_FILE, CheckpointError, run_trial
+    from workloads.train import CHECKPOINT_FILE, CheckpointError, DiskSpaceError, run_trial
 
     checkpoint = out / "checkpoint"
     resume = checkpoint if (checkpoint / CHECKPOINT_FILE).exists() else None
@@ -305,7 +305,7 @@ def train(
         with stop:
             metrics = run_trial(config, report=report, checkpoint_dir=checkpoint, resume_from=resume, on_step=on_step,
                                 should_stop=stop.requested)
-    except CheckpointError as e:
+    except (CheckpointError, DiskSpaceError) as e:
         _fail(str(e))
     finally:
         bar.close()
@@ -671,10 +671,13 @@ def resume(
     def work():
         from orchestrator import tune as sweep
 
-        if not sweep.can_resume(run):
+        if not sweep.can_resume(run) and not sweep.holds_sweep(run):
             _fail(f"{run_dir}: Ray Tune saved no experiment state there yet; launch the spec again")
         resources = _start_ray(_ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus), s)
-        sweep.resume(run, s, resources)
+        try:
+            sweep.resume(run, s, resources, say=lambda line: typer.secho(line, fg=typer.colors.YELLOW, err=True))
+        except sweep.ClusterError as e:
+            _fail(str(e))
 
     _run_locked(run, work)
 

@@ -79,6 +79,42 @@ def _checked_rows(rows: list[dict], name: str) -> tuple[list[dict], list[str]]:
     return kept, problems
 
 
+def _timeline(rows: list[dict]) -> list[dict]:
+    """The rows of the run a trial really continued: a trial restarted from an older
+    checkpoint reports again from there, and the rows it left behind are dropped,
+    so that no evaluation counts twice."""
+    out = []
+    for row in rows:
+        samples = row.get("samples")
+        while out and samples is not None and out[-1].get("samples") is not None and out[-1]["samples"] >= samples:
+            out.pop()
+        out.append(row)
+    return out
+
+
+# A trial's rows from before its sweep was rebuilt (orchestrator/tune.py: rebuild),
+# read before result.json.
+EARLIER_RESULTS = "result-before-rebuild.json"
+
+
+def _trial_rows(trial_dir: Path) -> tuple[list[dict], list[str]]:
+    """Every result row of a trial (those from before a rebuild first) that holds
+    numbers, on the timeline it continued; and the problems met."""
+    rows, problems = [], []
+    for name in (EARLIER_RESULTS, "result.json"):
+        found, unreadable = _read_results(Path(trial_dir) / name)
+        checked, wrong = _checked_rows(found, name)
+        rows += checked
+        problems += unreadable + wrong
+    return _timeline(rows), problems
+
+
+def read_results(trial_dir: Path) -> list[dict]:
+    """A trial's result rows as status and report read them: rows that hold numbers,
+    on the timeline the trial continued."""
+    return _trial_rows(trial_dir)[0]
+
+
 def _read_config(trial_dir: Path) -> tuple[dict | None, str]:
     from pydantic import ValidationError
 
@@ -134,9 +170,7 @@ def load_trials(run_dir: Path, planned: dict[str, dict] | None = None, locked: b
     for name in sorted(names):
         trial_dir = run_dir / name
         config, config_problem = _read_config(trial_dir) if trial_dir.is_dir() else (None, "")
-        results, problems = _read_results(trial_dir / "result.json")
-        results, wrong = _checked_rows(results, "result.json")
-        problems += wrong
+        results, problems = _trial_rows(trial_dir)
         status = statuses.get(name)
         state, error = _state(status, results, trial_dir, status == "RUNNING" if live is None else live)
         if config is None:

@@ -8,6 +8,7 @@ import os
 import pickle
 import signal
 import socket
+import sys
 import tempfile
 from pathlib import Path
 from typing import Optional
@@ -18,11 +19,12 @@ from ray import tune
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
+from orchestrator.report import EARLIER_RESULTS
 from orchestrator.spec import SPEC_FILE, SweepSpec, cells, expand, gpu_share, gpu_shares, trial_for
 from orchestrator.storage import is_remote, write_file
 from workloads.config import TrialConfig
 from workloads.threads import bound_threads, thread_env
-from workloads.train import run_trial
+from workloads.train import first_intact, run_trial
 
 
 def _trainable(config: dict) -> None:
@@ -34,11 +36,9 @@ def _trainable(config: dict) -> None:
         # see every GPU of its node and pile onto cuda:0 beside the GPU trials.
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     bound_threads(max(1, int(given.get("CPU", 1))))
+    trial = TrialConfig.model_validate(config["trial"])
     with tempfile.TemporaryDirectory(prefix="icr-trial-") as work:
-        resume = None
-        checkpoint = tune.get_checkpoint()
-        if checkpoint is not None:
-            resume = Path(checkpoint.to_directory(os.path.join(work, "restored")))
+        resume = first_intact(_checkpoints(work), trial, say=lambda line: print(line, file=sys.stderr, flush=True))
 
         def report(metrics: dict, checkpoint_dir: Optional[Path]) -> None:
             # Tune stores the trial config beside every result (params.json, result.json).
@@ -46,7 +46,48 @@ def _trainable(config: dict) -> None:
             flat.update(gpu_share=gpus, cuda_devices=os.environ.get("CUDA_VISIBLE_DEVICES", "all"))
             tune.report(flat, checkpoint=tune.Checkpoint.from_directory(str(checkpoint_dir)))
 
-        run_trial(config["trial"], report=report, checkpoint_dir=Path(work) / "checkpoint", resume_from=resume)
+        storage = _trial_storage()
+        room = (Path(storage[1]),) if storage and Path(storage[1]).is_dir() else ()  # local storage: its disk too
+        run_trial(trial, report=report, checkpoint_dir=Path(work) / "checkpoint", resume_from=resume, room_in=room)
+
+
+def _trial_storage():
+    """(pyarrow filesystem, path) of the trial's directory in the sweep's storage.
+    Ray 2.60's session holds it (private API; Ray is pinned in pyproject.toml)."""
+    try:
+        from ray.train._internal.session import get_session
+
+        storage = get_session().storage
+        return storage.storage_filesystem, storage.trial_fs_path
+    except Exception:  # another Ray: Tune's own checkpoint alone
+        return None
+
+
+def _checkpoints(work: str):
+    """The trial's checkpoints, to restore from in this order, each fetched into
+    `work` when asked for: the one Tune hands over, then every other one in the
+    trial's directory, newest first. A damaged newest one then costs one
+    checkpoint's interval, not the trial; and a sweep whose Tune state was rebuilt
+    (Tune hands nothing over) finds its trials' checkpoints here."""
+    import pyarrow.fs
+
+    given = tune.get_checkpoint()
+    if given is not None:
+        yield Path(given.to_directory(os.path.join(work, "restored-0")))
+    storage = _trial_storage()
+    if storage is None:
+        return
+    fs, trial_path = storage
+    try:
+        found = [info for info in fs.get_file_info(pyarrow.fs.FileSelector(trial_path, allow_not_found=True))
+                 if info.type == pyarrow.fs.FileType.Directory and info.base_name.startswith("checkpoint_")]
+    except OSError:
+        return
+    found.sort(key=lambda info: info.mtime or 0, reverse=True)
+    for i, info in enumerate(found, 1):
+        if given is not None and info.path.rstrip("/") == given.path.rstrip("/"):
+            continue
+        yield Path(tune.Checkpoint(info.path, filesystem=fs).to_directory(os.path.join(work, f"restored-{i}")))
 
 
 def _cost(trial: TrialConfig) -> float:
@@ -330,14 +371,78 @@ def launch(spec: SweepSpec, resources: dict) -> str:
     return run_dir
 
 
-def resume(run_dir: str, spec: SweepSpec, resources: dict) -> str:
+def resume(run_dir: str, spec: SweepSpec, resources: dict, say=print) -> str:
     """Continues an interrupted sweep: finished trials stay, interrupted ones continue
-    from their last checkpoint, errored ones are retried from theirs."""
-    trainable, _ = _tuner_parts(spec, resources)
-    tuner = tune.Tuner.restore(run_dir, trainable=trainable, resume_unfinished=True, resume_errored=True)
+    from their last intact checkpoint, errored ones are retried from theirs. Where
+    Tune's own state cannot be read (a full disk cut it short), the sweep is rebuilt
+    from the spec and the trial directories instead (`rebuild`)."""
+    trainable, run_config = _tuner_parts(spec, resources)
+    problem = tune_state_problem(run_dir)
+    tuner = None
+    if not problem:
+        try:
+            tuner = tune.Tuner.restore(run_dir, trainable=trainable, resume_unfinished=True, resume_errored=True)
+        except Exception as e:  # a damaged tuner.pkl or state fails in many ways
+            problem = f"Tune cannot restore it ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+    if problem:
+        tuner = rebuild(run_dir, spec, trainable, run_config, problem, say)
     with _sigterm_as_ctrl_c():
         tuner.fit()
     return run_dir
+
+
+def tune_state_problem(run_dir: str) -> str:
+    """Why Tune's record of the run cannot be trusted ('' when it can): its newest
+    experiment state unreadable, or missing a trial whose directory holds results."""
+    from orchestrator.rundir import tune_statuses
+    from orchestrator.storage import local_view
+
+    with local_view(run_dir) as local:
+        statuses, problem = tune_statuses(local)
+        if problem:
+            return problem
+        started = {p.parent.name for p in Path(local).glob("*/result.json")}
+        missing = sorted(started - set(statuses))
+    if missing and statuses:
+        return f"Tune's experiment state lacks {len(missing)} trial(s) that have results ({', '.join(missing[:3])})"
+    return ""
+
+
+def rebuild(run_dir: str, spec: SweepSpec, trainable, run_config, problem: str, say=print):
+    """A new Tune experiment in the same run directory over the spec's trials that
+    have not finished, by our own record: the spec stored at launch, and each
+    trial's directory (its result.json says whether it finished; its checkpoints,
+    which the trainable looks for there, where it continues). Grid specs only: an
+    Optuna study's trials are not known by name in advance."""
+    from orchestrator.report import load_trials
+    from orchestrator.spec import planned_trials
+    from orchestrator.storage import local_view
+
+    if spec.search.method != "grid":
+        raise ClusterError(f"{run_dir}: {problem}; an Optuna sweep cannot be rebuilt without it. Its finished trials "
+                           "stay readable (status, report); launch the spec into a new directory for the rest")
+    planned = planned_trials(spec)
+    with local_view(run_dir) as local:
+        trials = load_trials(local, planned, locked=False)
+        finished = set(trials.loc[trials["state"] == "finished", "trial"]) if len(trials) else set()
+        stale = [p.name for p in Path(local).glob("experiment_state*.json")]
+    left = [config for name, config in planned.items() if name not in finished]
+    if not is_remote(run_dir):
+        for name in stale:  # set aside, so that the new experiment's state is the one read next time
+            os.replace(Path(run_dir, name), Path(run_dir, name + ".damaged"))
+        for name in planned:  # Tune starts a rebuilt trial's result.json afresh: its rows so far are kept
+            results = Path(run_dir, name, "result.json")
+            if name not in finished and results.is_file():
+                with open(results.with_name(EARLIER_RESULTS), "ab") as earlier:
+                    earlier.write(results.read_bytes())
+                results.unlink()
+    say(f"Tune's state of {run_dir} cannot be used ({problem}); the sweep is rebuilt from the spec and the trial "
+        f"directories: {len(finished)} finished trial(s) kept, {len(left)} to run, each from its newest intact checkpoint")
+    left.sort(key=lambda t: _cost(TrialConfig.model_validate(t)), reverse=True)
+    tune_config = tune.TuneConfig(num_samples=1, max_concurrent_trials=spec.resources.max_concurrent,
+                                  trial_name_creator=_trial_name, trial_dirname_creator=_trial_name)
+    return tune.Tuner(trainable, param_space={"trial": tune.grid_search(left)}, tune_config=tune_config,
+                      run_config=run_config)
 
 
 def can_resume(run_dir: str) -> bool:

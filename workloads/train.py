@@ -7,6 +7,7 @@ nothing of Ray: the CLI's `train` and the sweep's trainable both call it.
 import contextlib
 import math
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Callable, Optional
@@ -29,6 +30,61 @@ _LOSS_CHECK_STEPS = 32
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be continued; the message names the file and what to do."""
+
+
+class DiskSpaceError(OSError):
+    """Too little room for a checkpoint; the message names the folder."""
+
+
+# Room kept free beyond twice a checkpoint's size (the new one is written beside the old).
+SPACE_MARGIN = 16 << 20
+
+
+def _tensors(value):
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _tensors(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _tensors(v)
+
+
+def read_checkpoint(path: Path) -> dict:
+    """The checkpoint at `path`, loaded to the CPU (RNG states must stay CPU byte
+    tensors; load_state_dict moves the rest to the model's device), or
+    CheckpointError naming the file and what is wrong with it."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        if not isinstance(state, dict) or not {"config", "model", "optimizer"} <= set(state):
+            raise ValueError("it is not a checkpoint of icr-sweep")
+    except Exception as e:  # missing, truncated, empty or foreign bytes fail in many ways
+        raise CheckpointError(f"{path} cannot be read ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+    return state
+
+
+def first_intact(directories, config: TrialConfig, say=print) -> Optional[Path]:
+    """The first of `directories` (an iterable, read lazily) whose checkpoint can be
+    continued by `config`; each one passed over is said, and so is starting over
+    when none can."""
+    tried = 0
+    for directory in directories:
+        tried += 1
+        try:
+            state = read_checkpoint(Path(directory) / CHECKPOINT_FILE)
+            saved = {k: v for k, v in _as_today(state["config"]).items() if k != "task_label"}
+            if saved != config.model_dump(mode="json", exclude={"task_label"}):
+                raise CheckpointError(f"{directory} holds another config's checkpoint")
+        except CheckpointError as e:
+            say(f"icr-sweep: {config.name}: passing over a checkpoint: {e}")
+            continue
+        if tried > 1:
+            say(f"icr-sweep: {config.name}: continuing from the older checkpoint in {directory}")
+        return Path(directory)
+    if tried:
+        say(f"icr-sweep: {config.name}: STARTING OVER from sample 0: none of its {tried} checkpoint(s) can be read")
+    return None
 
 
 def _differences(saved: dict, wanted: dict, prefix: str = "") -> list[str]:
@@ -135,28 +191,30 @@ class Trial:
         if "rng_cuda" in state and self.device.type == "cuda":
             torch.cuda.set_rng_state(state["rng_cuda"], self.device)
 
-    def save(self, directory: Path) -> None:
+    def save(self, directory: Path, room_in: tuple[Path, ...] = ()) -> None:
+        """Writes the checkpoint into `directory` (atomically: a crash mid-write leaves
+        the old one) once `directory` and the folders `room_in` (where it is copied
+        next) have room for it; DiskSpaceError naming the folder otherwise."""
         directory.mkdir(parents=True, exist_ok=True)
+        state = self.state_dict()
+        size = sum(t.numel() * t.element_size() for t in _tensors(state))
+        for folder in (directory, *room_in):
+            free = shutil.disk_usage(folder).free
+            need = 2 * size + SPACE_MARGIN
+            if free < need:
+                raise DiskSpaceError(f"no room for a checkpoint in {folder}: {free / 2**20:.0f} MiB free, about "
+                                     f"{need / 2**20:.0f} MiB needed; free some space, then resume")
         tmp = directory / (CHECKPOINT_FILE + ".tmp")
-        torch.save(self.state_dict(), tmp)
-        os.replace(tmp, directory / CHECKPOINT_FILE)  # a crash mid-write leaves the old one
+        torch.save(state, tmp)
+        os.replace(tmp, directory / CHECKPOINT_FILE)
 
     def restore(self, directory: Path) -> None:
         path = directory / CHECKPOINT_FILE
         start_over = f"delete {path} (or use another directory) to start the trial over"
         try:
-            # Loaded to CPU: RNG states must stay CPU byte tensors, and load_state_dict
-            # moves weights and optimizer state to wherever the model lives.
-            state = torch.load(path, map_location="cpu", weights_only=True)
-            if not isinstance(state, dict) or not {"config", "model", "optimizer"} <= set(state):
-                raise ValueError("it is not a checkpoint of icr-sweep")
-        except Exception as e:  # truncated, empty or foreign bytes fail in many ways
-            raise CheckpointError(f"{path} cannot be read ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
-                                  f"{start_over}") from None
-        try:
-            self.load_state_dict(state)
+            self.load_state_dict(read_checkpoint(path))
         except CheckpointError as e:
-            raise CheckpointError(f"{path}: {e}; {start_over}") from None
+            raise CheckpointError(f"{e}; {start_over}") from None
 
     def backward(self, batch: Batch) -> torch.Tensor:
         """Accumulates the gradient of the batch's loss (the token mean over every
@@ -204,6 +262,7 @@ def run_trial(
     on_step: Optional[Callable[[int], None]] = None,
     should_stop: Optional[Callable[[], bool]] = None,
     clock: Callable[[], float] = time.monotonic,
+    room_in: tuple[Path, ...] = (),
 ) -> dict:
     """Trains one trial to its sample budget and returns the final metrics.
 
@@ -217,6 +276,8 @@ def run_trial(
     holding an earlier checkpoint of the same config. `stop_after` ends the run
     early once that many samples are done (to simulate an interruption).
     `on_step(samples)` is called after every optimiser step (for progress bars).
+    Every checkpoint first checks that `checkpoint_dir` and the folders `room_in`
+    have room for it (DiskSpaceError otherwise).
     """
     config = TrialConfig.model_validate(config)
     tc = config.train
@@ -284,7 +345,7 @@ def run_trial(
             stop = should_stop is not None and should_stop()
             if checkpoint_dir is not None and (stop or clock() - last_checkpoint >= tc.checkpoint_every_s):
                 flush_losses(step)
-                trial.save(Path(checkpoint_dir))
+                trial.save(Path(checkpoint_dir), room_in)
                 last_checkpoint = clock()
                 metrics = progress(step, final_eval=False, evaluated=False)
                 if report is not None:
@@ -300,7 +361,7 @@ def run_trial(
         trial.loss_sum, trial.loss_steps = 0.0, 0
         trial.history.append({k: v for k, v in metrics.items() if k != "config"})
         if checkpoint_dir is not None:
-            trial.save(Path(checkpoint_dir))
+            trial.save(Path(checkpoint_dir), room_in)
             last_checkpoint = clock()
         if report is not None:
             report(metrics, checkpoint_dir)

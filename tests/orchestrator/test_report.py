@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from orchestrator.report import best_by_cell, load_trials, read_run, write_report
+from orchestrator.report import best_by_cell, load_trials, read_results, read_run, write_report
 from orchestrator.rundir import RunLock
 from orchestrator.spec import SPEC_FILE, SweepSpec, expand, planned_trials
 
@@ -344,3 +344,16 @@ def test_results_of_the_wrong_shape_are_named_not_crashed_on_or_dropped(tmp_path
     assert 'samples is [200]; row skipped' in df.loc[names[2], "error"]
     assert "line 1 is not a result" in df.loc[names[3], "error"]
     assert all(math.isfinite(v) for v in df["val_exact_match"].dropna())
+
+
+def test_a_trial_restarted_from_an_older_checkpoint_counts_each_evaluation_once(tmp_path):
+    run, trials = fake_run(tmp_path, accuracy)
+    trial_dir = run / trials[0].name
+    rows = [dict(samples=s, train_loss=1.0, val_loss=1.0, val_exact_match=s / 1000, final_eval=False) for s in (50, 100, 150)]
+    rows += [dict(samples=170, train_loss=1.0, final_eval=False, evaluated=False)]  # then a crash; the newest checkpoint is lost
+    rows += [dict(samples=s, train_loss=1.0, val_loss=1.0, val_exact_match=s / 1000, final_eval=s == 200) for s in (150, 200)]
+    (trial_dir / "result-before-rebuild.json").write_text("".join(json.dumps(r) + "\n" for r in rows[:2]))
+    (trial_dir / "result.json").write_text("".join(json.dumps(r) + "\n" for r in rows[2:]))
+    assert [r["samples"] for r in read_results(trial_dir)] == [50, 100, 150, 200]
+    row = read_run(run, locked=False)[0].set_index("trial").loc[trials[0].name]
+    assert row["state"] == "finished" and row["val_exact_match"] == 0.2

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.report import load_trials, read_run
+from orchestrator.report import load_trials, read_results, read_run
 from orchestrator.spec import expand, load_spec
 
 SWEEPS = Path(__file__).parents[2] / "sweeps"
@@ -238,3 +238,47 @@ def test_an_optuna_sweep_runs_its_trial_budget_per_cell(tmp_path, ray_temp):
         assert cell["lr"].nunique() == 3  # Optuna proposed three different learning rates
     report = (storage / "optuna_micro" / "report.md").read_text()
     assert "| cot | transformer |" in report
+
+
+def test_a_run_with_damaged_tune_state_and_checkpoint_still_resumes(tmp_path, ray_temp):
+    """A full disk truncates Tune's experiment state, and a trial's newest checkpoint
+    with it: resume rebuilds the sweep from the spec and the trial directories,
+    continues the trial from its older intact checkpoint, and reruns no finished trial."""
+    spec_path = _killme_spec(tmp_path, name="damaged")
+    storage = tmp_path / "runs"
+    run_dir = storage / "damaged"
+    proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=free_port()),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    deadline = time.time() + 600
+    finished, interrupted = [], None
+    while time.time() < deadline and proc.poll() is None:
+        results = {p.parent.name: _results(p.parent) for p in run_dir.glob("*/params.json")}
+        finished = [n for n, r in results.items() if r and r[-1].get("final_eval")]
+        midway = [n for n, r in results.items() if len(r) >= 3 and not r[-1].get("final_eval")]
+        if finished and midway:
+            interrupted = midway[0]
+            break
+        time.sleep(0.1)
+    assert interrupted, f"never saw a finished and a half-done trial: {proc.communicate()[0][-3000:]}"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    _kill_leftovers(ray_temp)
+    before = {name: (run_dir / name / "result.json").read_text() for name in finished}
+    for state in run_dir.glob("experiment_state*.json"):
+        state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])  # cut short, as on a full disk
+    checkpoints = sorted((run_dir / interrupted).glob("checkpoint_*"))
+    assert len(checkpoints) >= 2, checkpoints
+    newest = checkpoints[-1] / "checkpoint.pt"
+    newest.write_bytes(newest.read_bytes()[:1000])
+
+    result = subprocess.run(cli("resume", str(run_dir), ray_temp=ray_temp, port=free_port()),
+                            capture_output=True, text=True, timeout=900)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-3000:]
+    assert "rebuilt from the spec" in out, out[-3000:]
+    df = read_run(run_dir)[0]
+    assert len(df) == 3 and (df["state"] == "finished").all(), df[["trial", "state", "error"]]
+    for name, text in before.items():
+        assert (run_dir / name / "result.json").read_text() == text, f"{name} was run again"
+    evaluations = [r["samples"] for r in read_results(run_dir / interrupted) if r.get("evaluated", True)]
+    assert evaluations == list(range(1024, 12288 + 1, 1024)), evaluations  # each evaluation once

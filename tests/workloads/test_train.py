@@ -508,3 +508,32 @@ def test_train_stops_on_a_signal_with_a_checkpoint_and_exit_130(tmp_path, sig):
     saved = _weights(out / "checkpoint")
     assert before < saved["samples"] < 1_000_000 and saved["history"] == []  # saved at the stop, not only by time
     assert "Traceback" not in err
+
+
+def test_a_damaged_newest_checkpoint_falls_back_to_the_older_one_and_says_so(tmp_path):
+    config = small_trial()
+    run_trial(config, checkpoint_dir=tmp_path / "old", stop_after=256)
+    run_trial(config, checkpoint_dir=tmp_path / "new", stop_after=512)
+    damaged = tmp_path / "new" / CHECKPOINT_FILE
+    damaged.write_bytes(damaged.read_bytes()[:500])
+    said = []
+    chosen = train_mod.first_intact(iter([tmp_path / "new", tmp_path / "missing", tmp_path / "old"]), config, said.append)
+    assert chosen == tmp_path / "old"
+    assert "passing over" in said[0] and "new" in said[0] and "continuing from the older checkpoint" in said[-1]
+    other = small_trial(lr=1e-2)  # another config's checkpoint is passed over too
+    said.clear()
+    assert train_mod.first_intact([tmp_path / "old"], other, said.append) is None
+    assert "another config" in said[0] and "STARTING OVER from sample 0" in said[-1]
+    assert train_mod.first_intact([], config, said.append) is None  # a fresh trial says nothing more
+
+
+def test_a_checkpoint_without_room_stops_naming_the_folder(tmp_path, monkeypatch):
+    import shutil
+
+    real = shutil.disk_usage
+    (tmp_path / "full").mkdir()  # a trial's storage folder on a disk with 1 MiB left
+    monkeypatch.setattr(train_mod.shutil, "disk_usage",
+                        lambda path: real(path)._replace(free=1 << 20) if str(path).startswith(str(tmp_path / "full")) else real(path))
+    with pytest.raises(train_mod.DiskSpaceError, match="no room for a checkpoint in .*full.*MiB free"):
+        run_trial(small_trial(), checkpoint_dir=tmp_path / "ok", room_in=(tmp_path / "full",))
+    assert not (tmp_path / "ok" / CHECKPOINT_FILE).exists()  # nothing half-written
