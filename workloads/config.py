@@ -24,7 +24,7 @@ Precision = Literal["fp32", "bf16"]
 
 
 class TrainConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     samples: int = Field(1_000_000, gt=0, description="fresh training samples in all")
     batch_size: int = Field(64, gt=0)
