@@ -274,9 +274,11 @@ def _measured(best: pd.DataFrame) -> list[tuple[str, str]]:
     return [(m, title) for m, title in METRICS.items() if m in best and best[m].notna().any()]
 
 
-def plot(best: pd.DataFrame, out_dir: Path, task: str = "IsTree") -> list[Path]:
+def plot(best: pd.DataFrame, out_dir: Path, task: str = "IsTree", task_cls=None) -> list[Path]:
     """The paper's figure (accuracy against n, a panel per setup, a line per arch),
-    one PNG per size and metric: exact_match_<size>.png and gen_accuracy_<size>.png."""
+    one PNG per size and metric: exact_match_<size>.png and gen_accuracy_<size>.png.
+    Where the task says what guessing scores (`exact_match_chance`), a dashed line
+    marks it."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -296,6 +298,11 @@ def plot(best: pd.DataFrame, out_dir: Path, task: str = "IsTree") -> list[Path]:
                 ax.set_xlabel("n (vertices)" if task == "IsTree" else "n")
                 ax.set_xscale("log", base=2)
                 ax.set_xticks(sorted(part["n"].unique()), labels=[str(n) for n in sorted(part["n"].unique())])
+                chance = getattr(task_cls, "exact_match_chance", {}).get(setup.split("-")[0])
+                if metric == "val_exact_match" and chance:
+                    ax.axhline(chance, color="grey", lw=0.8, ls="--")
+                    ax.annotate("guessing", xy=(0.02, chance), xycoords=("axes fraction", "data"), xytext=(0, 2),
+                                textcoords="offset points", fontsize=7, color="grey")
                 if metric == "gen_accuracy" and task == "IsTree":
                     # Rows that never write an answer count as wrong: below chance is possible.
                     ax.set_ylim(min(0.4, part[metric].min() - 0.05), 1.02)
@@ -449,7 +456,7 @@ def write_report(run_dir: Path, locked: bool = True, solved: float = SOLVED) -> 
     task = "IsTree" if spec is None or spec.task == "istree" else spec.task
     for stale in (p for pattern in PLOT_FILES for p in run_dir.glob(pattern)):
         stale.unlink()  # the report owns these names: a plot of a metric no longer measured must not linger
-    plots = plot(best, run_dir, task) if not best.empty else []
+    plots = plot(best, run_dir, task, _task_class(spec)) if not best.empty else []
     counts = df["state"].value_counts().to_dict()
     selected_by = f"{metric} ({'highest' if mode == 'max' else 'lowest'} mean over seeds)"
     lines = [f"# Sweep report: {run_dir.name}", "",
@@ -459,6 +466,15 @@ def write_report(run_dir: Path, locked: bool = True, solved: float = SOLVED) -> 
              "## Best learning rate per cell", "",
              markdown_tables(best, selected_by) if not best.empty else "No finished trial yet.\n"]
     lines += [f"![{p.stem}]({p.name})" for p in plots]
+    task_cls = _task_class(spec)
+    if not best.empty and hasattr(task_cls, "findings"):
+        lines += ["", "## What this run shows of the paper's findings", "",
+                  "Decided from the table above (teacher-forced exact match, mean over seeds):", "",
+                  *task_cls.findings(best)]
+    falling = still_falling(run_dir, df, best)
+    if falling:
+        lines += ["", f"**Under-trained:** the training loss of these cells fell by more than {FALLING:.0%} between "
+                  "their last two evaluations, so more samples may change them: " + "; ".join(falling) + "."]
     if not best.empty and best["n"].nunique() >= 2:
         length = model_of = None
         if spec is not None:
@@ -489,6 +505,32 @@ def write_report(run_dir: Path, locked: bool = True, solved: float = SOLVED) -> 
     text = "\n".join(lines) + "\n"
     (run_dir / "report.md").write_text(text)
     return text, best, df
+
+
+FALLING = 0.05  # a relative drop of the training loss between the last two evaluations that counts as falling
+
+
+def _task_class(spec):
+    from workloads.tasks import TASKS
+
+    return TASKS.get(spec.task if spec is not None else "istree", (None, None))[1]
+
+
+def still_falling(run_dir: Path, df: pd.DataFrame, best: pd.DataFrame) -> list[str]:
+    """Cells (at their chosen learning rate) where some seed's training loss was still
+    falling at its last evaluation: by more than FALLING relative to the one before."""
+    out = []
+    done = df[df["state"] == "finished"]
+    for _, cell in best.iterrows():
+        trials = done[(done[GROUP] == cell[GROUP]).all(axis=1) & (done["lr"] == cell["lr"])]
+        for name in trials["trial"]:
+            losses = [r["train_loss"] for r in read_results(Path(run_dir) / name)
+                      if r.get("evaluated", True) and r.get("train_loss") is not None]
+            if len(losses) >= 2 and losses[-2] > 0 and (losses[-2] - losses[-1]) / losses[-2] > FALLING:
+                out.append(f"{cell['arch']} {cell['setup']} {cell['size']} n={cell['n']} "
+                           f"({losses[-2]:.3f} -> {losses[-1]:.3f})")
+                break
+    return out
 
 
 PLOT_FILES = tuple(f"{short}_*.png" for _, short in SHORT.values()) + ("frontier.png",)

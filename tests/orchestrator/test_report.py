@@ -357,3 +357,24 @@ def test_a_trial_restarted_from_an_older_checkpoint_counts_each_evaluation_once(
     assert [r["samples"] for r in read_results(trial_dir)] == [50, 100, 150, 200]
     row = read_run(run, locked=False)[0].set_index("trial").loc[trials[0].name]
     assert row["state"] == "finished" and row["val_exact_match"] == 0.2
+
+
+def test_an_istree_report_says_what_it_shows_of_the_papers_findings_and_what_is_under_trained(tmp_path):
+    run, trials = fake_run(tmp_path, accuracy)
+    falling = next(t for t in trials if t.model.arch == "mamba")  # fake_run's rows: loss 1.0 -> 0.5, still falling
+    for t in trials:
+        if t == falling:
+            continue
+        results = run / t.name / "result.json"
+        rows = [json.loads(line) for line in results.read_text().splitlines()]
+        for row in rows:
+            row["train_loss"] = 0.5  # flat: trained out
+        results.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text, _, _ = write_report(run, locked=False)
+    assert "## What this run shows of the paper's findings" in text
+    # fake_run sweeps the Transformer and Mamba with CoT only: what needs more is said to be untestable.
+    assert "- **Not testable here**: retrieval lifts Mamba" in text
+    assert "- **Not testable here**: the hybrid tracks the Transformer" in text
+    cell = f"{falling.model.arch} cot 0.5M n={falling.task.n} (1.000 -> 0.500)"
+    assert "**Under-trained:**" in text and cell in text
+    assert text.count("(1.000 -> 0.500)") == 1

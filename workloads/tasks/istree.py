@@ -111,6 +111,20 @@ class IsTreeTask:
     special tokens, then the vertices 0..n), which depends only on n."""
 
     generates = True  # has a generation protocol: the answer after the trace
+    # Exact match of a model that guesses, by setup: vanilla supervises the answer
+    # alone (classes balanced); a trace is never guessed whole. The report marks it.
+    exact_match_chance = {"vanilla": 0.5, "cot": 0.0, "retrieval": 0.0}
+
+    @staticmethod
+    def findings(best) -> list[str]:
+        """The paper's findings as this sweep shows them (the report's paragraph)."""
+        from workloads.tasks._istree_findings import at_guessing, findings
+
+        lines = findings(best)
+        guessing = at_guessing(best)
+        if guessing:
+            lines.append("- **At guessing level** (a model that guesses the answer scores this): " + "; ".join(guessing) + ".")
+        return lines
 
     def __init__(self, config: IsTreeConfig):
         K = _kernels()
