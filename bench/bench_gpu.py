@@ -16,6 +16,7 @@ figures (the test suite does, so that the script keeps working).
 """
 
 import argparse
+import itertools
 import json
 import time
 from pathlib import Path
@@ -82,26 +83,33 @@ def measure(arch: str, size: str, n: int, setup: str, precision: str, steps: int
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--archs", nargs="+", default=["transformer", "mamba", "hybrid"])
-    parser.add_argument("--sizes", nargs="+", default=["0.5M", "1M", "2M"])
-    parser.add_argument("--n", nargs="+", type=int, default=[16, 64])
-    parser.add_argument("--setups", nargs="+", default=["cot", "retrieval"])
+    grid_arguments(parser, sizes=["0.5M", "1M", "2M"], steps=20, device="cuda")
     parser.add_argument("--precisions", nargs="+", default=["fp32", "tf32", "bf16"], choices=["fp32", "tf32", "bf16"])
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
-    parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     name = device_name(args.device)
     rows = []
-    for arch in args.archs:
-        for size in args.sizes:
-            for n in args.n:
-                for setup in args.setups:
-                    for precision in args.precisions:
-                        row = measure(arch, size, n, setup, precision, args.steps, args.device)
-                        rows.append(row)
-                        print(json.dumps(row), flush=True)
+    for arch, size, n, setup in configurations(args):
+        for precision in args.precisions:
+            row = measure(arch, size, n, setup, precision, args.steps, args.device)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
     write_rows(args.out or Path("bench/results") / f"gpu_{name.replace(' ', '_')}.json", name, rows)
+
+
+def grid_arguments(parser, sizes: list[str], steps: int, device: str) -> None:
+    """The options every training bench shares: the grid of configurations, steps, device and output."""
+    parser.add_argument("--archs", nargs="+", default=["transformer", "mamba", "hybrid"])
+    parser.add_argument("--sizes", nargs="+", default=sizes)
+    parser.add_argument("--n", nargs="+", type=int, default=[16, 64])
+    parser.add_argument("--setups", nargs="+", default=["cot", "retrieval"])
+    parser.add_argument("--steps", type=int, default=steps)
+    parser.add_argument("--device", default=device, choices=["cuda", "cpu"])
+    parser.add_argument("--out", type=Path)
+
+
+def configurations(args) -> list[tuple[str, str, int, str]]:
+    """(arch, size, n, setup) for every combination of a bench's --archs, --sizes, --n and --setups."""
+    return list(itertools.product(args.archs, args.sizes, args.n, args.setups))
 
 
 def device_name(device: str) -> str:

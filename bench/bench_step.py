@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from bench_gpu import device_name, write_rows  # bench/, the script's own folder
+from bench_gpu import configurations, device_name, grid_arguments, write_rows  # bench/, the script's own folder
 from workloads.batching import OVERHEAD_TOKENS, group_rows, padded_tokens
 from workloads.config import trial_config
 from workloads.tasks import IsTreeConfig
@@ -67,25 +67,16 @@ def measure(arch: str, size: str, n: int, setup: str, groups: list[int], steps: 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--archs", nargs="+", default=["transformer", "mamba", "hybrid"])
-    parser.add_argument("--sizes", nargs="+", default=["0.5M"])
-    parser.add_argument("--n", nargs="+", type=int, default=[16, 64])
-    parser.add_argument("--setups", nargs="+", default=["cot", "retrieval"])
+    grid_arguments(parser, sizes=["0.5M"], steps=6, device="cpu")
     parser.add_argument("--groups", nargs="+", type=int, default=[1, 4])
-    parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--device", default="cpu", choices=["cuda", "cpu"])
-    parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     name = device_name(args.device)
     rows = []
-    for arch in args.archs:
-        for size in args.sizes:
-            for n in args.n:
-                for setup in args.setups:
-                    for row in measure(arch, size, n, setup, args.groups, args.steps, args.device, args.batch_size):
-                        rows.append(row)
-                        print(json.dumps(row), flush=True)
+    for arch, size, n, setup in configurations(args):
+        for row in measure(arch, size, n, setup, args.groups, args.steps, args.device, args.batch_size):
+            rows.append(row)
+            print(json.dumps(row), flush=True)
     write_rows(args.out or Path("bench/results") / f"step_{name.replace(' ', '_')}.json", name,
                [dict(row, threads=torch.get_num_threads()) for row in rows])
 

@@ -135,23 +135,7 @@ def test_a_killed_driver_resumes_without_rerunning_finished_trials(tmp_path, ray
     spec_path = _killme_spec(tmp_path)
     storage, port = tmp_path / "runs", free_port()
     run_dir = storage / "killme"
-    proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=port),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    deadline = time.time() + 600
-    finished, interrupted = [], None
-    while time.time() < deadline and proc.poll() is None:
-        trial_dirs = [p.parent for p in run_dir.glob("*/params.json")]
-        results = {d.name: _results(d) for d in trial_dirs}
-        finished = [n for n, r in results.items() if r and r[-1].get("final_eval")]
-        midway = [n for n, r in results.items() if len(r) >= 2 and not r[-1].get("final_eval")]
-        if finished and midway:
-            interrupted = midway[0]
-            break
-        time.sleep(0.1)
-    assert interrupted, f"never saw a finished and a half-done trial: {proc.communicate()[0][-3000:]}"
-    os.kill(proc.pid, signal.SIGKILL)  # the driver dies without any chance to clean up
-    proc.wait()
-    _kill_leftovers(ray_temp)  # its Ray cluster goes down with the machine, say
+    finished, interrupted = _kill_midway(spec_path, storage, run_dir, ray_temp, port, rows=2)
     before = {name: (run_dir / name / "result.json").read_text() for name in finished}
 
     result = subprocess.run(cli("resume", str(run_dir), ray_temp=ray_temp, port=free_port()),
@@ -164,6 +148,29 @@ def test_a_killed_driver_resumes_without_rerunning_finished_trials(tmp_path, ray
     samples = [r["samples"] for r in _results(run_dir / interrupted)]
     assert samples == sorted(set(samples)), f"{interrupted} restarted instead of continuing: {samples}"
     assert samples[-1] == 12288
+
+
+def _kill_midway(spec_path, storage, run_dir, ray_temp, port, rows: int) -> tuple[list[str], str]:
+    """Launches the spec and, once a trial has finished and another has `rows`
+    results without finishing, kills the driver and its Ray with SIGKILL (no chance
+    to clean up, as when the machine goes down). Returns (finished, interrupted)."""
+    proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=port),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    deadline = time.time() + 600
+    finished, interrupted = [], None
+    while time.time() < deadline and proc.poll() is None:
+        results = {p.parent.name: _results(p.parent) for p in run_dir.glob("*/params.json")}
+        finished = [n for n, r in results.items() if r and r[-1].get("final_eval")]
+        midway = [n for n, r in results.items() if len(r) >= rows and not r[-1].get("final_eval")]
+        if finished and midway:
+            interrupted = midway[0]
+            break
+        time.sleep(0.1)
+    assert interrupted, f"never saw a finished and a half-done trial: {proc.communicate()[0][-3000:]}"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    _kill_leftovers(ray_temp)
+    return finished, interrupted
 
 
 def _killme_spec(tmp_path, name: str = "killme", samples: int = 12288) -> Path:
@@ -247,22 +254,7 @@ def test_a_run_with_damaged_tune_state_and_checkpoint_still_resumes(tmp_path, ra
     spec_path = _killme_spec(tmp_path, name="damaged")
     storage = tmp_path / "runs"
     run_dir = storage / "damaged"
-    proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=free_port()),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    deadline = time.time() + 600
-    finished, interrupted = [], None
-    while time.time() < deadline and proc.poll() is None:
-        results = {p.parent.name: _results(p.parent) for p in run_dir.glob("*/params.json")}
-        finished = [n for n, r in results.items() if r and r[-1].get("final_eval")]
-        midway = [n for n, r in results.items() if len(r) >= 3 and not r[-1].get("final_eval")]
-        if finished and midway:
-            interrupted = midway[0]
-            break
-        time.sleep(0.1)
-    assert interrupted, f"never saw a finished and a half-done trial: {proc.communicate()[0][-3000:]}"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    _kill_leftovers(ray_temp)
+    finished, interrupted = _kill_midway(spec_path, storage, run_dir, ray_temp, free_port(), rows=3)
     before = {name: (run_dir / name / "result.json").read_text() for name in finished}
     for state in run_dir.glob("experiment_state*.json"):
         state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])  # cut short, as on a full disk
