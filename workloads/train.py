@@ -199,7 +199,10 @@ class Trial:
         state = self.state_dict()
         size = sum(t.numel() * t.element_size() for t in _tensors(state))
         for folder in (directory, *room_in):
-            free = shutil.disk_usage(folder).free
+            existing = Path(folder)
+            while not existing.exists() and existing != existing.parent:  # a trial's folder is made at its first copy
+                existing = existing.parent
+            free = shutil.disk_usage(existing).free
             need = 2 * size + SPACE_MARGIN
             if free < need:
                 raise DiskSpaceError(f"no room for a checkpoint in {folder}: {free / 2**20:.0f} MiB free, about "
@@ -263,6 +266,7 @@ def run_trial(
     should_stop: Optional[Callable[[], bool]] = None,
     clock: Callable[[], float] = time.monotonic,
     room_in: tuple[Path, ...] = (),
+    checkpoint_now: Optional[Callable[[], bool]] = None,
 ) -> dict:
     """Trains one trial to its sample budget and returns the final metrics.
 
@@ -272,7 +276,9 @@ def run_trial(
     with a progress row (`evaluated` False: samples, loss and rates, no evaluation),
     so that a killed trial loses at most that much training. `should_stop()`, asked
     after every step, ends the run with such a checkpoint at the current step (the
-    returned metrics then hold `stopped`: True). `resume_from` is a directory
+    returned metrics then hold `stopped`: True); `checkpoint_now()`, asked likewise,
+    takes such a checkpoint and trains on (a sweep's stop: Tune ends the trial
+    once it has reported it). `resume_from` is a directory
     holding an earlier checkpoint of the same config. `stop_after` ends the run
     early once that many samples are done (to simulate an interruption).
     `on_step(samples)` is called after every optimiser step (for progress bars).
@@ -343,11 +349,12 @@ def run_trial(
             on_step(trial.samples)
         if not eval_due:
             stop = should_stop is not None and should_stop()
-            if checkpoint_dir is not None and (stop or clock() - last_checkpoint >= tc.checkpoint_every_s):
+            asked = stop or (checkpoint_now is not None and checkpoint_now())
+            if checkpoint_dir is not None and (asked or clock() - last_checkpoint >= tc.checkpoint_every_s):
                 flush_losses(step)
                 trial.save(Path(checkpoint_dir), room_in)
                 last_checkpoint = clock()
-                metrics = progress(step, final_eval=False, evaluated=False)
+                metrics = progress(step, final_eval=False, evaluated=False, checkpoint_reason="stop" if asked else "time")
                 if report is not None:
                     report(metrics, checkpoint_dir)
             if stop:
