@@ -73,8 +73,7 @@ def first_intact(directories, config: TrialConfig, say=print) -> Optional[Path]:
         tried += 1
         try:
             state = read_checkpoint(Path(directory) / CHECKPOINT_FILE)
-            saved = {k: v for k, v in _as_today(state["config"]).items() if k != "task_label"}
-            if saved != config.model_dump(mode="json", exclude={"task_label"}):
+            if _what_trains(_as_today(state["config"])) != _what_trains(config.model_dump(mode="json")):
                 raise CheckpointError(f"{directory} holds another config's checkpoint")
         except CheckpointError as e:
             say(f"icr-sweep: {config.name}: passing over a checkpoint: {e}")
@@ -85,6 +84,19 @@ def first_intact(directories, config: TrialConfig, say=print) -> Optional[Path]:
     if tried:
         say(f"icr-sweep: {config.name}: STARTING OVER from sample 0: none of its {tried} checkpoint(s) can be read")
     return None
+
+
+# Config fields that change how a trial runs, not what it computes: a checkpoint
+# continues under other values of them (and the task label only names the trial).
+_HOW_IT_RUNS = ("length_groups", "checkpoint_every_s")
+
+
+def _what_trains(config: dict) -> dict:
+    """A stored trial config without the fields a resume may change."""
+    out = {k: v for k, v in config.items() if k != "task_label"}
+    if isinstance(out.get("train"), dict):
+        out["train"] = {k: v for k, v in out["train"].items() if k not in _HOW_IT_RUNS}
+    return out
 
 
 def _differences(saved: dict, wanted: dict, prefix: str = "") -> list[str]:
@@ -176,8 +188,8 @@ class Trial:
 
     def load_state_dict(self, state: dict) -> None:
         # The task label names the trial and trains nothing.
-        wanted = self.config.model_dump(mode="json", exclude={"task_label"})
-        saved = {k: v for k, v in _as_today(state["config"]).items() if k != "task_label"}
+        wanted = _what_trains(self.config.model_dump(mode="json"))
+        saved = _what_trains(_as_today(state["config"]))
         if saved != wanted:
             differ = _differences(saved, wanted)
             raise CheckpointError(f"the checkpoint was written by a trial with another config: {'; '.join(differ)}")

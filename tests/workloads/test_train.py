@@ -537,3 +537,11 @@ def test_a_checkpoint_without_room_stops_naming_the_folder(tmp_path, monkeypatch
     with pytest.raises(train_mod.DiskSpaceError, match="no room for a checkpoint in .*full.*MiB free"):
         run_trial(small_trial(), checkpoint_dir=tmp_path / "ok", room_in=(tmp_path / "full",))
     assert not (tmp_path / "ok" / CHECKPOINT_FILE).exists()  # nothing half-written
+
+
+def test_a_checkpoint_continues_under_other_micro_batching_and_checkpoint_interval(tmp_path):
+    run_trial(small_trial(), checkpoint_dir=tmp_path, stop_after=256)
+    other = small_trial(length_groups=1, checkpoint_every_s=5.0)
+    assert train_mod.first_intact([tmp_path], other, print) == tmp_path
+    finished = run_trial(other, checkpoint_dir=tmp_path, resume_from=tmp_path)
+    assert finished["samples"] == 1024
