@@ -152,8 +152,6 @@ def _checkpoints(work: str):
     trial's directory, newest first. A damaged newest one then costs one
     checkpoint's interval, not the trial; and a sweep whose Tune state was rebuilt
     (Tune hands nothing over) finds its trials' checkpoints here."""
-    import pyarrow.fs
-
     given = tune.get_checkpoint()
     if given is not None:
         yield Path(given.to_directory(os.path.join(work, "restored-0")))
