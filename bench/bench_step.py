@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from bench_gpu import configurations, device_name, grid_arguments, write_rows  # bench/, the script's own folder
-from workloads.batching import OVERHEAD_TOKENS, group_rows, padded_tokens
+from workloads.batching import group_rows, padded_tokens
 from workloads.config import trial_config
 from workloads.tasks import IsTreeConfig
 from workloads.train import Trial
@@ -54,7 +54,7 @@ def measure(arch: str, size: str, n: int, setup: str, groups: list[int], steps: 
             if step:
                 seconds[i] += time.perf_counter() - started
         if step:
-            computed += padded_tokens(lengths, group_rows(lengths, max(groups), OVERHEAD_TOKENS.get(trials[-1].device.type, 0)))
+            computed += padded_tokens(lengths, group_rows(lengths, max(groups), trials[-1].group_overhead))
     rows = []
     for g, s in zip(groups, seconds):
         rows.append(dict(arch=arch, size=size, n=n, setup=setup, batch=batch_size, length_groups=g, steps=steps,

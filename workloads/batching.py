@@ -15,28 +15,45 @@ differs (tests/workloads/test_batching.py checks loss and gradients).
 
 Each group costs a fixed overhead (kernel launches and Python per layer), so the
 split minimises padded tokens plus `overhead_tokens` per group, exactly, over
-every cut of the sorted rows into at most `max_groups` groups.
+every cut of the sorted rows into at most `max_groups` groups. The split depends
+only on the batch and the model, never on timings: runs stay reproducible.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-# A group's fixed cost in tokens' worth of work, by device type; estimates, not
-# fits. CPU: 128, with which grouped steps ran 1.4x to 2.3x as fast as padded ones
-# at retrieval n=16 and 0.95x to 1.2x at CoT n=16, where little is padding
-# (bench/bench_step.py, bench/results/step_cpu.json). CUDA: not yet measured (no
-# GPU in the session that wrote this); a step of the paper's models there runs a
-# few hundred kernels, a few ms, the time of some thousands of tokens at the rates
-# of README's GPU table: 4,096 until bench_step.py --device cuda measures it.
-OVERHEAD_TOKENS = {"cpu": 128, "cuda": 4096}
+# A group's fixed cost (kernel launches and Python per layer) in floating-point
+# operations' worth of work, by device type; over a model's ~6 flops per parameter
+# and token (forward and backward) it is a number of tokens, so a tiny model, whose
+# tokens are cheap, splits a batch only where the split saves many of them. CPU:
+# measured on two cores, a tiny Transformer's (21k parameters) extra group cost
+# about 1.3 ms, the time of ~170 of its tokens (2.1e7 flops); 4e7 keeps a margin.
+# At 0.5M parameters that is ~13 tokens a group. CUDA: not yet measured (no GPU in
+# the session that wrote this): a few ms of launches at the ~10 TFLOP/s of README's
+# GPU table, 2e10, to be replaced by what bench_step.py --device cuda shows.
+OVERHEAD_FLOPS = {"cpu": 4e7, "cuda": 2e10}
 
 
-def group_rows(lengths: np.ndarray, max_groups: int, overhead_tokens: int, multiple: int = 1) -> list[np.ndarray]:
+# A split must save at least this share of the padded batch's tokens: below it, the
+# per-group costs the flop count misses (Mamba's compiled CPU scan starts its
+# threads once per layer and call) ate the saving (CoT at 0.5M, 13% padding: 0.93x
+# to 0.97x for Mamba and the hybrid). Retrieval batches save 25-30%.
+MIN_SAVING = 0.15
+
+
+def overhead_tokens(device_type: str, n_params: int) -> int:
+    """The fixed cost of one more group, in tokens of a model of `n_params` parameters."""
+    return int(OVERHEAD_FLOPS.get(device_type, 0.0) / (6 * max(1, n_params)))
+
+
+def group_rows(lengths: np.ndarray, max_groups: int, overhead_tokens: int, multiple: int = 1,
+               min_saving: float | None = None) -> list[np.ndarray]:
     """Row indices of each group, longest rows first; together they are every row
     once. Each group's width is its longest row rounded up to `multiple` (static
     shapes for kernels that prefer them); the split minimises the sum over groups
-    of rows x width + overhead_tokens."""
+    of rows x width + overhead_tokens, and is kept only where it saves at least
+    `min_saving` (default MIN_SAVING) of the padded batch's tokens."""
     lengths = np.asarray(lengths, np.int64)
     order = np.argsort(-lengths, kind="stable")
     rows = len(order)
@@ -56,6 +73,9 @@ def group_rows(lengths: np.ndarray, max_groups: int, overhead_tokens: int, multi
         cut[g] = total.argmin(axis=0)
         cost[g] = total.min(axis=0)
     best = int(np.argmin(cost[1:, rows])) + 1
+    min_saving = MIN_SAVING if min_saving is None else min_saving
+    if cost[best, rows] - best * overhead_tokens > (1 - min_saving) * rows * widths[0]:
+        best = 1  # too little padding to be worth another pass
     bounds, j = [], rows
     for g in range(best, 0, -1):
         i = int(cut[g, j])

@@ -15,7 +15,7 @@ from typing import Callable, Optional
 import torch
 from pydantic import ValidationError
 
-from workloads.batching import OVERHEAD_TOKENS, group_rows
+from workloads.batching import group_rows, overhead_tokens
 from workloads.config import TrialConfig
 from workloads.evaluate import generation_accuracy, supervised_loss, teacher_forced
 from workloads.models import build_model
@@ -167,6 +167,7 @@ class Trial:
         )
         self.samples = 0
         self.history: list[dict] = []
+        self.group_overhead = overhead_tokens(self.device.type, self.model.num_params())  # workloads/batching.py
         # Training loss since the last evaluation (its mean is the next train_loss),
         # kept with a checkpoint taken between evaluations.
         self.loss_sum, self.loss_steps = 0.0, 0
@@ -237,7 +238,7 @@ class Trial:
         (workloads/batching.py); returns the loss, detached."""
         tc = self.config.train
         supervised = int(batch.supervised[:, 1:].sum())  # on the CPU copy
-        groups = group_rows(batch.lengths.numpy(), tc.length_groups, OVERHEAD_TOKENS.get(self.device.type, 0))
+        groups = group_rows(batch.lengths.numpy(), tc.length_groups, self.group_overhead)
         total = None
         for rows in groups:
             part = batch.rows(rows, int(batch.lengths[rows].max())).to(self.device) if len(groups) > 1 \

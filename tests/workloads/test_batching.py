@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from workloads.batching import OVERHEAD_TOKENS, group_rows, padded_tokens
+from workloads import batching
+from workloads.batching import OVERHEAD_FLOPS, group_rows, overhead_tokens, padded_tokens
 from workloads.config import trial_config
 from workloads.tasks import IsTreeConfig
 from workloads.train import Trial
@@ -29,7 +30,7 @@ def test_groups_hold_every_row_once_and_are_the_cheapest_split(seed):
     rng = np.random.default_rng(seed)
     lengths = rng.integers(1, 60, size=rng.integers(1, 9))
     max_groups, overhead = int(rng.integers(1, 5)), int(rng.integers(0, 40))
-    groups = group_rows(lengths, max_groups, overhead)
+    groups = group_rows(lengths, max_groups, overhead, min_saving=0.0)
     assert sorted(np.concatenate(groups).tolist()) == list(range(len(lengths)))
     assert 1 <= len(groups) <= max_groups
     assert padded_tokens(lengths, groups) + overhead * len(groups) == _brute_force(lengths.tolist(), max_groups, overhead)
@@ -67,11 +68,12 @@ def _gradients(arch: str, setup: str, groups: int):
 @pytest.mark.parametrize("arch", ["transformer", "mamba", "hybrid", "mamba2", "gated_deltanet"])
 @pytest.mark.parametrize("setup", ["cot", "retrieval"])
 def test_grouped_micro_batches_give_the_padded_batchs_loss_and_gradient(arch, setup, monkeypatch):
-    monkeypatch.setitem(OVERHEAD_TOKENS, "cpu", 0)  # small batches: split them whatever the saving
+    monkeypatch.setitem(OVERHEAD_FLOPS, "cpu", 0.0)  # small batches: split them whatever the saving
+    monkeypatch.setattr(batching, "MIN_SAVING", 0.0)
     loss_one, grads_one, batch = _gradients(arch, setup, groups=1)
     loss_many, grads_many, _ = _gradients(arch, setup, groups=4)
     lengths = batch.lengths.numpy()
-    assert len(group_rows(lengths, 4, 0)) > 1, "the batch must really be split for the test to mean anything"
+    assert len(group_rows(lengths, 4, 0, min_saving=0.0)) > 1, "the batch must really be split for the test to mean anything"
     assert loss_many.item() == pytest.approx(loss_one.item(), rel=1e-5)
     for name, g in grads_one.items():
         scale = g.abs().max().item() + 1e-12
@@ -85,3 +87,20 @@ def test_rows_pad_with_unsupervised_tokens():
     assert torch.equal(part.tokens[0, : batch.tokens.shape[1]], batch.tokens[2])
     assert not part.supervised[:, batch.tokens.shape[1]:].any()
     assert part.labels.tolist() == [batch.labels[2].item(), batch.labels[0].item()]
+
+
+def test_a_groups_cost_in_tokens_falls_as_the_model_grows():
+    tiny, large = overhead_tokens("cpu", 20_000), overhead_tokens("cpu", 2_000_000)
+    assert tiny > 100 * large / 2 and large >= 1
+    # A tiny model's CoT batch (little padding) stays whole; a retrieval batch of it is split.
+    from workloads.tasks import IsTreeConfig, build_task
+
+    for setup, whole in (("cot", True), ("retrieval", False)):
+        lengths = build_task(IsTreeConfig(n=6, setup=setup)).batch(0, 0, 0, 64).lengths.numpy()
+        assert (len(group_rows(lengths, 4, tiny)) == 1) == whole, setup
+
+
+def test_a_split_that_saves_little_is_not_made():
+    lengths = np.array([100] * 60 + [95] * 4)  # 0.3% padding
+    assert len(group_rows(lengths, 4, 0)) == 1
+    assert len(group_rows(lengths, 4, 0, min_saving=0.0)) == 2
