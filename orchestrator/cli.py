@@ -599,24 +599,16 @@ def launch(
     _run_locked(run_dir, work)
 
 
-def _spec_trials(s) -> list:
-    """The trials of a spec; for an Optuna spec one per cell (its lr changes no shape)."""
-    from orchestrator.spec import cells, expand, trial_for
-
-    if s.search.method == "grid":
-        return expand(s)
-    return [trial_for(s, *cell, getattr(s.lr, cell[0]).low) for cell in cells(s)]
-
-
 def _preflight(s, on_this_cpu: bool, cpus: Optional[int] = None) -> None:
     """Builds and runs each distinct model of the sweep once on the CPU, and holds
     CPU trials' memory against this machine's, before Ray starts: exit 2 naming
     the trials that could not run."""
     import os
 
+    from orchestrator.spec import shape_trials
     from workloads.preflight import check_models, cpu_memory_problems
 
-    trials = _spec_trials(s)
+    trials = shape_trials(s)
     problems = check_models(trials)
     warnings = []
     if on_this_cpu:

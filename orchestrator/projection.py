@@ -91,12 +91,10 @@ def project(trials: list[dict], classes: list[dict], devices: float) -> Projecti
 def spec_trials(spec, on_gpu: bool) -> list[dict]:
     """The trials of a spec as `project` takes them (an Optuna spec: each cell's
     num_samples trials), each with its share: its GPU fraction, or its CPUs."""
-    from orchestrator.spec import cells, expand, gpu_share, trial_for
+    from orchestrator.spec import gpu_share, shape_trials
 
-    if spec.search.method == "grid":
-        configs = [(t, 1) for t in expand(spec)]
-    else:
-        configs = [(trial_for(spec, *cell, getattr(spec.lr, cell[0]).low), spec.search.num_samples) for cell in cells(spec)]
+    count = 1 if spec.search.method == "grid" else spec.search.num_samples
+    configs = [(t, count) for t in shape_trials(spec)]
     out = []
     for t, count in configs:
         share = gpu_share(spec, t)[0] if on_gpu else spec.resources.cpus_per_trial

@@ -597,14 +597,17 @@ def gpu_share(spec: SweepSpec, trial: TrialConfig) -> tuple[float, float]:
     return share, need
 
 
-def gpu_shares(spec: SweepSpec) -> dict[str, tuple[float, float]]:
-    """{trial name: gpu_share(...)} for every trial of a grid spec, or for one
-    trial per cell of an Optuna spec (its learning rate does not change memory)."""
+def shape_trials(spec: SweepSpec) -> list[TrialConfig]:
+    """Every trial of a grid spec, or one trial per cell of an Optuna spec (at its
+    range's low learning rate: the rate changes no shape, memory or speed)."""
     if spec.search.method == "grid":
-        trials = expand(spec)
-    else:
-        trials = [trial_for(spec, *cell, getattr(spec.lr, cell[0]).low) for cell in cells(spec)]
-    return {t.name: gpu_share(spec, t) for t in trials}
+        return expand(spec)
+    return [trial_for(spec, *cell, getattr(spec.lr, cell[0]).low) for cell in cells(spec)]
+
+
+def gpu_shares(spec: SweepSpec) -> dict[str, tuple[float, float]]:
+    """{trial name: gpu_share(...)} for each of `shape_trials(spec)`."""
+    return {t.name: gpu_share(spec, t) for t in shape_trials(spec)}
 
 
 def memory_warnings(spec: SweepSpec, shares: dict[str, tuple[float, float]]) -> list[str]:
