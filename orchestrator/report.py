@@ -217,21 +217,36 @@ SUMMARIES = ("val_exact_match", "val_token_accuracy", "gen_accuracy", "val_loss"
 def best_by_cell(df: pd.DataFrame, metric: str = "val_exact_match", mode: str = "max") -> pd.DataFrame:
     """Per (arch, setup, size, n): the learning rate whose mean final `metric` over
     seeds is best (highest for mode max, lowest for min), with the mean and spread
-    over seeds of exact match, token accuracy, generation accuracy and validation loss."""
-    columns = GROUP + ["lr", "seeds"] + [f"{m}{s}" for m in SUMMARIES for s in ("", "_std")]
+    over seeds of exact match, token accuracy, generation accuracy and validation loss.
+
+    Only a learning rate that finished on every seed of its cell competes, so that one
+    lucky seed never stands for the cell. Where none did (an Optuna search: each seed
+    has a study of its own, its own rates), each seed contributes its own best trial
+    and the cell is their mean; `lr` is then the rates' geometric mean and `lrs` names
+    each. `trials` lists the trials a row summarises."""
+    columns = GROUP + ["lr", "lrs", "seeds", "trials"] + [f"{m}{s}" for m in SUMMARIES for s in ("", "_std")]
     done = df[df["state"] == "finished"]
     if done.empty:
         return pd.DataFrame(columns=columns)
-    by_lr = done.groupby(GROUP + ["lr"]).agg(
-        seeds=("val_exact_match", "size"),
-        **{f"{m}{suffix}": (m, how) for m in SUMMARIES
-           for suffix, how in (("", "mean"), ("_std", "std"))},
-    ).reset_index()
-    # A metric missing in every seed never wins over one that was measured.
-    key = by_lr[metric].fillna(-math.inf if mode == "max" else math.inf)
-    best = by_lr.assign(_key=key).sort_values("_key", ascending=mode == "min", kind="stable").groupby(GROUP).head(1)
-    best = best.drop(columns="_key")
-    std_columns = [c for c in best.columns if c.endswith("_std")]
+    key = done[metric].fillna(-math.inf if mode == "max" else math.inf)  # a metric never measured never wins
+    done = done.assign(_key=key, _cell_seeds=done.groupby(GROUP)["seed"].transform("nunique"))
+    shared = done.groupby(GROUP + ["lr"])["seed"].transform("nunique") == done["_cell_seeds"]
+    per_seed = done[~done.set_index(GROUP).index.isin(done[shared].set_index(GROUP).index)]
+    per_seed = per_seed.sort_values("_key", ascending=mode == "min", kind="stable").groupby(GROUP + ["seed"]).head(1)
+    chosen = pd.concat([done[shared].assign(_pick=lambda d: d["lr"]), per_seed.assign(_pick=math.nan)])
+    rows = []
+    for key, trials in chosen.groupby(GROUP + ["_pick"], dropna=False, sort=False):
+        lrs = sorted(trials["lr"])
+        lr = lrs[0] if lrs[0] == lrs[-1] else math.exp(sum(map(math.log, lrs)) / len(lrs))
+        by_seed = trials.sort_values("seed")
+        row = dict(zip(GROUP, key), lr=float(lr), lrs="/".join(f"{v:.0e}" for v in by_seed["lr"]), seeds=len(trials),
+                   trials=";".join(by_seed["trial"]), _key=trials["_key"].mean())
+        for m in SUMMARIES:
+            row[m], row[f"{m}_std"] = trials[m].mean(), trials[m].std()
+        rows.append(row)
+    by_pick = pd.DataFrame(rows)
+    best = by_pick.sort_values("_key", ascending=mode == "min", kind="stable").groupby(GROUP).head(1)
+    std_columns = [c for c in columns if c.endswith("_std")]
     best[std_columns] = best[std_columns].fillna(0.0)
     order = {label: i for i, label in enumerate(sorted(best["size"].unique(), key=size_key))}
     return best[columns].sort_values(GROUP, key=lambda c: c.map(order) if c.name == "size" else c).reset_index(drop=True)
@@ -242,7 +257,10 @@ def _fmt(row, metric: str, with_lr: bool) -> str:
         return "-"
     text = f"{row[metric]:.3f} ± {row[metric + '_std']:.3f}"
     if with_lr:
-        text += f" (lr {row['lr']:.0e}, {int(row['seeds'])} seed{'s' if row['seeds'] > 1 else ''})"
+        lrs = row.get("lrs")
+        by_seed = isinstance(lrs, str) and len(set(lrs.split("/"))) > 1
+        rate = f"lr {lrs} by seed" if by_seed else f"lr {row['lr']:.0e}"
+        text += f" ({rate}, {int(row['seeds'])} seed{'s' if row['seeds'] > 1 else ''})"
     return text
 
 
@@ -520,10 +538,8 @@ def still_falling(run_dir: Path, df: pd.DataFrame, best: pd.DataFrame) -> list[s
     """Cells (at their chosen learning rate) where some seed's training loss was still
     falling at its last evaluation: by more than FALLING relative to the one before."""
     out = []
-    done = df[df["state"] == "finished"]
     for _, cell in best.iterrows():
-        trials = done[(done[GROUP] == cell[GROUP]).all(axis=1) & (done["lr"] == cell["lr"])]
-        for name in trials["trial"]:
+        for name in str(cell["trials"]).split(";"):
             losses = [r["train_loss"] for r in read_results(Path(run_dir) / name)
                       if r.get("evaluated", True) and r.get("train_loss") is not None]
             if len(losses) >= 2 and losses[-2] > 0 and (losses[-2] - losses[-1]) / losses[-2] > FALLING:

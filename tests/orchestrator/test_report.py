@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from orchestrator.report import best_by_cell, load_trials, read_results, read_run, write_report
+from orchestrator.report import best_by_cell, load_trials, markdown_tables, read_results, read_run, write_report
 from orchestrator.rundir import RunLock
 from orchestrator.spec import SPEC_FILE, SweepSpec, expand, planned_trials
 
@@ -378,3 +378,30 @@ def test_an_istree_report_says_what_it_shows_of_the_papers_findings_and_what_is_
     cell = f"{falling.model.arch} cot 0.5M n={falling.task.n} (1.000 -> 0.500)"
     assert "**Under-trained:**" in text and cell in text
     assert text.count("(1.000 -> 0.500)") == 1
+
+
+def _trials(rows):
+    """A load_trials-shaped frame of finished trials: (arch, n, lr, seed, exact match)."""
+    return pd.DataFrame([dict(trial=f"{arch}-n{n}-lr{lr:g}-s{seed}", state="finished", arch=arch, setup="cot",
+                              size="tiny", n=n, lr=lr, seed=seed, val_exact_match=em, val_token_accuracy=em,
+                              gen_accuracy=em, val_loss=1 - em) for arch, n, lr, seed, em in rows])
+
+
+def test_a_search_with_rates_of_its_own_per_seed_reports_each_seeds_best_not_the_luckiest_seed():
+    # Optuna: one study per seed, so no learning rate ran on both seeds. Seed 1 had a
+    # lucky trial (1.0); the cell is the mean of each seed's best, 0.93 and 1.0.
+    df = _trials([("transformer", 5, 1e-3, 0, 0.35), ("transformer", 5, 3.5e-3, 0, 0.86),
+                  ("transformer", 5, 2e-3, 1, 1.0), ("transformer", 5, 5e-3, 1, 0.29)])
+    row = best_by_cell(df).iloc[0]
+    assert row["seeds"] == 2 and row["val_exact_match"] == pytest.approx(0.93)
+    assert row["lrs"] == "4e-03/2e-03" and row["trials"] == "transformer-n5-lr0.0035-s0;transformer-n5-lr0.002-s1"
+    assert row["lr"] == pytest.approx(math.sqrt(3.5e-3 * 2e-3))
+    text = markdown_tables(best_by_cell(df))
+    assert "0.930 ± 0.099 (lr 4e-03/2e-03 by seed, 2 seeds)" in text
+
+
+def test_a_rate_that_finished_on_some_seeds_only_does_not_stand_for_the_cell():
+    # lr 1e-2 finished on seed 0 alone (seed 1 crashed) with 0.99; 3e-3 finished on both.
+    df = _trials([("mamba", 6, 1e-2, 0, 0.99), ("mamba", 6, 3e-3, 0, 0.8), ("mamba", 6, 3e-3, 1, 0.7)])
+    row = best_by_cell(df).iloc[0]
+    assert row["lr"] == 3e-3 and row["seeds"] == 2 and row["val_exact_match"] == pytest.approx(0.75)
