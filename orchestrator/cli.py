@@ -412,7 +412,7 @@ def plan(
     """Show the trials a spec would run, with each trial's estimated peak GPU memory
     and GPU share, warnings for trials that would not fit their share, and the
     sweep's projected wall time from measured rates (bench/bench_sweep.py)."""
-    from orchestrator.spec import cells, expand, gpu_share, memory_warnings, trial_for
+    from orchestrator.spec import cell_name, cells, expand, gpu_share, memory_warnings, trial_for
 
     s = _spec(spec)
     on_gpu = s.resources.device != "cpu"
@@ -426,7 +426,7 @@ def plan(
     else:
         for arch, setup, size, n, seed in cells(s):
             d = getattr(s.lr, arch)
-            name = f"{arch}-{setup}-{size}-n{n}-s{seed}"
+            name = cell_name((arch, setup, size, n, seed))
             rows.append(dict(name=name, arch=arch, setup=setup, size=size, n=n,
                              **_task_columns(s), lr=f"{d.distribution}({d.low:g}, {d.high:g})", seed=seed,
                              trials=s.search.num_samples, samples=s.training.samples * s.search.num_samples))
@@ -585,6 +585,7 @@ def launch(
         if sweep.holds_sweep(run_dir):
             _fail(f"{run_dir} already holds a sweep; continue it with `icr-sweep resume {run_dir}`, "
                   "or pick another name or --storage")
+        _check_optuna_storage(s, run_dir)
         _preflight(s, on_this_cpu=address is None and (s.resources.device == "cpu" or (
             s.resources.device == "auto" and not _local_gpus())), cpus=num_cpus)
         resources = _start_ray(_ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus), s)
@@ -597,6 +598,28 @@ def launch(
         sweep.launch(s, resources)
 
     _run_locked(run_dir, work)
+
+
+def _check_optuna_storage(s, run_dir: str) -> None:
+    """An Optuna sweep's study storage opens, and holds no study of this sweep's name
+    yet (a new launch would otherwise continue an earlier sweep's studies)."""
+    if s.search.method != "optuna":
+        return
+    from orchestrator.tune import optuna_storage, studies_in_use
+
+    storage = optuna_storage(s, run_dir)
+    if storage is None:
+        typer.secho("warning: the run directory is remote and search.storage is not set: the Optuna studies live "
+                    "in the driver's memory (and its checkpoints) only, out of optuna-dashboard's reach",
+                    fg=typer.colors.YELLOW, err=True)
+        return
+    try:
+        taken = studies_in_use(s, storage)
+    except Exception as e:  # a driver missing, a host down, a bad path: SQLAlchemy raises many kinds
+        _fail(f"search.storage: cannot open the Optuna storage {storage}: {type(e).__name__}: {str(e).splitlines()[0]}")
+    if taken:
+        _fail(f"search.storage: {storage} already holds studies of a sweep named {s.name!r} ({taken[0]}, ...); "
+              f"continue that sweep with `icr-sweep resume`, or rename this one")
 
 
 def _preflight(s, on_this_cpu: bool, cpus: Optional[int] = None) -> None:

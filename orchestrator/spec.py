@@ -249,6 +249,10 @@ class SearchSpec(_Spec):
     num_samples: int = Field(8, gt=0, description="optuna: trials per grid cell")
     metric: Literal["gen_accuracy", "val_exact_match", "val_loss"] = "val_exact_match"
     mode: Literal["max", "min"] = "max"
+    storage: Optional[str] = Field(
+        None, pattern=r"^[a-z][a-z0-9+]*://", description="optuna: where the studies are kept, an Optuna storage URL "
+        "(sqlite:////abs/path.db, postgresql://user@host/db); default: optuna.db in a local run directory "
+        "(optuna-dashboard opens either)")
 
 
 def _bounds(config_cls, field: str) -> tuple[Optional[int], Optional[int]]:
@@ -318,6 +322,8 @@ class SweepSpec(_Spec):
             raise ValueError(f"lr for {', '.join(searched)} is a distribution; set search.method: optuna to search it")
         if self.search.method == "optuna" and not searched:
             raise ValueError("search.method is optuna, but no learning rate of the swept archs is a distribution")
+        if self.search.storage and self.search.method != "optuna":
+            raise ValueError("search.storage keeps Optuna's studies; set search.method: optuna or remove it")
         if self.training.warmup_samples >= self.training.samples:
             raise ValueError(f"training.warmup_samples ({self.training.warmup_samples}) must be below training.samples")
         unswept = [arch for arch in self.axes.model if isinstance(self.axes.model[arch], dict) and arch not in self.axes.archs]
@@ -573,6 +579,12 @@ def cells(spec: SweepSpec) -> list[tuple[str, str, str, int, int]]:
     a = spec.axes
     return [(arch, setup, label, n, seed) for arch in a.archs for setup in task_variants(spec)
             for label in model_variants(spec, arch) for n in a.n for seed in a.seeds]
+
+
+def cell_name(cell: tuple[str, str, str, int, int]) -> str:
+    """A cell's name, as `plan` lists it and an Optuna study is called: mamba-cot-0.5M-n16-s0."""
+    arch, setup, size, n, seed = cell
+    return f"{arch}-{setup}-{size}-n{n}-s{seed}"
 
 
 def trial_for(spec: SweepSpec, arch: str, setup: str, size: str, n: int, seed: int, lr: float) -> TrialConfig:

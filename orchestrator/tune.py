@@ -23,7 +23,7 @@ from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from orchestrator.report import EARLIER_RESULTS
-from orchestrator.spec import SPEC_FILE, SweepSpec, cells, expand, gpu_share, gpu_shares, trial_for
+from orchestrator.spec import SPEC_FILE, SweepSpec, cell_name, cells, expand, gpu_share, gpu_shares, trial_for
 from orchestrator.storage import is_remote, write_file
 from workloads.config import TrialConfig
 from workloads.threads import bound_threads, thread_env
@@ -185,21 +185,54 @@ def _trial_name(trial) -> str:
     return name if trial.config.get("grid", True) else f"{name}-{trial.trial_id}"
 
 
+OPTUNA_FILE = "optuna.db"  # the studies of an Optuna sweep with a local run directory
+
+
+def optuna_storage(spec: SweepSpec, run_dir: str) -> Optional[str]:
+    """Where the sweep keeps its Optuna studies: search.storage, else an SQLite file in
+    a local run directory; None (in memory only) for a remote run without one."""
+    if spec.search.storage:
+        return spec.search.storage
+    return None if is_remote(run_dir) else f"sqlite:///{Path(run_dir).resolve() / OPTUNA_FILE}"
+
+
+def study_name(spec: SweepSpec, cell) -> str:
+    """The study of one cell: the sweep's name, then the cell's (as `plan` lists it)."""
+    return f"{spec.name}/{cell_name(cell)}"
+
+
+def studies_in_use(spec: SweepSpec, storage: str) -> list[str]:
+    """The sweep's study names that `storage` already holds (a launch must not mix a
+    new sweep into an earlier one's studies)."""
+    import optuna
+
+    known = set(optuna.get_all_study_names(storage))
+    return [name for name in (study_name(spec, c) for c in cells(spec)) if name in known]
+
+
 class CellwiseOptuna(Searcher):
     """One Optuna study per grid cell (arch, setup, size, n, seed), each given the
     learning-rate distribution of its arch and `num_samples` trials, so that each
-    cell gets its own best learning rate, as the paper's sweep does."""
+    cell gets its own best learning rate, as the paper's sweep does. With `storage`
+    (an Optuna storage URL) the studies live there, named by `study_name`, for
+    optuna-dashboard and `optuna.load_study`; they continue where they were on resume."""
 
-    def __init__(self, spec: SweepSpec):
+    def __init__(self, spec: SweepSpec, storage: Optional[str] = None):
         search = spec.search
         super().__init__(metric=search.metric, mode=search.mode)
         self.spec = spec
         self.budget = search.num_samples
         self.studies, self.used, self.owner = {}, {}, {}
+        rdb = None
+        if storage:
+            import optuna
+
+            rdb = optuna.storages.RDBStorage(storage)  # one connection pool for every study
         for i, cell in enumerate(cells(spec)):
             dist = getattr(spec.lr, cell[0])
             space = {"lr": FloatDistribution(dist.low, dist.high, log=dist.distribution == "loguniform")}
-            self.studies[cell] = OptunaSearch(space=space, metric=search.metric, mode=search.mode, seed=i)
+            self.studies[cell] = OptunaSearch(space=space, metric=search.metric, mode=search.mode, seed=i,
+                                              storage=rdb, study_name=study_name(spec, cell) if rdb else None)
             self.used[cell] = 0
 
     def suggest(self, trial_id: str):
@@ -443,7 +476,8 @@ def launch(spec: SweepSpec, resources: dict) -> str:
     else:
         param_space = {}
         tune_config = tune.TuneConfig(
-            search_alg=CellwiseOptuna(spec), num_samples=len(cells(spec)) * spec.search.num_samples,
+            search_alg=CellwiseOptuna(spec, optuna_storage(spec, run_dir)),
+            num_samples=len(cells(spec)) * spec.search.num_samples,
             max_concurrent_trials=spec.resources.max_concurrent,
             trial_name_creator=_trial_name, trial_dirname_creator=_trial_name,
         )

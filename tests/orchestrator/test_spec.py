@@ -138,6 +138,10 @@ BAD_SPECS = {
     "wrong type": ("name: x\ntraining: {samples: lots}\n", ["training.samples", "integer", "lots"]),
     "missing name": ("axes: {n: [8]}\n", ["name", "required"]),
     "distribution without optuna": ("name: x\nlr: {mamba: {distribution: loguniform, low: 1.0e-4, high: 1.0e-3}}\n", ["optuna"]),
+    "optuna storage without optuna": ("name: x\nsearch: {storage: 'sqlite:////tmp/o.db'}\n",
+                                      ["search.storage keeps Optuna's studies", "method: optuna"]),
+    "optuna storage not a URL": ("name: x\nlr: {mamba: {distribution: loguniform, low: 1.0e-4, high: 1.0e-3}}\n"
+                                 "search: {method: optuna, storage: optuna.db}\n", ["search.storage", "optuna.db", "pattern"]),
     "bad size": ("name: x\naxes: {sizes: [3M]}\n", ["axes.sizes[0]", "'tiny', '0.5M', '1M' or '2M'"]),
     "yaml syntax": ("name: x\naxes: [unclosed\n", ["not valid YAML"]),
     "not a mapping": ("- just\n- a list\n", ["must be a mapping"]),

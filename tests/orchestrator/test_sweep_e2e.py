@@ -258,6 +258,23 @@ def test_an_optuna_sweep_runs_its_trial_budget_per_cell(tmp_path, ray_temp):
         assert cell["lr"].nunique() == 3  # Optuna proposed three different learning rates
     report = (storage / "optuna_micro" / "report.md").read_text()
     assert "| cot | transformer |" in report
+    # The studies are in the run directory, one per cell, for optuna-dashboard.
+    import optuna
+
+    url = f"sqlite:///{storage / 'optuna_micro' / 'optuna.db'}"
+    assert sorted(optuna.get_all_study_names(url)) == ["optuna_micro/transformer-cot-tiny-n4-s0",
+                                                       "optuna_micro/transformer-cot-tiny-n5-s0"]
+    for n, cell in df.groupby("n"):
+        study = optuna.load_study(study_name=f"optuna_micro/transformer-cot-tiny-n{n}-s0", storage=url)
+        values = sorted((t.params["lr"], t.value) for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE)
+        assert values == sorted(zip(cell["lr"], cell["val_exact_match"]))
+    # A second launch under the same name into the same storage would mix into these studies: refused.
+    spec["search"]["storage"] = url
+    spec_path.write_text(yaml.safe_dump(spec))
+    again = subprocess.run(cli("launch", str(spec_path), "--storage", str(tmp_path / "other"), ray_temp=ray_temp,
+                               port=free_port()), capture_output=True,
+                           text=True, timeout=120)
+    assert again.returncode == 2 and "already holds studies of a sweep named 'optuna_micro'" in again.stderr, again.stderr
 
 
 def test_a_run_with_damaged_tune_state_and_checkpoint_still_resumes(tmp_path, ray_temp):

@@ -40,3 +40,25 @@ def test_a_restored_searcher_continues_where_it_stopped(tmp_path):
     archs = sorted(TrialConfig.model_validate(p["trial"]).model.arch for p in done + rest)
     assert archs == ["mamba", "mamba", "transformer", "transformer"]
     restored.on_trial_complete("b", {"val_exact_match": 0.7, "training_iteration": 1})  # known after restore
+
+
+def test_studies_kept_in_a_storage_hold_each_cells_trials_and_values_and_survive_a_restore(tmp_path):
+    import optuna
+
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    spec = optuna_spec(num_samples=2)
+    first = CellwiseOptuna(spec, storage)
+    proposals = {tid: first.suggest(tid) for tid in ("a", "b")}
+    first.on_trial_complete("a", {"val_exact_match": 0.25, "training_iteration": 1})
+    first.save(str(tmp_path / "searcher.pkl"))
+    restored = CellwiseOptuna(spec, storage)
+    restored.restore(str(tmp_path / "searcher.pkl"))
+    restored.on_trial_complete("b", {"val_exact_match": 0.75, "training_iteration": 1})
+    names = sorted(optuna.get_all_study_names(storage))
+    assert names == ["o/mamba-cot-tiny-n5-s0", "o/transformer-cot-tiny-n5-s0"]
+    for tid, value in (("a", 0.25), ("b", 0.75)):
+        config = TrialConfig.model_validate(proposals[tid]["trial"])
+        study = optuna.load_study(study_name=f"o/{config.model.arch}-cot-tiny-n5-s0", storage=storage)
+        (trial,) = study.trials
+        assert trial.state == optuna.trial.TrialState.COMPLETE and trial.value == value
+        assert trial.params["lr"] == config.train.lr
