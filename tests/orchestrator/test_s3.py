@@ -106,6 +106,17 @@ def test_status_report_and_resume_work_on_an_s3_run_directory(s3, tmp_path, ray_
                 and '"final_eval": true' in (d / "result.json").read_text()]
     midway = [d.name for d in before.iterdir() if (d / "result.json").exists() and d.name not in finished]
     assert finished and midway, "the launch was not stopped between trials' checkpoints"
+    # The notebook API reads the same run from the bucket: every evaluation of each trial.
+    from icr_sweep import load_run
+
+    frame = load_run(run)
+    for name in finished + midway:
+        rows = [json.loads(line) for line in (before / name / "result.json").read_text().splitlines()]
+        evaluated = [r["samples"] for r in rows if r.get("evaluated", True)]
+        mine = frame[frame["trial"] == name]
+        assert mine["samples"].tolist() == evaluated and mine["evaluation"].tolist() == list(range(len(evaluated)))
+        assert (mine["state"] == ("finished" if name in finished else mine["state"].iloc[0])).all()
+    assert set(frame.loc[frame["state"] == "finished", "trial"]) == set(finished)
 
     resumed = subprocess.run(cli("resume", run, ray_temp=ray_temp, port=free_port()), capture_output=True, text=True,
                              timeout=900, cwd=tmp_path)
