@@ -574,6 +574,7 @@ def launch(
 
     s = _spec(spec, storage)
     run_dir = s.run_dir()
+    _check_trackers(s)
     try:
         check_storage(run_dir)
     except RunDirError as e:
@@ -598,6 +599,22 @@ def launch(
         sweep.launch(s, resources)
 
     _run_locked(run_dir, work)
+
+
+def _check_trackers(s) -> None:
+    """The trackers the spec turns on can be used: their package installed, an
+    MLflow URI for a remote run."""
+    import importlib.util
+
+    from orchestrator.tune import mlflow_uri
+
+    for name, package in (("wandb", "wandb"), ("mlflow", "mlflow")):
+        if getattr(s.tracking, name) and importlib.util.find_spec(package) is None:
+            _fail(f"tracking.{name}: the {package} package is not installed here; "
+                  f"pip install 'icr-sweep[track]' (or {package})")
+    if s.tracking.mlflow and mlflow_uri(s) is None:
+        _fail("tracking.mlflow.tracking_uri: a remote run directory needs one (an MLflow server, say); "
+              "the default file store is for local runs")
 
 
 def _check_optuna_storage(s, run_dir: str) -> None:

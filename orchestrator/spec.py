@@ -255,6 +255,33 @@ class SearchSpec(_Spec):
         "(optuna-dashboard opens either)")
 
 
+class WandbSpec(_Spec):
+    project: str = Field(min_length=1, description="the W&B project")
+    mode: Literal["offline", "online"] = Field(
+        "offline", description="offline: run files on disk only (`wandb sync` uploads them later); online: needs "
+        "WANDB_API_KEY or `wandb login`")
+    entity: Optional[str] = Field(None, description="the W&B team or user; default: your default entity")
+    group: Optional[str] = Field(None, description="default: the sweep's name")
+    dir: Optional[str] = Field(None, description="where W&B writes (<dir>/wandb/); default: the run directory when "
+                               "local, else the driver's trial folders")
+
+
+class MlflowSpec(_Spec):
+    tracking_uri: Optional[str] = Field(
+        None, description="an MLflow tracking URI (http://host:5000, sqlite:////abs/path.db); "
+        "default: sqlite:///<run directory>/mlflow.db, for a local run directory")
+    experiment: Optional[str] = Field(None, description="default: the sweep's name")
+
+
+class TrackingSpec(_Spec):
+    """Experiment trackers, each through Ray Tune's own logger callback: every trial a
+    run, with its config and every reported row (evaluations and their metrics)."""
+
+    wandb: Optional[WandbSpec] = None
+    mlflow: Optional[MlflowSpec] = None
+    tensorboard: bool = Field(True, description="TensorBoard event files in each trial's directory (Ray Tune's)")
+
+
 def _bounds(config_cls, field: str) -> tuple[Optional[int], Optional[int]]:
     """The ge/le bounds pydantic enforces on a task config's field."""
     lo = hi = None
@@ -274,6 +301,7 @@ class SweepSpec(_Spec):
     training: TrainingSpec = TrainingSpec()
     resources: ResourcesSpec = ResourcesSpec()
     search: SearchSpec = SearchSpec()
+    tracking: TrackingSpec = TrackingSpec()
     storage: str = Field("./runs", description="results go to <storage>/<name>/; a local path or s3://...")
 
     @field_validator("storage")

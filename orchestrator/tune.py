@@ -436,10 +436,50 @@ def _tuner_parts(spec: SweepSpec, resources: dict):
         storage_path=spec.storage_uri(),
         failure_config=tune.FailureConfig(max_failures=spec.resources.max_failures),
         checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
-        callbacks=[StopAtStep(spec.run_dir())],
+        callbacks=[StopAtStep(spec.run_dir()), *trackers(spec)],
         verbose=1,
     )
     return trainable, run_config
+
+
+def mlflow_uri(spec: SweepSpec) -> Optional[str]:
+    """The MLflow tracking URI of the spec's tracking.mlflow: its own, else an SQLite
+    file in a local run directory (MLflow's file store is in maintenance mode and
+    refuses to open by default); None for a remote run without one."""
+    mlflow = spec.tracking.mlflow
+    if mlflow.tracking_uri:
+        return mlflow.tracking_uri
+    run_dir = spec.run_dir()
+    return None if is_remote(run_dir) else f"sqlite:///{Path(run_dir).resolve() / 'mlflow.db'}"
+
+
+def trackers(spec: SweepSpec) -> list:
+    """Ray Tune's logger callbacks for the trackers `spec.tracking` turns on."""
+    tracking, run_dir = spec.tracking, spec.run_dir()
+    out = []
+    if not tracking.tensorboard:
+        # Tune adds its JSON, CSV and TensorBoard loggers unless told not to: keep the first two.
+        from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
+
+        os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
+        out += [JsonLoggerCallback(), CSVLoggerCallback()]
+    if tracking.wandb:
+        from ray.air.integrations.wandb import WandbLoggerCallback
+
+        w = tracking.wandb
+        if w.mode == "offline":
+            os.environ["WANDB_MODE"] = "offline"  # the callback asks for no API key then
+        where = w.dir or (None if is_remote(run_dir) else str(Path(run_dir).resolve()))
+        options = {k: v for k, v in dict(entity=w.entity, dir=where).items() if v}
+        out.append(WandbLoggerCallback(project=w.project, group=w.group or spec.name, mode=w.mode, log_config=False,
+                                       **options))
+    if tracking.mlflow:
+        from ray.air.integrations.mlflow import MLflowLoggerCallback
+
+        out.append(MLflowLoggerCallback(tracking_uri=mlflow_uri(spec),
+                                        experiment_name=tracking.mlflow.experiment or spec.name,
+                                        tags={"sweep": spec.name}))
+    return out
 
 
 @contextlib.contextmanager

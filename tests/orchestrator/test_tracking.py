@@ -1,0 +1,143 @@
+"""Trackers from the spec (W&B offline, MLflow's file store, TensorBoard), each read
+back with its own library after a real sweep: one run per trial, holding the
+trial's config and the metrics of every evaluation."""
+
+import json
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.orchestrator.test_sweep_e2e import SWEEPS, cli, free_port, ray_temp  # noqa: F401
+
+
+def _key(item) -> str:
+    return item.key or "/".join(item.nested_key)
+
+
+def _evaluations(trial_dir: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (trial_dir / "result.json").read_text().splitlines()]
+    return [r for r in rows if r.get("evaluated", True)]
+
+
+def wandb_records(path: Path):
+    """The records of a W&B transaction log (run-*.wandb): LevelDB's log framing
+    (32 KiB blocks; per chunk a CRC, a length and a type) after W&B's 7-byte header,
+    each record W&B's own protobuf."""
+    from wandb.proto.wandb_internal_pb2 import Record
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B", data[:7]
+    pos, block, pending = 7, 32768, b""
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:  # a block's tail too short for a header is padding
+            pos += left
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if length == 0 and kind == 0:
+            pos += left
+            continue
+        pending += data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):  # FULL or LAST: a record is whole
+            record = Record()
+            record.ParseFromString(pending)
+            yield record
+            pending = b""
+
+
+@pytest.mark.slow
+def test_every_tracker_holds_each_trials_config_and_every_evaluation(tmp_path, ray_temp):  # noqa: F811
+    import mlflow
+    from tensorboardX.proto.event_pb2 import Event
+
+    spec = yaml.safe_load((SWEEPS / "istree_micro.yaml").read_text())
+    spec.update(name="tracked", tracking=dict(wandb=dict(project="icr-test", mode="offline"), mlflow={},
+                                             tensorboard=True))
+    spec_path = tmp_path / "tracked.yaml"
+    spec_path.write_text(yaml.safe_dump(spec))
+    storage = tmp_path / "runs"
+    result = subprocess.run(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=free_port()),
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    run = storage / "tracked"
+    trials = sorted(p.parent for p in run.glob("*/params.json"))
+    assert len(trials) == 2
+    # val_loss: a figure that differs at every evaluation (exact match is often 0 this early).
+    expected = {t.name: [r["val_loss"] for r in _evaluations(t)] for t in trials}
+    assert all(len(v) == 2 for v in expected.values())  # evaluations at 1024 and 2048 samples
+
+    # W&B: one offline run per trial, named after it, with its config and each evaluation.
+    logs = sorted(run.glob("wandb/offline-run-*/run-*.wandb"))
+    assert len(logs) == 2, sorted(p.relative_to(run) for p in run.glob("wandb/*"))
+    seen = {}
+    for log in logs:
+        name, history, config = None, [], {}
+        for record in wandb_records(log):
+            if record.HasField("run"):
+                name = record.run.display_name
+                config.update({_key(item): json.loads(item.value_json) for item in record.run.config.update})
+            elif record.HasField("history"):
+                items = {_key(item): json.loads(item.value_json) for item in record.history.item}
+                if "val_loss" in items:
+                    history.append(items["val_loss"])
+            elif record.HasField("config"):
+                config.update({_key(item): json.loads(item.value_json) for item in record.config.update})
+        trial = next(t for t in expected if name and name.startswith(t))
+        seen[trial] = history
+        assert config["trial"]["model"]["arch"] == trial.split("-")[0]
+    assert seen.keys() == expected.keys()
+    for trial, values in expected.items():
+        assert seen[trial] == pytest.approx(values)
+
+    # MLflow: one run per trial in the sweep's experiment, each evaluation a step of the metric.
+    client = mlflow.tracking.MlflowClient(f"sqlite:///{run / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("tracked")
+    runs = client.search_runs([experiment.experiment_id])
+    assert len(runs) == 2
+    for r in runs:
+        trial = next(t for t in expected if r.info.run_name.startswith(t))
+        history = client.get_metric_history(r.info.run_id, "val_loss")
+        assert [m.value for m in sorted(history, key=lambda m: m.step)] == pytest.approx(expected[trial])
+        assert r.data.params["trial/model/arch"] == trial.split("-")[0]
+
+    # TensorBoard: Tune's event file in each trial's directory.
+    for trial in trials:
+        (events,) = trial.glob("events.out.tfevents.*")
+        values = []
+        data, pos = events.read_bytes(), 0
+        while pos < len(data):  # TFRecord framing: length, its CRC, the record, its CRC
+            (length,) = struct.unpack("<Q", data[pos:pos + 8])
+            event = Event()
+            event.ParseFromString(data[pos + 12:pos + 12 + length])
+            pos += 12 + length + 4
+            values += [v.simple_value for v in event.summary.value if v.tag == "ray/tune/val_loss"]
+        assert values == pytest.approx(expected[trial.name], rel=1e-6)
+
+
+def test_a_tracker_whose_package_is_missing_or_needs_a_uri_is_refused_before_anything_starts(tmp_path):
+    spec = yaml.safe_load((SWEEPS / "istree_micro.yaml").read_text())
+    spec.update(tracking=dict(mlflow={}), storage="s3://bucket/runs")
+    spec_path = tmp_path / "remote.yaml"
+    spec_path.write_text(yaml.safe_dump(spec))
+    out = subprocess.run(cli("launch", str(spec_path), ray_temp=str(tmp_path), port=free_port()),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "tracking.mlflow.tracking_uri: a remote run directory needs one" in out.stderr, out.stderr
+
+
+def test_tensorboard_off_keeps_tunes_json_and_csv_results(tmp_path, monkeypatch):
+    from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
+
+    from orchestrator.spec import SweepSpec
+    from orchestrator.tune import trackers
+
+    monkeypatch.delenv("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", raising=False)
+    spec = SweepSpec(name="quiet", storage=str(tmp_path), tracking=dict(tensorboard=False))
+    kinds = {type(c) for c in trackers(spec)}
+    # result.json is what status, report and load_run read: it must stay.
+    assert kinds == {JsonLoggerCallback, CSVLoggerCallback} and TBXLoggerCallback not in kinds
+    assert __import__("os").environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] == "1"
+    assert trackers(SweepSpec(name="default", storage=str(tmp_path))) == []  # Tune adds its own three
