@@ -57,6 +57,20 @@ def _trainable(config: dict) -> None:
                   checkpoint_now=asked)
 
 
+class _NamedActor:
+    """Mixed into the class Tune makes of `_trainable` (its `__mixins__` hook): a
+    trial's actor is named after its trial. The Ray dashboard lists an actor by its
+    repr, which Ray reads once its constructor returns; Tune's is the function's name,
+    `_trainable`, the same for every trial."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._name = self.trial_name or self._name
+
+
+_trainable.__mixins__ = (_NamedActor,)
+
+
 # A driver asked to stop (Ctrl-C, SIGTERM) first writes this file into the run
 # directory (local storage); each running trial, seeing it after its current step,
 # checkpoints that step and reports it, and the driver then lets Tune stop.

@@ -1,0 +1,59 @@
+"""The Ray dashboard during a sweep, in a real browser (Debian's Chromium driven by
+Playwright): the token login works, the sweep is one job, and every running
+trial's actor is listed under its trial's name."""
+
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.orchestrator.test_sweep_e2e import SWEEPS, cli, dashboard_answers, free_port, ray_temp  # noqa: F401
+
+CHROMIUM = shutil.which("chromium")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (scripts/test installs it where apt can)")
+def test_the_dashboard_lists_each_running_trial_by_name(tmp_path, ray_temp):  # noqa: F811
+    from playwright.sync_api import sync_playwright
+
+    spec = yaml.safe_load((SWEEPS / "istree_micro.yaml").read_text())
+    spec["training"].update(samples=200_000)  # both trials run for minutes: the test stops them
+    spec_path = tmp_path / "watched.yaml"
+    spec_path.write_text(yaml.safe_dump(spec))
+    run_dir = tmp_path / "runs" / "istree_micro"
+    port = free_port()
+    launch = subprocess.Popen(cli("launch", str(spec_path), "--storage", str(tmp_path / "runs"), ray_temp=ray_temp,
+                                  port=port), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              start_new_session=True)
+    try:
+        deadline = time.time() + 180
+        while time.time() < deadline and len(list(run_dir.glob("*/params.json"))) < 2:
+            time.sleep(0.5)
+        names = sorted(p.parent.name for p in run_dir.glob("*/params.json"))
+        assert len(names) == 2 and dashboard_answers(port), launch.stdout.read() if launch.poll() is not None else names
+        token = (Path.home() / ".ray" / "auth_token").read_text().strip()
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = browser.new_page()
+            page.goto(f"http://127.0.0.1:{port}/")
+            page.get_by_placeholder("Enter your authentication token").fill(token)
+            page.get_by_role("button", name="Submit").click()
+            page.goto(f"http://127.0.0.1:{port}/#/actors")
+            for name in names:
+                page.get_by_text(name, exact=True).first.wait_for(timeout=60_000)
+            assert "_trainable" not in page.inner_text("body")  # Tune's repr, the same for every trial
+            page.goto(f"http://127.0.0.1:{port}/#/jobs")
+            page.get_by_text("RUNNING", exact=True).first.wait_for(timeout=30_000)
+            jobs = page.get_by_text("orchestrator.cli launch", exact=False)
+            assert jobs.count() == 1 and str(spec_path) in jobs.first.inner_text()
+            browser.close()
+    finally:
+        launch.send_signal(signal.SIGINT)
+        try:
+            launch.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            launch.kill()
