@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from workloads.metrics import METRICS, PROGRESS
+
 # What an evaluation row holds besides the trial's config: progress, then metrics.
-EVALUATION_KEYS = ("samples", "step", "train_loss", "val_loss", "val_exact_match", "val_token_accuracy",
-                   "gen_accuracy", "final_eval", "samples_per_s", "tokens_per_s", "time_total_s", "timestamp")
+EVALUATION_KEYS = (*PROGRESS, "step", *METRICS, "final_eval", "tokens_per_s", "time_total_s", "timestamp")
 
 
 def load_run(run_dir: str | Path, evaluations: bool = True) -> pd.DataFrame:

@@ -283,6 +283,7 @@ def train(
     bound_threads(cpus)  # before torch starts its pools
     from tqdm import tqdm
 
+    from workloads.metrics import METRICS
     from workloads.train import CHECKPOINT_FILE, CheckpointError, DiskSpaceError, run_trial
 
     checkpoint = out / "checkpoint"
@@ -294,8 +295,7 @@ def train(
         bar.update(done - bar.n)
 
     def report(metrics: dict, _checkpoint) -> None:
-        shown = {k: metrics[k] for k in ("train_loss", "val_loss", "val_exact_match", "val_token_accuracy", "gen_accuracy")
-                 if metrics.get(k) is not None}
+        shown = {k: metrics[k] for k in ("train_loss", *METRICS) if metrics.get(k) is not None}
         bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items()})
         with open(out / "history.jsonl", "a") as f:
             f.write(json.dumps({k: v for k, v in metrics.items() if k != "config"}) + "\n")
@@ -744,14 +744,19 @@ def _require_local_run(run_dir: str) -> None:
 @app.command("status")
 def status(run_dir: str = RUN_DIR):
     """Trials of a sweep with their state and latest metrics (during or after it)."""
-    df, _, notes = _read_run(_run_location(run_dir))
+    df, spec, notes = _read_run(_run_location(run_dir))
     if df.empty:
         _fail(f"{run_dir}: no trials yet")
     for note in notes:
         typer.secho(f"note: {note}", fg=typer.colors.YELLOW, err=True)
+    from workloads.metrics import METRICS, PLOTTED
+    from workloads.tasks import TASKS
+
+    generates = getattr(TASKS[spec.task][1], "generates", True) if spec and spec.task in TASKS else True
+    shown = [m for m in PLOTTED if generates or not METRICS[m].generation]
     rows = [
         dict(trial=r["trial"], state=r["state"], samples=_int(r["samples"]), train_loss=_f(r["train_loss"]),
-             val_exact_match=_f(r["val_exact_match"]), gen_accuracy=_f(r["gen_accuracy"]), error=r["error"][:60])
+             **{m: _f(r[m]) for m in shown}, error=r["error"][:60])
         for _, r in df.sort_values("trial").iterrows()
     ]
     _print_table(rows)

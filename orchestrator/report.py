@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.rundir import driver_is_live, tune_statuses
+from workloads.metrics import HEADLINE, METRICS, PLOTTED, PROGRESS
 
 GROUP = ["arch", "setup", "size", "n"]
 SIZE_ORDER = {"tiny": 0, "0.5M": 1, "1M": 2, "2M": 3}
@@ -33,9 +34,8 @@ COLUMNS = {"model.arch": "arch", "task.setup": "setup", "model.size": "size", "t
            "task.family": "family", "train.lr": "lr", "train.seed": "seed"}
 
 
-METRIC_KEYS = ("samples", "train_loss", "val_loss", "val_exact_match", "val_token_accuracy", "gen_accuracy",
-               "samples_per_s")
-PROGRESS_KEYS = ("samples", "train_loss", "samples_per_s")  # also in the rows between evaluations
+METRIC_KEYS = (*PROGRESS, *METRICS)  # a trial's latest figures, as status, report and results.csv give them
+PROGRESS_KEYS = PROGRESS  # also in the rows between evaluations
 
 
 def _read_results(path: Path) -> tuple[list[dict], list[str]]:
@@ -196,25 +196,18 @@ def load_trials(run_dir: Path, planned: dict[str, dict] | None = None, locked: b
     if "task_label" in df and "setup" in df:  # a spec's task axes: vanilla-seqlen64, as trial names say
         label = df["task_label"].fillna("").astype(str)
         df["setup"] = df["setup"].where(label == "", df["setup"].astype(str) + "-" + label)
-    for column in ("val_exact_match", "val_token_accuracy", "gen_accuracy", "val_loss", "samples"):
+    for column in (*METRICS, "samples"):
         df[column] = pd.to_numeric(df[column], errors="coerce")
     return df
 
 
 # The paper reports teacher-forced exact match (PAPER.md): it heads every table and
-# figure. Generation accuracy with the real retriever is ours and stands beside it.
-METRICS = {
-    "val_exact_match": "teacher-forced exact match (the paper's metric)",
-    "gen_accuracy": "generation accuracy (ours: greedy decoding, the real retriever in the retrieval setup)",
-    "val_token_accuracy": "teacher-forced accuracy per supervised token (for mqar, zoology's accuracy per query)",
-}
-SHORT = {"val_exact_match": ("teacher-forced exact match", "exact_match"),
-         "gen_accuracy": ("generation accuracy (ours)", "gen_accuracy"),
-         "val_token_accuracy": ("accuracy per supervised token", "token_accuracy")}
-SUMMARIES = ("val_exact_match", "val_token_accuracy", "gen_accuracy", "val_loss")  # best.csv: mean and std of each
+# figure. Generation accuracy with the real retriever is ours and stands beside it
+# (workloads/metrics.py holds every metric's names and direction).
+SUMMARIES = tuple(METRICS)  # best.csv: mean and std of each
 
 
-def best_by_cell(df: pd.DataFrame, metric: str = "val_exact_match", mode: str = "max") -> pd.DataFrame:
+def best_by_cell(df: pd.DataFrame, metric: str = HEADLINE, mode: str = "max") -> pd.DataFrame:
     """Per (arch, setup, size, n): the learning rate whose mean final `metric` over
     seeds is best (highest for mode max, lowest for min), with the mean and spread
     over seeds of exact match, token accuracy, generation accuracy and validation loss.
@@ -264,7 +257,7 @@ def _fmt(row, metric: str, with_lr: bool) -> str:
     return text
 
 
-def markdown_tables(best: pd.DataFrame, selected_by: str = "val_exact_match max") -> str:
+def markdown_tables(best: pd.DataFrame, selected_by: str = f"{HEADLINE} max") -> str:
     """Per size, a table (rows setup x arch, columns n) per metric measured: exact
     match, the headline, then generation accuracy and token accuracy of the same
     trials."""
@@ -273,7 +266,7 @@ def markdown_tables(best: pd.DataFrame, selected_by: str = "val_exact_match max"
         part = best[best["size"] == size]
         ns = sorted(part["n"].unique())
         for metric, title in _measured(part):
-            first = metric == "val_exact_match"
+            first = metric == HEADLINE
             out.append(f"### {size} models: {title}\n")
             if first:
                 out.append(f"Mean ± std over seeds at the last evaluation; per cell the lr chosen by {selected_by}.\n")
@@ -287,9 +280,9 @@ def markdown_tables(best: pd.DataFrame, selected_by: str = "val_exact_match max"
 
 
 def _measured(best: pd.DataFrame) -> list[tuple[str, str]]:
-    """The metrics of METRICS some cell has a value of (no generation accuracy for
-    a task without a generation protocol, none of token accuracy in old runs)."""
-    return [(m, title) for m, title in METRICS.items() if m in best and best[m].notna().any()]
+    """The plotted metrics some cell has a value of (no generation accuracy for a
+    task without a generation protocol, none of token accuracy in old runs)."""
+    return [(m, METRICS[m].title) for m in PLOTTED if m in best and best[m].notna().any()]
 
 
 def plot(best: pd.DataFrame, out_dir: Path, task: str = "IsTree", task_cls=None) -> list[Path]:
@@ -317,7 +310,7 @@ def plot(best: pd.DataFrame, out_dir: Path, task: str = "IsTree", task_cls=None)
                 ax.set_xscale("log", base=2)
                 ax.set_xticks(sorted(part["n"].unique()), labels=[str(n) for n in sorted(part["n"].unique())])
                 chance = getattr(task_cls, "exact_match_chance", {}).get(setup.split("-")[0])
-                if metric == "val_exact_match" and chance:
+                if metric == HEADLINE and chance:
                     ax.axhline(chance, color="grey", lw=0.8, ls="--")
                     ax.annotate("guessing", xy=(0.02, chance), xycoords=("axes fraction", "data"), xytext=(0, 2),
                                 textcoords="offset points", fontsize=7, color="grey")
@@ -330,7 +323,7 @@ def plot(best: pd.DataFrame, out_dir: Path, task: str = "IsTree", task_cls=None)
                 ax.grid(alpha=0.3)
             axes[0][0].set_ylabel(metric)
             axes[0][-1].legend(loc="best", fontsize=8)
-            short, name = SHORT[metric]
+            short, name = METRICS[metric].short, METRICS[metric].plot
             fig.suptitle(f"{task}, {size} models: {short}")
             fig.tight_layout()
             path = out_dir / f"{name}_{size}.png"
@@ -355,7 +348,7 @@ def frontier(best: pd.DataFrame, solved: float = SOLVED, model_of=None) -> pd.Da
     rows = []
     for (setup, arch, size), cell in best.groupby(["setup", "arch", "size"], sort=False):
         cfg = model_of(arch, size)
-        ok = cell.loc[cell["val_exact_match"] >= solved, "n"]
+        ok = cell.loc[cell[HEADLINE] >= solved, "n"]
         rows.append(dict(setup=setup, arch=arch, size=size, state_floats=cfg.state_floats,
                          kv_floats_per_token=cfg.kv_floats_per_token,
                          largest_solved=int(ok.max()) if len(ok) else math.nan, largest_tried=int(cell["n"].max()),
@@ -441,7 +434,7 @@ def read_run(run_dir: Path, locked: bool = True):
         spec = run_spec(run_dir)
     except SpecError as e:
         spec = None
-        notes.append(f"{e}: trials not started yet are not listed, and lrs are chosen by val_exact_match (max)")
+        notes.append(f"{e}: trials not started yet are not listed, and lrs are chosen by {HEADLINE} (max)")
     df = load_trials(run_dir, planned_trials(spec) if spec else None, locked)
     if df.empty:
         return df, spec, notes
@@ -467,7 +460,7 @@ def write_report(run_dir: Path, locked: bool = True, solved: float = SOLVED) -> 
     df, spec, notes = read_run(run_dir, locked)
     if df.empty:
         raise FileNotFoundError(f"{run_dir}: no trial results (no */params.json)")
-    metric, mode = (spec.search.metric, spec.search.mode) if spec else ("val_exact_match", "max")
+    metric, mode = (spec.search.metric, spec.search.mode) if spec else (HEADLINE, METRICS[HEADLINE].mode)
     df.to_csv(run_dir / "results.csv", index=False)
     best = best_by_cell(df, metric, mode)
     best.to_csv(run_dir / "best.csv", index=False)
@@ -514,7 +507,7 @@ def write_report(run_dir: Path, locked: bool = True, solved: float = SOLVED) -> 
             lines.append(f"| {r['setup']} | {r['arch']} | {r['size']} | {r['state_floats']:,} | "
                          f"{r['kv_floats_per_token']:,} | {got}{' (all)' if r['solves_all'] else ''} | {r['largest_tried']} |")
         lines += ["", "![frontier](frontier.png)"]
-    shown = [m for m in METRICS if m in df and df[m].notna().any()] or ["val_exact_match"]
+    shown = [m for m in PLOTTED if m in df and df[m].notna().any()] or [HEADLINE]
     lines += ["", "## Every trial", "", "| trial | state | samples | " + " | ".join(shown) + " | val_loss | error |",
               "|---|---|---|" + "---|" * len(shown) + "---|---|"]
     for _, r in df.sort_values("trial").iterrows():
@@ -549,7 +542,7 @@ def still_falling(run_dir: Path, df: pd.DataFrame, best: pd.DataFrame) -> list[s
     return out
 
 
-PLOT_FILES = tuple(f"{short}_*.png" for _, short in SHORT.values()) + ("frontier.png",)
+PLOT_FILES = tuple(f"{METRICS[m].plot}_*.png" for m in PLOTTED) + ("frontier.png",)
 REPORT_FILES = ("report.md", "results.csv", "best.csv", "frontier.csv", *PLOT_FILES)
 
 

@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
 from workloads.config import Device, Precision, Seed, TrainConfig, TrialConfig
+from workloads.metrics import HEADLINE, METRICS
 from workloads.models import preset
 from workloads.models.config import DEFAULT_LR, MIXERS, Arch, ModelConfig, Size
 from workloads.tasks import TASKS
@@ -247,8 +248,8 @@ class ResourcesSpec(_Spec):
 class SearchSpec(_Spec):
     method: Literal["grid", "optuna"] = "grid"
     num_samples: int = Field(8, gt=0, description="optuna: trials per grid cell")
-    metric: Literal["gen_accuracy", "val_exact_match", "val_loss"] = "val_exact_match"
-    mode: Literal["max", "min"] = "max"
+    metric: Literal[tuple(METRICS)] = Field(HEADLINE, description="what picks each cell's learning rate")
+    mode: Literal["max", "min"] = Field("max", description="max or min: the metric's own direction")
     storage: Optional[str] = Field(
         None, pattern=r"^[a-z][a-z0-9+]*://", description="optuna: where the studies are kept, an Optuna storage URL "
         "(sqlite:////abs/path.db, postgresql://user@host/db); default: optuna.db in a local run directory "
@@ -350,6 +351,13 @@ class SweepSpec(_Spec):
             raise ValueError(f"lr for {', '.join(searched)} is a distribution; set search.method: optuna to search it")
         if self.search.method == "optuna" and not searched:
             raise ValueError("search.method is optuna, but no learning rate of the swept archs is a distribution")
+        metric = METRICS[self.search.metric]
+        if self.search.mode != metric.mode:
+            raise ValueError(f"search.mode: {metric.name} is better {'higher' if metric.mode == 'max' else 'lower'}; "
+                             f"set mode: {metric.mode}")
+        if metric.generation and not getattr(TASKS[self.task][1], "generates", False):
+            raise ValueError(f"search.metric: {self.task} has no generation protocol, so no {metric.name}; "
+                             f"choose one of {', '.join(m for m, d in METRICS.items() if not d.generation)}")
         if self.search.storage and self.search.method != "optuna":
             raise ValueError("search.storage keeps Optuna's studies; set search.method: optuna or remove it")
         if self.training.warmup_samples >= self.training.samples:

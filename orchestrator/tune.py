@@ -26,6 +26,7 @@ from orchestrator.report import EARLIER_RESULTS
 from orchestrator.spec import SPEC_FILE, SweepSpec, cell_name, cells, expand, gpu_share, gpu_shares, trial_for
 from orchestrator.storage import is_remote, write_file
 from workloads.config import TrialConfig
+from workloads.metrics import METRICS, PLOTTED
 from workloads.threads import bound_threads, thread_env
 from workloads.train import first_intact, run_trial
 
@@ -440,8 +441,8 @@ def _tuner_parts(spec: SweepSpec, resources: dict):
     # trial config) as a column; the classic reporter lets us pick the metrics.
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     reporter = tune.CLIReporter(
-        metric_columns={"samples": "samples", "train_loss": "train_loss", "val_exact_match": "exact_match",
-                        "gen_accuracy": "gen_acc", "samples_per_s": "samples/s"},
+        metric_columns={"samples": "samples", "train_loss": "train_loss",
+                        **{name: METRICS[name].label for name in PLOTTED}, "samples_per_s": "samples/s"},
         parameter_columns={"trial/train/lr": "lr"}, max_report_frequency=30,
     )
     run_config = tune.RunConfig(

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from orchestrator.cli import app
 from orchestrator.spec import SpecError, SweepSpec, cells, expand, load_spec
 from workloads.config import trial_config
+from workloads.metrics import METRICS
 from workloads.models import preset
 from workloads.tasks import IsTreeConfig
 
@@ -138,6 +139,14 @@ BAD_SPECS = {
     "wrong type": ("name: x\ntraining: {samples: lots}\n", ["training.samples", "integer", "lots"]),
     "missing name": ("axes: {n: [8]}\n", ["name", "required"]),
     "distribution without optuna": ("name: x\nlr: {mamba: {distribution: loguniform, low: 1.0e-4, high: 1.0e-3}}\n", ["optuna"]),
+    "metric against its direction": ("name: x\nlr: {mamba: {distribution: loguniform, low: 1.0e-4, high: 1.0e-3}}\n"
+                                     "search: {method: optuna, metric: val_loss, mode: max}\n",
+                                     ["search.mode", "val_loss is better lower", "mode: min"]),
+    "generation metric of a task without generation": (
+        "name: x\ntask: mqar\naxes: {setups: [vanilla], n: [4]}\n"
+        "lr: {mamba: {distribution: loguniform, low: 1.0e-4, high: 1.0e-3}}\n"
+        "search: {method: optuna, metric: gen_accuracy}\n", ["mqar has no generation protocol", "val_token_accuracy"]),
+    "unknown metric": ("name: x\nsearch: {metric: accuracy}\n", ["search.metric", "val_exact_match", "val_token_accuracy"]),
     "optuna storage without optuna": ("name: x\nsearch: {storage: 'sqlite:////tmp/o.db'}\n",
                                       ["search.storage keeps Optuna's studies", "method: optuna"]),
     "optuna storage not a URL": ("name: x\nlr: {mamba: {distribution: loguniform, low: 1.0e-4, high: 1.0e-3}}\n"
@@ -368,3 +377,10 @@ def test_the_frontier_spec_plans_what_its_comments_say():
     assert f"{len(trials)} trials, {spec.training.samples // 1000}k samples each" in text
     states = sorted({t.model.state_floats for t in trials if t.model.arch == "mamba"})
     assert f"{states[0]} and {states[1]:,} floats of state" in text
+
+
+def test_every_registered_metric_can_pick_the_learning_rates():
+    for name, metric in METRICS.items():
+        spec = SweepSpec(name="x", lr=dict(mamba=dict(distribution="loguniform", low=1e-4, high=1e-3)),
+                         search=dict(method="optuna", metric=name, mode=metric.mode))
+        assert spec.search.metric == name  # val_token_accuracy among them (it once could not be chosen)

@@ -13,6 +13,7 @@ import workloads.train as train_mod
 from orchestrator.cli import app
 from workloads.config import TrialConfig, trial_config
 from workloads.evaluate import answers, generate
+from workloads.metrics import METRICS, PROGRESS
 from workloads.models import build_model, preset
 from workloads.tasks import IsTreeConfig, build_task
 from tests.workloads.replay import Replay
@@ -67,6 +68,10 @@ def test_reports_carry_the_metrics_and_the_full_config():
             assert math.isfinite(r[key]) and r[key] > 0
         for key in ("val_exact_match", "gen_accuracy"):
             assert 0.0 <= r[key] <= 1.0
+        # Every registered metric and progress figure is reported (the registry is what
+        # the spec, Tune's table, status and the report read: none may name a missing key).
+        assert set(METRICS) | set(PROGRESS) <= r.keys()
+        assert all(math.isfinite(r[key]) for key in METRICS)
     assert final == reports[-1] and final["final_eval"]
 
 
