@@ -13,19 +13,15 @@ import os
 from pathlib import Path
 from typing import Optional
 
+from orchestrator.storage import RunDirError, check_remote, is_remote  # noqa: F401  (RunDirError: callers import it here)
+
 LOCK_FILE = ".icr-sweep.lock"
 NAME_MAX, PATH_MAX = 255, 4096
-
-
-class RunDirError(RuntimeError):
-    """A run directory that cannot be used; the message says why and what to do."""
 
 
 def check_storage(run_dir: str, flag: str = "--storage") -> None:
     """Creates a local directory and proves it writable, or refuses it (RunDirError)
     before anything starts; `flag` is the option the user would change."""
-    from orchestrator.storage import check_remote, is_remote
-
     if is_remote(run_dir):
         check_remote(run_dir, flag)
         return

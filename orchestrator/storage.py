@@ -15,9 +15,11 @@ import threading
 from pathlib import Path
 from typing import Iterator, Optional
 
-from orchestrator.rundir import RunDirError
-
 PROBE = ".icr-sweep-probe"
+
+
+class RunDirError(RuntimeError):
+    """A run directory that cannot be used; the message says why and what to do."""
 
 
 def is_remote(location: str) -> bool:

@@ -53,7 +53,18 @@ class _Mixer(BaseModel):
         return getattr(importlib.import_module(module), cls)(d_model, n_layers=n_layers, norm_eps=norm_eps, **fields)
 
     def check_device(self, device) -> None:
-        """Refuses to run where the mixer would crawl (see MambaConfig)."""
+        """Refuses to run where the mixer would crawl: its layer class's
+        `check_device(config, device)`, where it has one (Mamba on CUDA without
+        mamba-ssm's kernel)."""
+        module, cls = self.layer.split(":")
+        check = getattr(getattr(importlib.import_module(module), cls), "check_device", None)
+        if check is not None:
+            check(self, device)
+
+
+# mamba-ssm's selective scan keeps its (2 x d_state) running state once per
+# chunk of this many tokens for the backward pass (selective_scan_fwd_kernel).
+SCAN_CHUNK = 2048
 
 
 class MambaConfig(_Mixer):
@@ -86,16 +97,10 @@ class MambaConfig(_Mixer):
         the scan's contiguous u, delta, B, C and z, its output before and after the
         gate, and its state once per chunk of SCAN_CHUNK tokens (workloads/memory.py
         and its test, which checks this count against what autograd keeps)."""
-        from workloads.memory import SCAN_CHUNK
-
         d_inner, n_state = self.expand * d_model, self.d_state
         projections = d_inner + (-(-d_model // 16) + 2 * n_state)
         return projections + 2 * d_inner + 5 * d_inner + 2 * n_state + 2 * n_state * d_inner / SCAN_CHUNK
 
-    def check_device(self, device) -> None:
-        from workloads.models.mamba import require_scan_kernels
-
-        require_scan_kernels(self, device)
 
 
 class Mamba2Config(_Mixer):

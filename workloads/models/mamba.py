@@ -60,6 +60,8 @@ class MambaMixer(nn.Module):
     """Arguments as MambaConfig's fields; n_layers, the model's Mamba layers, scales
     out_proj at init. norm_eps is taken like every mixer's: Mamba has no norm inside."""
 
+    check_device = staticmethod(require_scan_kernels)  # what MambaConfig.check_device asks before a trial runs
+
     def __init__(self, d_model: int, d_state: int = 16, d_conv: int = 4, expand: int = 2, scan: str = "auto",
                  n_layers: int = 1, norm_eps: float = 1e-5):
         super().__init__()
