@@ -23,7 +23,7 @@ def load_run(run_dir: str | Path, evaluations: bool = True) -> pd.DataFrame:
     with the trial's name, state (finished, running, interrupted, error, pending,
     unreadable), error, its flattened config (arch, setup, size, n, lr, seed, then
     model.*, task.*, train.*) and that evaluation's figures (samples, train_loss,
-    val_exact_match, ...; `lr_at` the scheduled learning rate then); a trial with no
+    exact match, ...; `lr_at` the scheduled learning rate then); a trial with no
     evaluation yet has one row with those figures empty. Without: one row per trial,
     its latest figures, as results.csv. `attrs["notes"]` says what could not be read."""
     from orchestrator.report import METRIC_KEYS, read_results, read_run

@@ -9,13 +9,14 @@ import typer
 
 from workloads.config import Device, Precision
 from workloads.models.config import Arch
+from workloads.tasks import DEFAULT_TASK, TASKS
 from workloads.tasks.istree import Family
 
 Format = Literal["text", "jsonl"]
 ListFormat = Literal["table", "json"]
 
 app = typer.Typer(
-    help="Sweeps of the IsTree in-context retrieval experiment on Ray Tune.",
+    help="Sweeps of in-context retrieval experiments (first: the ICLR 2025 paper 'RNNs are not Transformers (Yet)') on Ray Tune.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
@@ -26,7 +27,7 @@ app = typer.Typer(
 
 @app.callback()
 def _root() -> None:
-    """Sweeps of the IsTree in-context retrieval experiment on Ray Tune."""
+    """Sweeps of in-context retrieval experiments (first: the ICLR 2025 paper 'RNNs are not Transformers (Yet)') on Ray Tune."""
 
 
 def _fail(message: str) -> None:
@@ -37,8 +38,6 @@ def _fail(message: str) -> None:
 def _task_config(task: str, n: int, setup: Optional[str], family: Family, sets: list[str]):
     """The config of `task` from command-line options; exit 2 naming the flag at fault."""
     from pydantic import ValidationError
-
-    from workloads.tasks import TASKS
 
     if task not in TASKS:
         _fail(f"unknown task {task!r}; known tasks: {', '.join(sorted(TASKS))}")
@@ -51,10 +50,10 @@ def _task_config(task: str, n: int, setup: Optional[str], family: Family, sets: 
     fields["n"] = n
     if setup is not None:
         fields["setup"] = setup
-    if task == "istree":
+    if TASKS[task][0].has("family"):
         fields["family"] = family
     elif family != "binary":
-        _fail(f"--family is IsTree's; {task} has none")
+        _fail(f"--family: {task} has no graph family")
     try:
         return TASKS[task][0](**fields)
     except ValidationError as e:
@@ -101,7 +100,7 @@ def _model_config(arch: str, size: str, dims: list[str]):
 
 @app.command("show-task")
 def show_task(
-    task: str = typer.Argument("istree", help="a task name (`icr-sweep tasks` lists them)"),
+    task: str = typer.Argument(DEFAULT_TASK, help="a task name (`icr-sweep tasks` lists them)"),
     n: Optional[int] = typer.Option(None, help="the task's size (istree: vertices) [default: 8, or as many as --edges needs]"),
     setup: Optional[str] = typer.Option(None, help="vanilla, cot (istree) or retrieval [default: the task's]"),
     family: Family = typer.Option("binary", help="istree: the graphs' family"),
@@ -120,8 +119,8 @@ def show_task(
 
     if not 0 <= seed <= SEED_MAX:
         _fail(f"--seed must be in 0..{SEED_MAX} (2^64 - 1), got {seed}")
-    if edges is not None and task != "istree":
-        _fail(f"--edges renders an IsTree graph; {task} has no edges")
+    if edges is not None and not hasattr(TASKS.get(task, (None, None))[1], "render"):
+        _fail(f"--edges renders one graph's sample; {task} has no graphs")
     graph = _parse_edges(edges) if edges is not None else None
     if n is None:
         n = len(graph) + 1 if graph is not None else 8
@@ -143,7 +142,7 @@ def show_task(
             f"[{tok}]" if i > first_eos and not sup else tok
             for i, (tok, sup) in enumerate(zip(s["tokens"], s["supervised"]))
         ]
-        about = ("tree" if s["label"] else "not a tree") if task == "istree" else f"answer {s['label']}"
+        about = type(t).label_text(s["label"])
         typer.echo(f"# sample {i}: {about}, {len(shown)} tokens")
         typer.echo(" ".join(shown))
         if "targets" in s:  # targets that are not the next input token (mqar)
@@ -168,14 +167,10 @@ def _parse_edges(text: str) -> list[tuple[int, int]]:
 def tasks(format: ListFormat = typer.Option("table", "--format")):
     """List the registered tasks: their setups, what their size n counts, and their
     other parameters (set with --set in show-task and train, task_params in a spec)."""
-    from workloads.tasks import TASKS
-
     rows = []
     for name, (config_cls, task_cls) in sorted(TASKS.items()):
-        fields = config_cls.model_fields
-        params = {k: f.default for k, f in fields.items() if k not in ("name", "n", "setup")}
-        rows.append(dict(task=name, setups=list(fields["setup"].annotation.__args__), n=fields["n"].description,
-                         parameters=params, about=_first_line(task_cls)))
+        rows.append(dict(task=name, setups=list(config_cls.setups()), n=config_cls.n_means(),
+                         parameters=config_cls.parameters(), about=_first_line(task_cls)))
     if format == "json":
         typer.echo(json.dumps(rows, default=str))
         return
@@ -234,7 +229,7 @@ def train(
     setup: str = typer.Option(..., help="vanilla, cot (istree) or retrieval"),
     n: int = typer.Option(..., help="the task's size (istree: vertices; `icr-sweep tasks` says for each)"),
     out: Path = typer.Option(..., help="directory for metrics.json, history.jsonl and the checkpoint"),
-    task: str = typer.Option("istree", help="a task name (`icr-sweep tasks` lists them)"),
+    task: str = typer.Option(DEFAULT_TASK, help="a task name (`icr-sweep tasks` lists them)"),
     sets: list[str] = SET_OPTION,
     dims: list[str] = DIM_OPTION,
     family: Family = typer.Option("binary", help="istree: the graphs' family"),
@@ -489,8 +484,9 @@ def _projection_line(s, device_name: Optional[str], devices: Optional[float], ra
 
 
 def _task_columns(spec) -> dict:
-    """The task of a plan's rows: its name, and IsTree's graph family."""
-    return {"task": spec.task, "family": spec.axes.family} if spec.task == "istree" else {"task": spec.task}
+    """The task of a plan's rows: its name, and its graph family where it has one."""
+    has_family = TASKS[spec.task][0].has("family")
+    return {"task": spec.task, **({"family": spec.axes.family} if has_family else {})}
 
 
 def _ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus):
@@ -750,9 +746,8 @@ def status(run_dir: str = RUN_DIR):
     for note in notes:
         typer.secho(f"note: {note}", fg=typer.colors.YELLOW, err=True)
     from workloads.metrics import METRICS, PLOTTED
-    from workloads.tasks import TASKS
 
-    generates = getattr(TASKS[spec.task][1], "generates", True) if spec and spec.task in TASKS else True
+    generates = TASKS[spec.task][1].generates if spec and spec.task in TASKS else True
     shown = [m for m in PLOTTED if generates or not METRICS[m].generation]
     rows = [
         dict(trial=r["trial"], state=r["state"], samples=_int(r["samples"]), train_loss=_f(r["train_loss"]),

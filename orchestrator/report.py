@@ -14,9 +14,11 @@ import pandas as pd
 
 from orchestrator.rundir import driver_is_live, tune_statuses
 from workloads.metrics import HEADLINE, METRICS, PLOTTED, PROGRESS
+from workloads.models.config import SIZES
+from workloads.tasks import DEFAULT_TASK, TASKS
 
 GROUP = ["arch", "setup", "size", "n"]
-SIZE_ORDER = {"tiny": 0, "0.5M": 1, "1M": 2, "2M": 3}
+SIZE_ORDER = {size: i for i, size in enumerate(SIZES)}
 
 
 def size_key(label: str):
@@ -285,7 +287,7 @@ def _measured(best: pd.DataFrame) -> list[tuple[str, str]]:
     return [(m, METRICS[m].title) for m in PLOTTED if m in best and best[m].notna().any()]
 
 
-def plot(best: pd.DataFrame, out_dir: Path, task: str = "IsTree", task_cls=None) -> list[Path]:
+def plot(best: pd.DataFrame, out_dir: Path, task: str = DEFAULT_TASK) -> list[Path]:
     """The paper's figure (accuracy against n, a panel per setup, a line per arch),
     one PNG per size and metric: exact_match_<size>.png and gen_accuracy_<size>.png.
     Where the task says what guessing scores (`exact_match_chance`), a dashed line
@@ -295,6 +297,7 @@ def plot(best: pd.DataFrame, out_dir: Path, task: str = "IsTree", task_cls=None)
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    task_cls = TASKS[task][1]
     paths = []
     setups = sorted(set(best["setup"]), key=setup_key)
     for metric, _ in _measured(best):
@@ -306,25 +309,26 @@ def plot(best: pd.DataFrame, out_dir: Path, task: str = "IsTree", task_cls=None)
                     rows = rows.sort_values("n")
                     ax.errorbar(rows["n"], rows[metric], yerr=rows[metric + "_std"], marker="o", capsize=3, label=arch)
                 ax.set_title(setup)
-                ax.set_xlabel("n (vertices)" if task == "IsTree" else "n")
+                ax.set_xlabel(task_cls.n_label)
                 ax.set_xscale("log", base=2)
                 ax.set_xticks(sorted(part["n"].unique()), labels=[str(n) for n in sorted(part["n"].unique())])
-                chance = getattr(task_cls, "exact_match_chance", {}).get(setup.split("-")[0])
+                chance = task_cls.exact_match_chance.get(setup.split("-")[0])
                 if metric == HEADLINE and chance:
                     ax.axhline(chance, color="grey", lw=0.8, ls="--")
                     ax.annotate("guessing", xy=(0.02, chance), xycoords=("axes fraction", "data"), xytext=(0, 2),
                                 textcoords="offset points", fontsize=7, color="grey")
-                if metric == "gen_accuracy" and task == "IsTree":
+                guess = task_cls.generation_chance
+                if metric == "gen_accuracy" and guess is not None:
                     # Rows that never write an answer count as wrong: below chance is possible.
-                    ax.set_ylim(min(0.4, part[metric].min() - 0.05), 1.02)
-                    ax.axhline(0.5, color="grey", lw=0.5, ls="--")  # guessing the answer
+                    ax.set_ylim(min(guess - 0.1, part[metric].min() - 0.05), 1.02)
+                    ax.axhline(guess, color="grey", lw=0.5, ls="--")  # guessing the answer
                 else:
                     ax.set_ylim(-0.02, 1.02)
                 ax.grid(alpha=0.3)
             axes[0][0].set_ylabel(metric)
             axes[0][-1].legend(loc="best", fontsize=8)
             short, name = METRICS[metric].short, METRICS[metric].plot
-            fig.suptitle(f"{task}, {size} models: {short}")
+            fig.suptitle(f"{task_cls.title or task}, {size} models: {short}")
             fig.tight_layout()
             path = out_dir / f"{name}_{size}.png"
             fig.savefig(path, dpi=120)
@@ -367,18 +371,16 @@ def plot_frontier(table: pd.DataFrame, out_dir: Path, solved: float, sample_leng
     beside) a fixed state, and are drawn at their recurrent state, or, without
     one, at the cache they hold at the largest n tried. A line of slope 1 (n
     proportional to state: the paper's linear bound) runs through the recurrent
-    models' points. `sample_length(setup, n)` gives the tokens of a sample (IsTree's
-    by default), for the cache of models without a recurrent state."""
+    models' points. `sample_length(setup, n)` gives the tokens of a sample (the default
+    task's), for the cache of models without a recurrent state."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     if sample_length is None:
-        from workloads.tasks import IsTreeConfig
-
         def sample_length(setup, n):
-            return IsTreeConfig(n=n, setup=setup).longest_sample
+            return TASKS[DEFAULT_TASK][0](n=n, setup=setup).longest_sample
 
     setups = list(dict.fromkeys(table["setup"]))
     fig, axes = plt.subplots(1, len(setups), figsize=(max(6, 4.5 * len(setups)), 3.8), squeeze=False)
@@ -464,24 +466,25 @@ def write_report(run_dir: Path, locked: bool = True, solved: float = SOLVED) -> 
     df.to_csv(run_dir / "results.csv", index=False)
     best = best_by_cell(df, metric, mode)
     best.to_csv(run_dir / "best.csv", index=False)
-    task = "IsTree" if spec is None or spec.task == "istree" else spec.task
+    task = spec.task if spec is not None else DEFAULT_TASK
     for stale in (p for pattern in PLOT_FILES for p in run_dir.glob(pattern)):
         stale.unlink()  # the report owns these names: a plot of a metric no longer measured must not linger
-    plots = plot(best, run_dir, task, _task_class(spec)) if not best.empty else []
+    plots = plot(best, run_dir, task) if not best.empty else []
     counts = df["state"].value_counts().to_dict()
     selected_by = f"{metric} ({'highest' if mode == 'max' else 'lowest'} mean over seeds)"
     lines = [f"# Sweep report: {run_dir.name}", "",
              f"{len(df)} trials: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + ".", "",
              *[f"**Note:** {note}\n" for note in notes],
-             _headline(best), "",
+             _headline(best, task), "",
              "## Best learning rate per cell", "",
              markdown_tables(best, selected_by) if not best.empty else "No finished trial yet.\n"]
     lines += [f"![{p.stem}]({p.name})" for p in plots]
-    task_cls = _task_class(spec)
-    if not best.empty and hasattr(task_cls, "findings"):
+    task_cls = TASKS[task][1]
+    lines_found = task_cls.findings(best) if not best.empty else []
+    if lines_found:
         lines += ["", "## What this run shows of the paper's findings", "",
                   "Decided from the table above (teacher-forced exact match, mean over seeds):", "",
-                  *task_cls.findings(best)]
+                  *lines_found]
     falling = still_falling(run_dir, df, best)
     if falling:
         lines += ["", f"**Under-trained:** the training loss of these cells fell by more than {FALLING:.0%} between "
@@ -521,12 +524,6 @@ def write_report(run_dir: Path, locked: bool = True, solved: float = SOLVED) -> 
 FALLING = 0.05  # a relative drop of the training loss between the last two evaluations that counts as falling
 
 
-def _task_class(spec):
-    from workloads.tasks import TASKS
-
-    return TASKS.get(spec.task if spec is not None else "istree", (None, None))[1]
-
-
 def still_falling(run_dir: Path, df: pd.DataFrame, best: pd.DataFrame) -> list[str]:
     """Cells (at their chosen learning rate) where some seed's training loss was still
     falling at its last evaluation: by more than FALLING relative to the one before."""
@@ -546,14 +543,16 @@ PLOT_FILES = tuple(f"{METRICS[m].plot}_*.png" for m in PLOTTED) + ("frontier.png
 REPORT_FILES = ("report.md", "results.csv", "best.csv", "frontier.csv", *PLOT_FILES)
 
 
-def _headline(best: pd.DataFrame) -> str:
+def _headline(best: pd.DataFrame, task: str = DEFAULT_TASK) -> str:
     """What the tables show: the paper's metric, then those of ours some cell measured."""
     text = ("Headline: teacher-forced exact match on the validation set at the last evaluation, the metric the "
             "paper reports.")
     measured = {m for m, _ in _measured(best)} if not best.empty else set()
     if "gen_accuracy" in measured:
+        guess = TASKS[task][1].generation_chance
         text += (" Beside it: generation accuracy, greedy decoding with the real retriever filling every ENDSEARCH "
-                 "(this project's addition; on IsTree a model that fails still scores about 0.5 by guessing).")
+                 "(this project's addition" + (f"; a model that fails still scores about {guess:g} by guessing the "
+                                               "answer)." if guess is not None else ")."))
     if "val_token_accuracy" in measured:
         text += " Also: teacher-forced accuracy per supervised token (for mqar, zoology's accuracy per query)."
     return text

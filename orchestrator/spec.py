@@ -20,7 +20,7 @@ from workloads.config import Device, Precision, Seed, TrainConfig, TrialConfig
 from workloads.metrics import HEADLINE, METRICS
 from workloads.models import preset
 from workloads.models.config import DEFAULT_LR, MIXERS, Arch, ModelConfig, Size
-from workloads.tasks import TASKS
+from workloads.tasks import DEFAULT_TASK, TASKS
 from workloads.tasks.istree import N_MAX, N_MIN, Family
 
 # Where Ray Tune can store results (pyarrow filesystems); a plain path is local.
@@ -82,9 +82,9 @@ class AxesSpec(_Spec):
     archs: list[Arch] = Field(["transformer", "mamba", "hybrid"], min_length=1)
     setups: list[str] = Field(["vanilla", "cot", "retrieval"], min_length=1, description="those the task has")
     sizes: list[Size] = Field(["0.5M", "1M", "2M"], min_length=1)
-    n: list[int] = Field([16, 32, 64], min_length=1, description=f"the task's size: IsTree's vertices "
+    n: list[int] = Field([16, 32, 64], min_length=1, description=f"the task's size: the paper's task's vertices "
                          f"({N_MIN}..{N_MAX}); `icr-sweep tasks` says what it counts for each task")
-    family: Family = Field("binary", description="IsTree only: the graphs' family")
+    family: Family = Field("binary", description="the graphs' family, for a task that has one (the paper's)")
     seeds: list[Seed] = Field([0], min_length=1)
     model: dict[str, Union[list[int], dict[str, list[int]]]] = Field(
         {}, description="model dimensions to sweep beyond the presets, each a list crossed with sizes, e.g. "
@@ -283,18 +283,10 @@ class TrackingSpec(_Spec):
     tensorboard: bool = Field(True, description="TensorBoard event files in each trial's directory (Ray Tune's)")
 
 
-def _bounds(config_cls, field: str) -> tuple[Optional[int], Optional[int]]:
-    """The ge/le bounds pydantic enforces on a task config's field."""
-    lo = hi = None
-    for meta in config_cls.model_fields[field].metadata:
-        lo = getattr(meta, "ge", lo)
-        hi = getattr(meta, "le", hi)
-    return lo, hi
-
-
 class SweepSpec(_Spec):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="the run directory's name")
-    task: str = Field("istree", description="a registered task: istree (the paper's); `icr-sweep tasks` lists them")
+    task: str = Field(DEFAULT_TASK, description=f"a registered task: {DEFAULT_TASK} (the paper's); `icr-sweep tasks` "
+                      "lists them")
     task_params: dict[str, Union[int, float, str]] = Field(
         {}, description="the task's other config fields, the same for every trial (e.g. ar: {keys: 64, values: 64})")
     axes: AxesSpec = AxesSpec()
@@ -333,15 +325,14 @@ class SweepSpec(_Spec):
         if task not in TASKS:
             return axes  # reported on `task`
         config_cls = TASKS[task][0]
-        setups = config_cls.model_fields["setup"].annotation.__args__
+        setups = config_cls.setups()
         bad = [s for s in axes.setups if s not in setups]
         if bad:
             raise ValueError(f"setups: {task} has the setups {', '.join(setups)}; got {bad}")
-        lo, hi = _bounds(config_cls, "n")
+        lo, hi = config_cls.n_range()
         bad = [v for v in axes.n if (lo is not None and v < lo) or (hi is not None and v > hi)]
         if bad:
-            what = "graph sizes" if task == "istree" else f"{task} sizes"
-            raise ValueError(f"n: {what} must be in {lo}..{hi} (the sizes {task} supports), got {bad}")
+            raise ValueError(f"n: {task} sizes must be in {lo}..{hi} (n: {config_cls.n_means()}), got {bad}")
         return axes
 
     @model_validator(mode="after")
@@ -373,8 +364,9 @@ class SweepSpec(_Spec):
                 raise ValueError(f"axes.model with {arch}: {e.errors()[0]['msg'].removeprefix('Value error, ')}") from None
             except ValueError as e:
                 raise ValueError(f"axes.model with {arch}: {e}") from None
-        if self.task != "istree" and self.axes.family != "binary":
-            raise ValueError(f"axes.family is IsTree's; {self.task} has none")
+        if not TASKS[self.task][0].has("family") and self.axes.family != AxesSpec.model_fields["family"].default:
+            having = ", ".join(name for name, (config_cls, _) in TASKS.items() if config_cls.has("family"))
+            raise ValueError(f"axes.family: {self.task} has no graph family (a field of {having})")
         fields = TASKS[self.task][0].model_fields
         for field in self.axes.task:
             if field in ("name", "n", "setup", "family") or field not in fields:
@@ -558,9 +550,10 @@ def task_config(spec: SweepSpec, setup: str, n: int):
     """The task config of one grid cell; `setup` is a label of task_variants."""
     base, _, fields = task_variants(spec).get(setup, (setup, "", {}))
     fields = dict(spec.task_params, **fields, n=n, setup=base)
-    if spec.task == "istree":
+    config_cls = TASKS[spec.task][0]
+    if config_cls.has("family"):
         fields.setdefault("family", spec.axes.family)
-    return TASKS[spec.task][0](**fields)
+    return config_cls(**fields)
 
 
 def _train_config(spec: SweepSpec, lr: float, seed: int) -> TrainConfig:

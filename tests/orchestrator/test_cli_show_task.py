@@ -95,8 +95,8 @@ def test_every_task_prints_its_samples_with_its_parameters(task, sets, setup):
     (["ar", "--set", "colour=red"], "--set colour: Extra inputs are not permitted"),
     (["ar", "--set", "keys"], "--set: 'keys' is not FIELD=VALUE"),
     (["index", "--setup", "cot"], "--setup: Input should be 'vanilla' or 'retrieval'"),
-    (["index", "--family", "random"], "--family is IsTree's; index has none"),
-    (["ar", "--edges", "1-0"], "--edges renders an IsTree graph"),
+    (["index", "--family", "random"], "--family: index has no graph family"),
+    (["ar", "--edges", "1-0"], "--edges renders one graph's sample; ar has no graphs"),
     (["mqar9"], "unknown task 'mqar9'; known tasks: ar, "),
 ])
 def test_bad_task_options_name_the_flag(args, message):

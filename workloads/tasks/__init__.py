@@ -23,11 +23,21 @@ from typing import Annotated, Union
 
 from pydantic import Field
 
+from workloads.tasks.base import TaskBase, TaskConfigBase
+
 TASKS: dict[str, tuple[type, type]] = {}  # name -> (config class, task class)
 
 
+DEFAULT_TASK = "istree"  # the paper's: what a spec or a command without `task` means
+
+
 def register(config_cls: type, task_cls: type) -> None:
+    """Adds a task; checks its contract (workloads/tasks/base.py) now, so that a task
+    that breaks it fails at import naming itself, not later in a command."""
+    if not (issubclass(config_cls, TaskConfigBase) and issubclass(task_cls, TaskBase)):
+        raise TypeError(f"{config_cls.__name__} and {task_cls.__name__} must derive from TaskConfigBase and TaskBase")
     name = config_cls.model_fields["name"].default
+    config_cls.setups()  # a Literal of setup names
     if name in TASKS and TASKS[name] != (config_cls, task_cls):
         raise ValueError(f"task {name!r} is registered twice")
     TASKS[name] = (config_cls, task_cls)
@@ -38,7 +48,7 @@ def _is_task_module(name: str) -> bool:
 
 
 for _module in pkgutil.iter_modules(__path__):
-    if _is_task_module(_module.name):
+    if _is_task_module(_module.name) and _module.name != "base":
         importlib.import_module(f"{__name__}.{_module.name}")
 
 _configs = tuple(config for config, _ in TASKS.values())
@@ -56,4 +66,5 @@ def build_task(config):
 
 from workloads.tasks.istree import Batch, IsTreeConfig, IsTreeTask  # noqa: E402  (the paper's task, re-exported)
 
-__all__ = ["TASKS", "Batch", "IsTreeConfig", "IsTreeTask", "TaskConfig", "build_task", "register"]
+__all__ = ["DEFAULT_TASK", "TASKS", "Batch", "IsTreeConfig", "IsTreeTask", "TaskBase", "TaskConfig", "TaskConfigBase",
+           "build_task", "register"]

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
+from workloads.tasks.base import TaskBase
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -48,7 +50,7 @@ def layout(context: list[int], query: list[int], answer: int, setup: str, key: l
     return tokens, sup
 
 
-class LookupTask:
+class LookupTask(TaskBase):
     """The task-interface half of a look-up task; a subclass sets `n_data` (data
     tokens), `prompt_length` and `longest`, and implements `draw(rng)` and
     `retrieve(tokens)`."""

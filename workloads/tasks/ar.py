@@ -9,15 +9,14 @@ the context (the regular expression `key (.)`).
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from workloads.tasks import register
+from workloads.tasks.base import TaskConfigBase
 from workloads.tasks._sequence import D0, SEP, LookupTask, first_following, layout
 
 
-class ARConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class ARConfig(TaskConfigBase):
     name: Literal["ar"] = "ar"
     n: int = Field(ge=1, le=4096, description="key-value pairs in the context")
     keys: int = Field(256, ge=1, description="size of the key alphabet (at least n: keys are distinct)")

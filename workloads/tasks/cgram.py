@@ -10,15 +10,14 @@ the token after its first occurrence in the context (the regular expression
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from workloads.tasks import register
+from workloads.tasks.base import TaskConfigBase
 from workloads.tasks._sequence import D0, SEP, LookupTask, first_following, layout
 
 
-class CGramConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class CGramConfig(TaskConfigBase):
     name: Literal["cgram"] = "cgram"
     n: int = Field(ge=2, le=4096, description="tokens in the context")
     c: int = Field(3, ge=2, le=16, description="the gram and its answer: c - 1 tokens are the query")

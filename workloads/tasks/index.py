@@ -8,15 +8,14 @@ context's token at that position (the regular expression `BOS (?:.){i}(.)`).
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from workloads.tasks import register
+from workloads.tasks.base import TaskConfigBase
 from workloads.tasks._sequence import D0, LookupTask, layout
 
 
-class IndexConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class IndexConfig(TaskConfigBase):
     name: Literal["index"] = "index"
     n: int = Field(ge=1, le=4096, description="tokens in the context")
     values: int = Field(16, ge=2, description="size of the alphabet of the context")

@@ -12,7 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from workloads.tasks.base import TaskBase, TaskConfigBase
 
 if TYPE_CHECKING:
     import numpy as np
@@ -39,9 +41,7 @@ Setup = Literal["vanilla", "cot", "retrieval"]
 Family = Literal["binary", "random"]
 
 
-class IsTreeConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class IsTreeConfig(TaskConfigBase):
     name: Literal["istree"] = "istree"
     n: int = Field(ge=N_MIN, le=N_MAX, description="vertices in each graph")
     family: Family = "binary"
@@ -106,14 +106,21 @@ class Batch:
         return Batch(*(t if t is None else (t.pin_memory() if pin else t).to(device, non_blocking=True) for t in tensors))
 
 
-class IsTreeTask:
+class IsTreeTask(TaskBase):
     """Streams IsTree samples, tokenised with the reference's vocabulary (its 16
     special tokens, then the vertices 0..n), which depends only on n."""
 
+    title = "IsTree"
+    n_label = "n (vertices)"
     generates = True  # has a generation protocol: the answer after the trace
     # Exact match of a model that guesses, by setup: vanilla supervises the answer
     # alone (classes balanced); a trace is never guessed whole. The report marks it.
     exact_match_chance = {"vanilla": 0.5, "cot": 0.0, "retrieval": 0.0}
+    generation_chance = 0.5  # the answer guessed: a model that fails still scores this in generation
+
+    @staticmethod
+    def label_text(label) -> str:
+        return "tree" if label else "not a tree"
 
     @staticmethod
     def findings(best) -> list[str]:

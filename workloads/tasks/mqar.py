@@ -17,15 +17,14 @@ samples are zoology's distribution, not its exact arrays. No generation protocol
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from workloads.tasks import register
+from workloads.tasks.base import TaskBase, TaskConfigBase
 from workloads.tasks._sequence import sample_rng
 
 
-class MQARConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class MQARConfig(TaskConfigBase):
     name: Literal["mqar"] = "mqar"
     n: int = Field(ge=1, le=4096, description="key-value pairs (zoology's num_kv_pairs)")
     seq_len: int = Field(64, ge=4, description="tokens the model reads (zoology's input_seq_len), even")
@@ -56,7 +55,7 @@ class MQARConfig(BaseModel):
         return self.seq_len + 1  # every sample: seq_len inputs and the last target
 
 
-class MQARTask:
+class MQARTask(TaskBase):
     generates = False
 
     def __init__(self, config: MQARConfig):

@@ -12,19 +12,18 @@ ROOT = Path(__file__).parents[3]
 
 PROBE_TASK = '''
 from typing import Literal
-from pydantic import BaseModel, ConfigDict
 
 from workloads.tasks import register
+from workloads.tasks.base import TaskBase, TaskConfigBase
 
 
-class ProbeConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class ProbeConfig(TaskConfigBase):
     name: Literal["probe"] = "probe"
     n: int = 4
-    setup: str = "vanilla"
+    setup: Literal["vanilla"] = "vanilla"
 
 
-class ProbeTask:
+class ProbeTask(TaskBase):
     def __init__(self, config):
         self.config = config
 
@@ -62,6 +61,31 @@ def test_a_task_module_dropped_into_the_package_is_registered(tmp_path):
     assert result["tasks"] == sorted([*TASKS, "probe"]) and result["probe"] == "ProbeTask" and result["n"] == 9
     assert result["istree"] == "IsTreeConfig"
     assert "does not match any of the expected tags" in result["refused"] and "'probe'" in result["refused"], result["refused"]
+
+
+def test_a_task_breaking_the_contract_is_refused_at_import_naming_it(tmp_path):
+    # A `setup` that is any string (not a Literal of the setups) once crashed `icr-sweep
+    # tasks` and spec loading with an AttributeError far from the task's module.
+    shutil.copytree(ROOT / "workloads", tmp_path / "workloads", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "workloads" / "tasks" / "probe.py").write_text(
+        PROBE_TASK.replace('setup: Literal["vanilla"] = "vanilla"', 'setup: str = "vanilla"'))
+    out = subprocess.run([sys.executable, "-c", "import workloads.tasks"], cwd=tmp_path, capture_output=True, text=True,
+                         env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert out.returncode != 0
+    assert "ProbeConfig.setup must be a Literal of the setup names" in out.stderr, out.stderr[-2000:]
+
+
+def test_every_task_gives_the_contract_the_orchestrator_reads():
+    from workloads.tasks import TASKS
+
+    for name, (config_cls, task_cls) in TASKS.items():
+        setups = config_cls.setups()
+        lo, hi = config_cls.n_range()
+        assert setups and "vanilla" in setups and 1 <= lo <= 8 <= hi, name
+        config = config_cls(n=max(lo, 8), setup=setups[-1])  # every other parameter has a default
+        assert config.vocab_size > 0 and config.longest_sample > 0
+        assert isinstance(task_cls.generates, bool) and isinstance(task_cls.label_text(True), str)
+        assert set(task_cls.exact_match_chance) <= set(setups)
 
 
 def test_helpers_are_not_task_modules():
