@@ -228,7 +228,8 @@ def train(
     size: str = typer.Option(..., help="preset: tiny, 0.5M, 1M, 2M"),
     setup: str = typer.Option(..., help="vanilla, cot (istree) or retrieval"),
     n: int = typer.Option(..., help="the task's size (istree: vertices; `icr-sweep tasks` says for each)"),
-    out: Path = typer.Option(..., help="directory for metrics.json, history.jsonl and the checkpoint"),
+    out: Path = typer.Option(..., help="the trial's directory: params.json, result.json and the checkpoint, as a "
+                             "sweep's trial (status, report and load_run read it), and metrics.json at the end"),
     task: str = typer.Option(DEFAULT_TASK, help="a task name (`icr-sweep tasks` lists them)"),
     sets: list[str] = SET_OPTION,
     dims: list[str] = DIM_OPTION,
@@ -284,6 +285,10 @@ def train(
     checkpoint = out / "checkpoint"
     resume = checkpoint if (checkpoint / CHECKPOINT_FILE).exists() else None
     typer.echo(f"{config.name}: {samples:,} samples -> {out}" + (" (resuming)" if resume else ""), err=True)
+    params = out / "params.json"
+    if resume is None:  # a fresh start (a resume keeps both: its checkpoint is checked to be of this config)
+        (out / "result.json").unlink(missing_ok=True)  # rows of a run that never checkpointed
+        params.write_text(json.dumps({"trial": config.model_dump(mode="json")}, indent=1))
     bar = tqdm(total=samples, unit="sample", unit_scale=True, dynamic_ncols=True)
 
     def on_step(done: int) -> None:
@@ -292,7 +297,7 @@ def train(
     def report(metrics: dict, _checkpoint) -> None:
         shown = {k: metrics[k] for k in ("train_loss", *METRICS) if metrics.get(k) is not None}
         bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items()})
-        with open(out / "history.jsonl", "a") as f:
+        with open(out / "result.json", "a") as f:  # one row per report, as Tune writes a sweep's trial
             f.write(json.dumps({k: v for k, v in metrics.items() if k != "config"}) + "\n")
 
     stop = _StopSignals()
@@ -304,6 +309,8 @@ def train(
         _fail(str(e))
     finally:
         bar.close()
+    if not params.exists():  # a directory of an earlier version, resumed
+        params.write_text(json.dumps({"trial": config.model_dump(mode="json")}, indent=1))
     if metrics.get("stopped"):
         typer.secho(f"Stopped by {stop.name} at {metrics['samples']:,} samples, checkpointed in {checkpoint}. "
                     "Run the same command to continue.", fg=typer.colors.YELLOW, err=True)

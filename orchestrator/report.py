@@ -155,7 +155,8 @@ def _state(status: str | None, results: list[dict], trial_dir: Path, live: bool)
     return ("interrupted" if results or status in ("RUNNING", "PAUSED") else "pending"), ""
 
 
-def load_trials(run_dir: Path, planned: dict[str, dict] | None = None, locked: bool = True) -> pd.DataFrame:
+def load_trials(run_dir: Path, planned: dict[str, dict] | None = None, locked: bool = True,
+                only: str | None = None) -> pd.DataFrame:
     """One row per trial, planned or found: its flattened config, state and latest
     metrics. `planned` maps the names of the trials a sweep will run to their
     configs (those not started are `pending`). A trial whose files cannot be read
@@ -168,6 +169,8 @@ def load_trials(run_dir: Path, planned: dict[str, dict] | None = None, locked: b
     live = driver_is_live(run_dir) if locked else None
     names = {p.parent.name for pattern in ("*/params.json", "*/result.json") for p in run_dir.glob(pattern)}
     names |= set(statuses) | set(planned)
+    if only is not None:  # one trial's directory, as `train --out` writes it
+        names = {only}
     rows = []
     for name in sorted(names):
         trial_dir = run_dir / name
@@ -423,6 +426,11 @@ def plot_frontier(table: pd.DataFrame, out_dir: Path, solved: float, sample_leng
     return path
 
 
+def is_trial_dir(path: Path) -> bool:
+    """Whether `path` is one trial's directory (params.json inside) rather than a run's."""
+    return (Path(path) / "params.json").is_file()
+
+
 def read_run(run_dir: Path, locked: bool = True):
     """The trials of a run directory (planned ones included), the spec it was
     launched with (None if absent or damaged), and notes on what could not be read.
@@ -432,6 +440,9 @@ def read_run(run_dir: Path, locked: bool = True):
 
     notes = [] if locked else ["a remote run has no driver lock: 'running' is Tune's last record, "
                                "which a driver killed mid-sweep leaves behind (`icr-sweep resume` continues it)"]
+    run_dir = Path(run_dir)
+    if is_trial_dir(run_dir):  # `icr-sweep train --out`: the same files as one trial of a sweep
+        return load_trials(run_dir.parent, None, locked, only=run_dir.name), None, notes
     try:
         spec = run_spec(run_dir)
     except SpecError as e:
@@ -485,7 +496,7 @@ def write_report(run_dir: Path, locked: bool = True, solved: float = SOLVED) -> 
         lines += ["", "## What this run shows of the paper's findings", "",
                   "Decided from the table above (teacher-forced exact match, mean over seeds):", "",
                   *lines_found]
-    falling = still_falling(run_dir, df, best)
+    falling = still_falling(run_dir.parent if is_trial_dir(run_dir) else run_dir, df, best)
     if falling:
         lines += ["", f"**Under-trained:** the training loss of these cells fell by more than {FALLING:.0%} between "
                   "their last two evaluations, so more samples may change them: " + "; ".join(falling) + "."]

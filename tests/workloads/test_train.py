@@ -171,11 +171,21 @@ def test_train_command_writes_metrics_and_resumes(tmp_path, thread_pools):
         assert metrics[key] is not None
     assert metrics["config"]["train"]["lr"] == 3e-4  # the paper's rule for Mamba
     assert metrics["samples"] == 256 and 0 <= metrics["gen_accuracy"] <= 1
-    assert len((out / "history.jsonl").read_text().splitlines()) == 2
+    assert len((out / "result.json").read_text().splitlines()) == 2
     again = CliRunner().invoke(app, args)  # finished: resumes at the end, trains nothing
     assert again.exit_code == 0 and "resuming" in again.output
-    assert len((out / "history.jsonl").read_text().splitlines()) == 2
+    assert len((out / "result.json").read_text().splitlines()) == 2
     assert json.loads((out / "metrics.json").read_text()) == metrics
+    # The same files as a sweep's trial: status, report and load_run read the directory.
+    from icr_sweep import load_run
+
+    status = CliRunner().invoke(app, ["status", str(out)])
+    assert status.exit_code == 0 and "1 finished" in status.output, status.output
+    report = CliRunner().invoke(app, ["report", str(out)])
+    assert report.exit_code == 0, report.output
+    assert "| retrieval | mamba |" in (out / "report.md").read_text()
+    frame = load_run(out)
+    assert frame["samples"].tolist() == [128, 256] and frame["val_exact_match"].iloc[-1] == metrics["val_exact_match"]
     other = CliRunner().invoke(app, args[:-2] + ["--seed", "1", "--lr", "1e-3", "--out", str(out)])
     assert other.exit_code == 2 and "another config" in other.output
     assert "train.lr (checkpoint 0.0003, now 0.001)" in other.output and "train.seed (checkpoint 0, now 1)" in other.output
