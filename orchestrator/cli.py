@@ -485,7 +485,7 @@ def _projection_line(s, device_name: Optional[str], devices: Optional[float], ra
         p = project(spec_trials(s, on_gpu), record["classes"], count)
     except ValueError as e:
         return f"projected wall time: unknown; {e} ({path})"
-    scaled = f", the others scaled by sample length from the nearest measured class" if p.scaled else ""
+    scaled = ", the others scaled by sample length from the nearest measured class" if p.scaled else ""
     return (f"projected wall time: {p.describe()} on {count:g} {unit} ({device}), from the rates in {path}"
             f"{scaled}; evaluation excluded")
 

@@ -239,18 +239,24 @@ def test_trials_that_could_never_start_are_refused(tmp_path, ray_temp, resources
     assert not list((tmp_path / "runs").glob("*/*/params.json"))
 
 
+def launch_to_the_end(spec: dict, tmp_path: Path, ray_temp: str) -> tuple[Path, Path]:
+    """Writes `spec` and launches it into tmp_path/runs; asserts the sweep finished.
+    Returns the spec's path and the storage."""
+    spec_path, storage = tmp_path / f"{spec['name']}.yaml", tmp_path / "runs"
+    spec_path.write_text(yaml.safe_dump(spec))
+    result = subprocess.run(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=free_port()),
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    return spec_path, storage
+
+
 def test_an_optuna_sweep_runs_its_trial_budget_per_cell(tmp_path, ray_temp):
     spec = yaml.safe_load((SWEEPS / "istree_micro.yaml").read_text())
     spec.update(name="optuna_micro", axes=dict(archs=["transformer"], setups=["cot"], sizes=["tiny"], n=[4, 5], seeds=[0]),
                 lr=dict(transformer=dict(distribution="loguniform", low=1e-4, high=1e-2)),
                 search=dict(method="optuna", num_samples=3, metric="val_exact_match", mode="max"))
     spec["training"].update(samples=1024, eval_every=512)
-    spec_path = tmp_path / "optuna.yaml"
-    spec_path.write_text(yaml.safe_dump(spec))
-    storage = tmp_path / "runs"
-    result = subprocess.run(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=free_port()),
-                            capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    spec_path, storage = launch_to_the_end(spec, tmp_path, ray_temp)
     df = load_trials(storage / "optuna_micro")
     assert len(df) == 2 * 3 and (df["state"] == "finished").all()
     for _, cell in df.groupby("n"):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.orchestrator.test_sweep_e2e import SWEEPS, cli, free_port, ray_temp  # noqa: F401
+from tests.orchestrator.test_sweep_e2e import SWEEPS, cli, free_port, launch_to_the_end, ray_temp  # noqa: F401
 
 
 def _key(item) -> str:
@@ -57,12 +57,7 @@ def test_every_tracker_holds_each_trials_config_and_every_evaluation(tmp_path, r
     spec = yaml.safe_load((SWEEPS / "istree_micro.yaml").read_text())
     spec.update(name="tracked", tracking=dict(wandb=dict(project="icr-test", mode="offline"), mlflow={},
                                              tensorboard=True))
-    spec_path = tmp_path / "tracked.yaml"
-    spec_path.write_text(yaml.safe_dump(spec))
-    storage = tmp_path / "runs"
-    result = subprocess.run(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=free_port()),
-                            capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    _, storage = launch_to_the_end(spec, tmp_path, ray_temp)
     run = storage / "tracked"
     trials = sorted(p.parent for p in run.glob("*/params.json"))
     assert len(trials) == 2
