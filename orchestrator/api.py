@@ -27,7 +27,7 @@ def load_run(run_dir: str | Path, evaluations: bool = True) -> pd.DataFrame:
     exact match, ...; `lr_at` the scheduled learning rate then); a trial with no
     evaluation yet has one row with those figures empty. Without: one row per trial,
     its latest figures, as results.csv. `attrs["notes"]` says what could not be read."""
-    from orchestrator.report import METRIC_KEYS, is_trial_dir, read_results, read_run
+    from orchestrator.report import METRIC_KEYS, read_results, read_run, trials_home
     from orchestrator.storage import is_remote, local_view
 
     location = str(run_dir)
@@ -40,9 +40,8 @@ def load_run(run_dir: str | Path, evaluations: bool = True) -> pd.DataFrame:
         trials, _, notes = read_run(local, locked=not remote)
         if evaluations and not trials.empty:
             rows = []
-            runs_dir = local.parent if is_trial_dir(local) else local  # a `train --out` directory is one trial
             for name in trials["trial"]:
-                for i, row in enumerate(r for r in read_results(runs_dir / name) if r.get("evaluated", True)):
+                for i, row in enumerate(r for r in read_results(trials_home(local) / name) if r.get("evaluated", True)):
                     rows.append({"trial": name, "evaluation": i, "lr_at": row.get("lr"),
                                  **{k: row.get(k) for k in EVALUATION_KEYS}})
             evals = pd.DataFrame(rows, columns=["trial", "evaluation", "lr_at", *EVALUATION_KEYS])

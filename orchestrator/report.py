@@ -37,7 +37,6 @@ COLUMNS = {"model.arch": "arch", "task.setup": "setup", "model.size": "size", "t
 
 
 METRIC_KEYS = (*PROGRESS, *METRICS)  # a trial's latest figures, as status, report and results.csv give them
-PROGRESS_KEYS = PROGRESS  # also in the rows between evaluations
 
 
 def _read_results(path: Path) -> tuple[list[dict], list[str]]:
@@ -167,10 +166,11 @@ def load_trials(run_dir: Path, planned: dict[str, dict] | None = None, locked: b
     planned = planned or {}
     statuses, problem = tune_statuses(run_dir)
     live = driver_is_live(run_dir) if locked else None
-    names = {p.parent.name for pattern in ("*/params.json", "*/result.json") for p in run_dir.glob(pattern)}
-    names |= set(statuses) | set(planned)
     if only is not None:  # one trial's directory, as `train --out` writes it
         names = {only}
+    else:
+        names = {p.parent.name for pattern in ("*/params.json", "*/result.json") for p in run_dir.glob(pattern)}
+        names |= set(statuses) | set(planned)
     rows = []
     for name in sorted(names):
         trial_dir = run_dir / name
@@ -190,7 +190,7 @@ def load_trials(run_dir: Path, planned: dict[str, dict] | None = None, locked: b
         # metrics are the last evaluation's, the progress the latest row's.
         evaluated = [r for r in results if r.get("evaluated", True)]
         last_eval = evaluated[-1] if evaluated else {}
-        metrics = {k: (last if k in PROGRESS_KEYS else last_eval).get(k) for k in METRIC_KEYS}
+        metrics = {k: (last if k in PROGRESS else last_eval).get(k) for k in METRIC_KEYS}
         flat = pd.json_normalize(config, sep=".").iloc[0].to_dict() if config else {}
         rows.append({"trial": name, "state": state, **metrics, "error": "; ".join(filter(None, [error, *problems])), **flat})
     df = pd.DataFrame(rows)
@@ -233,11 +233,11 @@ def best_by_cell(df: pd.DataFrame, metric: str = HEADLINE, mode: str = "max") ->
     per_seed = per_seed.sort_values("_key", ascending=mode == "min", kind="stable").groupby(GROUP + ["seed"]).head(1)
     chosen = pd.concat([done[shared].assign(_pick=lambda d: d["lr"]), per_seed.assign(_pick=math.nan)])
     rows = []
-    for key, trials in chosen.groupby(GROUP + ["_pick"], dropna=False, sort=False):
+    for cell, trials in chosen.groupby(GROUP + ["_pick"], dropna=False, sort=False):
         lrs = sorted(trials["lr"])
         lr = lrs[0] if lrs[0] == lrs[-1] else math.exp(sum(map(math.log, lrs)) / len(lrs))
         by_seed = trials.sort_values("seed")
-        row = dict(zip(GROUP, key), lr=float(lr), lrs="/".join(f"{v:.0e}" for v in by_seed["lr"]), seeds=len(trials),
+        row = dict(zip(GROUP, cell), lr=float(lr), lrs="/".join(f"{v:.0e}" for v in by_seed["lr"]), seeds=len(trials),
                    trials=";".join(by_seed["trial"]), _key=trials["_key"].mean())
         for m in SUMMARIES:
             row[m], row[f"{m}_std"] = trials[m].mean(), trials[m].std()
@@ -431,6 +431,13 @@ def is_trial_dir(path: Path) -> bool:
     return (Path(path) / "params.json").is_file()
 
 
+def trials_home(path: Path) -> Path:
+    """The directory holding the trials' directories: the run's, or for one trial's
+    directory (`train --out`) its parent."""
+    path = Path(path)
+    return path.parent if is_trial_dir(path) else path
+
+
 def read_run(run_dir: Path, locked: bool = True):
     """The trials of a run directory (planned ones included), the spec it was
     launched with (None if absent or damaged), and notes on what could not be read.
@@ -496,7 +503,7 @@ def write_report(run_dir: Path, locked: bool = True, solved: float = SOLVED) -> 
         lines += ["", "## What this run shows of the paper's findings", "",
                   "Decided from the table above (teacher-forced exact match, mean over seeds):", "",
                   *lines_found]
-    falling = still_falling(run_dir.parent if is_trial_dir(run_dir) else run_dir, df, best)
+    falling = still_falling(trials_home(run_dir), df, best)
     if falling:
         lines += ["", f"**Under-trained:** the training loss of these cells fell by more than {FALLING:.0%} between "
                   "their last two evaluations, so more samples may change them: " + "; ".join(falling) + "."]

@@ -203,12 +203,15 @@ def _trial_name(trial) -> str:
 OPTUNA_FILE = "optuna.db"  # the studies of an Optuna sweep with a local run directory
 
 
+def _sqlite_in(run_dir: str, file: str) -> Optional[str]:
+    """The URL of an SQLite file in a local run directory; None for a remote one."""
+    return None if is_remote(run_dir) else f"sqlite:///{Path(run_dir).resolve() / file}"
+
+
 def optuna_storage(spec: SweepSpec, run_dir: str) -> Optional[str]:
     """Where the sweep keeps its Optuna studies: search.storage, else an SQLite file in
     a local run directory; None (in memory only) for a remote run without one."""
-    if spec.search.storage:
-        return spec.search.storage
-    return None if is_remote(run_dir) else f"sqlite:///{Path(run_dir).resolve() / OPTUNA_FILE}"
+    return spec.search.storage or _sqlite_in(run_dir, OPTUNA_FILE)
 
 
 def study_name(spec: SweepSpec, cell) -> str:
@@ -461,11 +464,7 @@ def mlflow_uri(spec: SweepSpec) -> Optional[str]:
     """The MLflow tracking URI of the spec's tracking.mlflow: its own, else an SQLite
     file in a local run directory (MLflow's file store is in maintenance mode and
     refuses to open by default); None for a remote run without one."""
-    mlflow = spec.tracking.mlflow
-    if mlflow.tracking_uri:
-        return mlflow.tracking_uri
-    run_dir = spec.run_dir()
-    return None if is_remote(run_dir) else f"sqlite:///{Path(run_dir).resolve() / 'mlflow.db'}"
+    return spec.tracking.mlflow.tracking_uri or _sqlite_in(spec.run_dir(), "mlflow.db")
 
 
 def trackers(spec: SweepSpec) -> list:
