@@ -12,7 +12,7 @@ what autograd really saves, on CPU, with the scan kernel's saving rule.
 from dataclasses import dataclass
 
 from workloads.config import TrialConfig
-from workloads.models.config import SCAN_CHUNK, ModelConfig  # noqa: F401  (SCAN_CHUNK: the tests read it here)
+from workloads.models.config import ModelConfig
 # Per trial process: CUDA context, cuBLAS workspace and caching-allocator slack.
 # Not measured on a GPU by this project yet (issue 9 keeps that open).
 PROCESS_OVERHEAD = 1 << 30

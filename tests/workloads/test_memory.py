@@ -9,11 +9,12 @@ import math
 import pytest
 import torch
 
-import workloads.models.mamba as mamba
+import workloads.models.mamba.layer as mamba
 from workloads.config import trial_config
-from workloads.memory import SCAN_CHUNK, activation_floats_per_token, estimate, trial_estimate
+from workloads.memory import activation_floats_per_token, estimate, trial_estimate
 from workloads.models import PRESETS, build_model, preset
-from workloads.models.selective_scan import scan_cpu
+from workloads.models.mamba import SCAN_CHUNK
+from workloads.models.mamba.selective_scan import scan_cpu
 from workloads.tasks import IsTreeConfig
 from workloads.tasks.istree import IsTreeTask
 

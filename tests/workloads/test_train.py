@@ -326,7 +326,7 @@ def test_checkpoints_load_to_cpu_so_rng_states_restore_on_any_device(tmp_path, m
 
 
 def test_mamba_on_cuda_without_mamba_ssm_refuses_to_build_instead_of_crawling(monkeypatch):
-    import workloads.models.mamba as mamba_mod
+    import workloads.models.mamba.layer as mamba_mod
 
     monkeypatch.setattr(mamba_mod, "_import_mamba_ssm_scan", lambda: (None, "ImportError: No module named 'mamba_ssm'"))
     for arch in ("mamba", "hybrid"):

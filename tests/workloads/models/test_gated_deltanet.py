@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from tests.workloads.models import mixer_checks
-from workloads.models.config import GatedDeltaNetConfig
-from workloads.models.gated_deltanet import (
+from workloads.models.gated_deltanet import GatedDeltaNetConfig
+from workloads.models.gated_deltanet.layer import (
     GatedDeltaNetMixer,
     delta_chunked,
     delta_recurrent,
@@ -95,7 +95,7 @@ def test_fla_kernel_equals_our_chunked_form():
 
 
 def test_auto_takes_the_kernel_only_where_it_runs(monkeypatch):
-    from workloads.models import gated_deltanet
+    from workloads.models.gated_deltanet import layer as gated_deltanet
 
     def fake_kernel(*args, **kwargs):
         raise AssertionError("not called here")

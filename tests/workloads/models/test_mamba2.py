@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from tests.workloads.models import mixer_checks
-from workloads.models.config import Mamba2Config
-from workloads.models.mamba2 import (
+from workloads.models.mamba2 import Mamba2Config
+from workloads.models.mamba2.layer import (
     Mamba2Mixer,
     mamba2_kernel,
     ssd_chunked,

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from tests.workloads.models import mixer_checks
-from workloads.models.gated_deltanet import GatedDeltaNetMixer
-from workloads.models.mamba2 import Mamba2Mixer
+from workloads.models.gated_deltanet.layer import GatedDeltaNetMixer
+from workloads.models.mamba2.layer import Mamba2Mixer
 
 D_MODEL = 16
 MIXERS = {

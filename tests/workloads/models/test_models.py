@@ -8,8 +8,8 @@ from typer.testing import CliRunner
 
 from orchestrator.cli import app
 from workloads.models import PAPER_PARAMS, PRESETS, build_model, preset
-from workloads.models.mamba import MambaMixer, mamba_ssm_scan
-from workloads.models.selective_scan import scan_cpu, scan_reference
+from workloads.models.mamba.layer import MambaMixer, mamba_ssm_scan
+from workloads.models.mamba.selective_scan import scan_cpu, scan_reference
 
 VOCAB = 27
 ARCHS = list(PRESETS)

@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.models.config import MambaConfig
+from workloads.models.mamba import MambaConfig
 from workloads.models.recurrent_parts import dt_bias_init, short_conv, short_conv_step
-from workloads.models.selective_scan import scan_cpu, scan_reference
+from workloads.models.mamba.selective_scan import scan_cpu, scan_reference
 
 @functools.cache
 def _import_mamba_ssm_scan():

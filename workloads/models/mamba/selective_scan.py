@@ -10,7 +10,7 @@ Bm, C (B, L, N); returns y (B, L, D) and the last state (B, D, N)):
   slower than a Transformer of the same size; this one keeps the state of one
   channel in registers, recomputes it in the backward pass, and needs only
   O(threads * L * N) scratch memory.
-- mamba-ssm's CUDA kernel, wrapped in `workloads.models.mamba`.
+- mamba-ssm's CUDA kernel, wrapped in `workloads.models.mamba.layer`.
 """
 
 import math
