@@ -7,9 +7,9 @@ from typing import Literal, Optional
 
 import typer
 
-from workloads.config import Device, Precision
+from workloads.config import Device, Precision, TrainConfig
 from workloads.models.config import Arch
-from workloads.tasks import DEFAULT_TASK, TASKS
+from workloads.tasks import DEFAULT_TASK, TASKS, task_config
 from workloads.tasks.istree import Family
 
 Format = Literal["text", "jsonl"]
@@ -46,21 +46,25 @@ def _task_config(task: str, n: int, setup: Optional[str], family: Family, sets: 
         key, sep, value = item.partition("=")
         if not (sep and key.strip()):
             _fail(f"--set: {item!r} is not FIELD=VALUE")
+        if key.strip() in ("n", "setup", "family"):
+            _fail(f"--set: {key.strip()} has a flag of its own, --{key.strip()}")
         fields[key.strip()] = value.strip()
-    fields["n"] = n
-    if setup is not None:
-        fields["setup"] = setup
-    if TASKS[task][0].has("family"):
-        fields["family"] = family
-    elif family != "binary":
+    if not TASKS[task][0].has("family") and family != "binary":
         _fail(f"--family: {task} has no graph family")
     try:
-        return TASKS[task][0](**fields)
+        return task_config(task, n, setup, family, **fields)
     except ValidationError as e:
         err = e.errors()[0]
         field = str(err["loc"][0]) if err["loc"] else ""
         flag = f"--{field}" if field in ("n", "setup", "family") else f"--set {field}" if field else f"--set ({task})"
         _fail(f"{flag}: {err['msg'].removeprefix('Value error, ')} (got {err.get('input')!r})")
+
+
+def _protocol_option(field: str):
+    """A `train` option for a field of the training protocol, with TrainConfig's
+    default and description: the protocol's defaults are written once, there."""
+    info = TrainConfig.model_fields[field]
+    return typer.Option(info.default, help=info.description)
 
 
 SET_OPTION = typer.Option([], "--set", help="another field of the task's config, FIELD=VALUE (e.g. ar: keys=64); repeatable")
@@ -69,12 +73,13 @@ DIM_OPTION = typer.Option([], "--dim", help="a model dimension beyond the preset
                           "as a spec's axes.model; repeatable")
 
 
-def _model_config(arch: str, size: str, dims: list[str]):
-    """The preset, with --dim's fields replaced and named as a spec names it (tiny-dmodel64)."""
+def _model_dims(arch: str, size: str, dims: list[str]) -> dict[str, int]:
+    """--dim's fields, checked against the preset as a spec's axes.model is; exit 2
+    naming the flag at fault."""
     from pydantic import ValidationError
 
-    from orchestrator.spec import MODEL_AXES, _dimensions, _label, _resized
     from workloads.models import preset
+    from workloads.models.config import MODEL_DIMENSIONS
 
     try:
         base = preset(arch, size)
@@ -83,19 +88,18 @@ def _model_config(arch: str, size: str, dims: list[str]):
     fields = {}
     for item in dims:
         key, sep, value = (part.strip() for part in item.partition("="))
-        if not (sep and key in MODEL_AXES and value.isdigit() and int(value) > 0):
-            _fail(f"--dim: {item!r} is not FIELD=VALUE with FIELD one of {', '.join(MODEL_AXES)} and VALUE a positive integer")
-        if key not in _dimensions(base):
-            _fail(f"--dim: {arch} has no layer with {key}; its dimensions: {', '.join(sorted(_dimensions(base) & set(MODEL_AXES)))}")
+        if not (sep and key in MODEL_DIMENSIONS and value.isdigit() and int(value) > 0):
+            _fail(f"--dim: {item!r} is not FIELD=VALUE with FIELD one of {', '.join(MODEL_DIMENSIONS)} and VALUE a positive integer")
+        if key not in base.dimensions:
+            _fail(f"--dim: {arch} has no layer with {key}; its dimensions: {', '.join(sorted(base.dimensions))}")
         fields[key] = int(value)
-    if not fields:
-        return base
     try:
-        return _resized(base, f"{size}-{_label(fields)}", fields)
+        base.variant(fields)
     except ValidationError as e:
         _fail(f"--dim: {e.errors()[0]['msg'].removeprefix('Value error, ')}")
     except ValueError as e:
         _fail(f"--dim: {e}")
+    return fields
 
 
 @app.command("show-task")
@@ -234,20 +238,23 @@ def train(
     sets: list[str] = SET_OPTION,
     dims: list[str] = DIM_OPTION,
     family: Family = typer.Option("binary", help="istree: the graphs' family"),
-    samples: int = typer.Option(1_000_000, help="training samples in all"),
+    samples: int = _protocol_option("samples"),
     lr: Optional[float] = typer.Option(None, help="peak learning rate [default: 1e-3 transformer, 3e-4 others]"),
-    seed: int = typer.Option(0),
-    batch_size: int = typer.Option(64),
+    seed: int = _protocol_option("seed"),
+    batch_size: int = _protocol_option("batch_size"),
     warmup_samples: Optional[int] = typer.Option(
         None, help="linear warm-up [default: 10,000 (the paper's), or a tenth of --samples when that is less]"
     ),
-    eval_every: int = typer.Option(100_000, help="samples between evaluations and checkpoints"),
-    checkpoint_every_s: float = typer.Option(60.0, help="seconds of training between checkpoints between evaluations"),
-    val_samples: int = typer.Option(5_000),
-    gen_every_eval: bool = typer.Option(False, help="generation accuracy at every evaluation"),
-    grad_clip: Optional[float] = typer.Option(None),
-    device: Device = typer.Option("auto"),
-    precision: Precision = typer.Option("fp32"),
+    eval_every: int = _protocol_option("eval_every"),
+    checkpoint_every_s: float = _protocol_option("checkpoint_every_s"),
+    val_samples: int = _protocol_option("val_samples"),
+    val_seed: int = _protocol_option("val_seed"),
+    eval_batch_size: int = _protocol_option("eval_batch_size"),
+    length_groups: int = _protocol_option("length_groups"),
+    gen_every_eval: bool = _protocol_option("gen_every_eval"),
+    grad_clip: Optional[float] = _protocol_option("grad_clip"),
+    device: Device = _protocol_option("device"),
+    precision: Precision = _protocol_option("precision"),
     cpus: int = typer.Option(1, min=1, help="threads for torch, OpenMP and numba (resources.cpus_per_trial in a sweep)"),
 ):
     """Train and evaluate one trial without Ray. Re-running with the same --out resumes it."""
@@ -257,16 +264,17 @@ def train(
     from workloads.config import trial_config
 
     if warmup_samples is None:
-        warmup_samples = min(10_000, samples // 10)
-    task_config = _task_config(task, n, setup, family, sets)
-    model = _model_config(arch, size, dims)
+        warmup_samples = min(TrainConfig.model_fields["warmup_samples"].default, samples // 10)
+    task_cfg = _task_config(task, n, setup, family, sets)
+    fields = _model_dims(arch, size, dims)
     try:
         config = trial_config(
-            arch, size, task_config, lr=lr,
-            samples=samples, seed=seed, batch_size=batch_size, warmup_samples=warmup_samples,
-            eval_every=eval_every, checkpoint_every_s=checkpoint_every_s, val_samples=val_samples, gen_every_eval=gen_every_eval,
-            grad_clip=grad_clip, device=device, precision=precision,
-        ).model_copy(update={"model": model})
+            arch, size, task_cfg, lr=lr, dims=fields,
+            samples=samples, seed=seed, batch_size=batch_size, warmup_samples=warmup_samples, eval_every=eval_every,
+            checkpoint_every_s=checkpoint_every_s, val_samples=val_samples, val_seed=val_seed, eval_batch_size=eval_batch_size,
+            length_groups=length_groups, gen_every_eval=gen_every_eval, grad_clip=grad_clip, device=device,
+            precision=precision,
+        )
         check_storage(str(out), flag="--out")
         out.mkdir(parents=True, exist_ok=True)
     except ValidationError as e:
@@ -414,7 +422,8 @@ def plan(
     """Show the trials a spec would run, with each trial's estimated peak GPU memory
     and GPU share, warnings for trials that would not fit their share, and the
     sweep's projected wall time from measured rates (bench/bench_sweep.py)."""
-    from orchestrator.spec import cell_name, cells, expand, gpu_share, memory_warnings, trial_for
+    from orchestrator.grid import cell_name, cells, expand, trial_for
+    from orchestrator.packing import gpu_share, memory_warnings
 
     s = _spec(spec)
     on_gpu = s.resources.device != "cpu"
@@ -424,15 +433,16 @@ def plan(
             rows.append(dict(name=t.name, arch=t.model.arch, setup=t.setup, size=t.model.size, n=t.task.n,
                              **_task_columns(s), lr=t.train.lr, seed=t.train.seed, samples=t.train.samples,
                              config=t.model_dump(mode="json")))
-            shares[t.name] = gpu_share(s, t) if on_gpu else None
+            shares[t.name] = gpu_share(s.resources, t) if on_gpu else None
     else:
-        for arch, setup, size, n, seed in cells(s):
+        for cell in cells(s):
+            arch, setup, size, n, seed = cell
             d = getattr(s.lr, arch)
-            name = cell_name((arch, setup, size, n, seed))
+            name = cell_name(cell)
             rows.append(dict(name=name, arch=arch, setup=setup, size=size, n=n,
                              **_task_columns(s), lr=f"{d.distribution}({d.low:g}, {d.high:g})", seed=seed,
                              trials=s.search.num_samples, samples=s.training.samples * s.search.num_samples))
-            shares[name] = gpu_share(s, trial_for(s, arch, setup, size, n, seed, d.low)) if on_gpu else None
+            shares[name] = gpu_share(s.resources, trial_for(s, *cell, d.low)) if on_gpu else None
     if on_gpu:
         for row in rows:
             row["gpus"], row["gpu_mem_gb"] = shares[row["name"]][0], round(shares[row["name"]][1], 1)
@@ -445,7 +455,7 @@ def plan(
     if on_gpu:
         typer.echo(f"gpu_mem_gb: estimated peak GPU memory of a training step (workloads/memory.py), "
                    f"against {s.resources.gpu_memory_gb:g} GB GPUs (resources.gpu_memory_gb)")
-        for warning in memory_warnings(s, shares):
+        for warning in memory_warnings(s.resources.gpu_memory_gb, shares):
             typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
     typer.echo(_projection_line(s, device_name, devices, rates))
 
@@ -594,9 +604,9 @@ def launch(
             s.resources.device == "auto" and not _local_gpus())), cpus=num_cpus)
         resources = _start_ray(_ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus), s)
         if resources["gpu"]:
-            from orchestrator.spec import gpu_shares, memory_warnings
+            from orchestrator.packing import gpu_shares, memory_warnings
 
-            for warning in memory_warnings(s, gpu_shares(s)):
+            for warning in memory_warnings(s.resources.gpu_memory_gb, gpu_shares(s)):
                 typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
         typer.echo(f"Sweep {s.name!r} -> {run_dir}", err=True)
         sweep.launch(s, resources)
@@ -648,7 +658,7 @@ def _preflight(s, on_this_cpu: bool, cpus: Optional[int] = None) -> None:
     the trials that could not run."""
     import os
 
-    from orchestrator.spec import shape_trials
+    from orchestrator.grid import shape_trials
     from workloads.preflight import check_models, cpu_memory_problems
 
     trials = shape_trials(s)

@@ -91,13 +91,14 @@ def project(trials: list[dict], classes: list[dict], devices: float) -> Projecti
 def spec_trials(spec, on_gpu: bool) -> list[dict]:
     """The trials of a spec as `project` takes them (an Optuna spec: each cell's
     num_samples trials), each with its share: its GPU fraction, or its CPUs."""
-    from orchestrator.spec import gpu_share, shape_trials
+    from orchestrator.grid import shape_trials
+    from orchestrator.packing import gpu_share
 
     count = 1 if spec.search.method == "grid" else spec.search.num_samples
     configs = [(t, count) for t in shape_trials(spec)]
     out = []
     for t, count in configs:
-        share = gpu_share(spec, t)[0] if on_gpu else spec.resources.cpus_per_trial
+        share = gpu_share(spec.resources, t)[0] if on_gpu else spec.resources.cpus_per_trial
         row = dict(arch=t.model.arch, size=t.model.size, setup=t.setup, n=t.task.n, samples=t.train.samples,
                    share=share, longest_sample=t.task.longest_sample)
         out += [row] * count

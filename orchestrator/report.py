@@ -8,6 +8,7 @@ files, so a report can always be regenerated.
 
 import json
 import math
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -343,6 +344,13 @@ def plot(best: pd.DataFrame, out_dir: Path, task: str = DEFAULT_TASK) -> list[Pa
 SOLVED = 0.9  # exact match at which a cell counts as solved in the frontier
 
 
+def _longest_sample(spec, setup: str, n: int) -> int:
+    """The longest sample of a cell's task (the frontier figure's length axis)."""
+    from orchestrator.grid import cell_task
+
+    return cell_task(spec, setup, n).longest_sample
+
+
 def frontier(best: pd.DataFrame, solved: float = SOLVED, model_of=None) -> pd.DataFrame:
     """Per (setup, arch, size): the largest n whose exact match (mean over seeds, at
     the cell's best lr) reaches `solved`, beside the model's state: the recurrent
@@ -443,7 +451,8 @@ def read_run(run_dir: Path, locked: bool = True):
     launched with (None if absent or damaged), and notes on what could not be read.
     `locked`: whether the directory is the run's own, with its driver lock (not a
     copy of a remote run)."""
-    from orchestrator.spec import SpecError, planned_trials, run_spec
+    from orchestrator.grid import planned_trials
+    from orchestrator.spec import SpecError, run_spec
 
     notes = [] if locked else ["a remote run has no driver lock: 'running' is Tune's last record, "
                                "which a driver killed mid-sweep leaves behind (`icr-sweep resume` continues it)"]
@@ -508,18 +517,11 @@ def write_report(run_dir: Path, locked: bool = True, solved: float = SOLVED) -> 
         lines += ["", f"**Under-trained:** the training loss of these cells fell by more than {FALLING:.0%} between "
                   "their last two evaluations, so more samples may change them: " + "; ".join(falling) + "."]
     if not best.empty and best["n"].nunique() >= 2:
-        length = model_of = None
-        if spec is not None:
-            from orchestrator.spec import model_variants, task_config
+        from orchestrator.grid import cell_model
 
-            def length(setup, n):
-                return task_config(spec, setup, n).longest_sample
-
-            def model_of(arch, size):
-                return model_variants(spec, arch)[size]
-        table = frontier(best, solved, model_of)
+        table = frontier(best, solved, partial(cell_model, spec) if spec else None)
         table.to_csv(run_dir / "frontier.csv", index=False)
-        plot_frontier(table, run_dir, solved, length)
+        plot_frontier(table, run_dir, solved, partial(_longest_sample, spec) if spec else None)
         lines += ["", f"## Frontier: the largest n each model solves (exact match >= {solved:g})", "",
                   "| setup | arch | size | state_floats | kv_floats_per_token | largest n solved | of n up to |",
                   "|---|---|---|---|---|---|---|"]

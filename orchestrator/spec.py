@@ -1,12 +1,15 @@
-"""The sweep spec: a tree of small frozen pydantic models, one per concern.
+"""The sweep spec: a tree of small frozen pydantic models, one per concern, and
+how a YAML file or a run directory becomes one.
 
 Unknown keys are errors (extra="forbid"), so a misspelt YAML key names its path
-instead of being silently ignored. `expand` turns a spec into resolved trial
-configs, the very ones `icr-sweep train` takes.
+instead of being silently ignored. The grid a spec sweeps (its variants, cells
+and trials) is orchestrator/grid.py; how its trials share a GPU,
+orchestrator/packing.py.
 """
 
 import itertools
 import json
+from copy import copy
 import math
 import re
 import typing
@@ -16,11 +19,11 @@ from typing import Literal, Optional, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
-from workloads.config import Device, Precision, Seed, TrainConfig, TrialConfig
+from orchestrator.grid import model_variants, task_variants
+from workloads.config import PER_TRIAL, Device, Seed, TrainConfig
 from workloads.metrics import HEADLINE, METRICS
-from workloads.models import preset
-from workloads.models.config import DEFAULT_LR, MIXERS, Arch, ModelConfig, Size
-from workloads.tasks import DEFAULT_TASK, TASKS
+from workloads.models.config import DEFAULT_LR, MODEL_DIMENSIONS, Arch, Size
+from workloads.tasks import DEFAULT_TASK, TASKS, task_config
 from workloads.tasks.istree import N_MAX, N_MIN, Family
 
 # Where Ray Tune can store results (pyarrow filesystems); a plain path is local.
@@ -69,13 +72,6 @@ class _Spec(BaseModel):
         return value
 
 
-# Model dimensions a spec can sweep: the stack's, its attention layers' and every
-# mixer's integer fields (each swept only for the architectures that have it).
-ATTENTION_AXES = ("n_heads", "d_mlp")
-MODEL_AXES = ("d_model", "n_layers", *ATTENTION_AXES, *dict.fromkeys(
-    field for cls in MIXERS.values() for field, info in cls.model_fields.items() if info.annotation is int))
-
-
 class AxesSpec(_Spec):
     """The grid: one trial per combination (and per learning rate, see `lr`)."""
 
@@ -111,12 +107,12 @@ class AxesSpec(_Spec):
             raise ValueError("give dimensions for every arch ({d_state: [4, 16]}) or per arch "
                              "({mamba: {d_state: [4, 16]}}), not both")
         archs = Arch.__args__
-        known = ", ".join(map(repr, MODEL_AXES))
+        known = ", ".join(map(repr, MODEL_DIMENSIONS))
         for key, axes in value.items():
             if isinstance(axes, dict) and key not in archs:
                 raise ValueError(f"{key!r} is not an arch; known: {', '.join(map(repr, archs))}")
             for field, values in (axes.items() if isinstance(axes, dict) else [(key, axes)]):
-                if field not in MODEL_AXES:
+                if field not in MODEL_DIMENSIONS:
                     raise ValueError(f"{field!r} is not a model dimension to sweep; known: {known}")
                 where = f"{key}.{field}" if isinstance(axes, dict) else field
                 if not values or len(set(values)) != len(values) or min(values) < 1:
@@ -196,27 +192,12 @@ LearningRateSpec = create_model(
 )
 
 
-class TrainingSpec(_Spec):
-    """Training protocol shared by every trial (PAPER.md's defaults)."""
-
-    samples: int = Field(1_000_000, gt=0)
-    batch_size: int = Field(64, gt=0)
-    warmup_samples: int = Field(10_000, ge=0)
-    eval_every: int = Field(100_000, gt=0)
-    checkpoint_every_s: float = Field(60.0, gt=0, allow_inf_nan=False, description="seconds of training between "
-                                      "checkpoints taken between evaluations: a killed trial loses at most this")
-    val_samples: int = Field(5_000, gt=0)
-    val_seed: Seed = 1234
-    eval_batch_size: int = Field(250, gt=0)
-    length_groups: int = Field(4, gt=0, description="micro-batches of similar lengths per training batch "
-                               "(no work on padding; the same loss); 1: one padded batch")
-    gen_every_eval: bool = False
-    grad_clip: Optional[float] = Field(None, gt=0)
-    precision: Precision = "fp32"
-
-
-GPU_SHARES = (0.125, 0.25, 0.5, 1.0)  # what `gpus_per_trial: auto` chooses from
-GPU_HEADROOM = 0.9  # a trial fits a share when its estimate is below 90% of it (fragmentation)
+# The training protocol every trial shares: TrainConfig's fields (their defaults,
+# PAPER.md's, and bounds written there once) but those the grid sets per trial.
+TrainingSpec = create_model(
+    "TrainingSpec", __base__=_Spec, __doc__="Training protocol shared by every trial (PAPER.md's defaults).",
+    **{name: (info.annotation, copy(info)) for name, info in TrainConfig.model_fields.items() if name not in PER_TRIAL},
+)
 
 
 class ResourcesSpec(_Spec):
@@ -359,7 +340,7 @@ class SweepSpec(_Spec):
                              f"({', '.join(self.axes.archs)})")
         for arch in self.axes.archs:
             try:
-                model_variants(self, arch)  # every preset exists, and every variant is a valid model
+                model_variants(arch, self.axes.sizes, self.axes.model_axes(arch))  # every variant is a valid model
             except ValidationError as e:
                 raise ValueError(f"axes.model with {arch}: {e.errors()[0]['msg'].removeprefix('Value error, ')}") from None
             except ValueError as e:
@@ -376,9 +357,9 @@ class SweepSpec(_Spec):
             if field in self.task_params:
                 raise ValueError(f"axes.task: {field} is also in task_params; give it in one place")
         where = "axes.task" if self.axes.task else "task_params"
-        for label, n in itertools.product(task_variants(self), self.axes.n):
+        for (label, variant), n in itertools.product(task_variants(self.axes.setups, self.axes.task).items(), self.axes.n):
             try:
-                task_config(self, label, n)
+                task_config(self.task, n, variant.setup, self.axes.family, **self.task_params, **variant.fields)
             except ValidationError as e:
                 first = e.errors()[0]
                 raise ValueError(f"{where}: {'.'.join(map(str, first['loc'])) or self.task}: "
@@ -396,7 +377,7 @@ class SweepSpec(_Spec):
         """How many trials the spec runs, computed without building the trials."""
         a = self.axes
         per_model = len(a.setups) * math.prod(len(v) for v in a.task.values()) * len(a.n) * len(a.seeds)
-        models = {arch: len(model_variants(self, arch)) for arch in a.archs}
+        models = {arch: len(model_variants(arch, a.sizes, a.model_axes(arch))) for arch in a.archs}
         if self.search.method == "optuna":
             return sum(models.values()) * per_model * self.search.num_samples
         return sum(len(self.lr.values(arch)) * models[arch] for arch in a.archs) * per_model
@@ -526,159 +507,3 @@ def load_spec(path: Path | str) -> SweepSpec:
         return SweepSpec.model_validate(data)
     except ValidationError as e:
         raise SpecError(format_errors(e, str(path))) from None
-
-
-def _label(fields: dict) -> str:
-    """tiny-dstate4's suffix: each swept field's name without underscores, then its value."""
-    return "-".join(f"{k.replace('_', '')}{v}" for k, v in fields.items())
-
-
-def task_variants(spec: SweepSpec) -> dict[str, tuple[str, str, dict]]:
-    """{setup label: (setup, task label, fields)} for every setup and, with
-    axes.task, every combination of its values (vanilla-seqlen64)."""
-    axes = spec.axes.task
-    out = {}
-    for setup in spec.axes.setups:
-        for values in itertools.product(*axes.values()):
-            fields = dict(zip(axes, values))
-            label = _label(fields)
-            out["-".join(filter(None, [setup, label]))] = (setup, label, fields)
-    return out
-
-
-def task_config(spec: SweepSpec, setup: str, n: int):
-    """The task config of one grid cell; `setup` is a label of task_variants."""
-    base, _, fields = task_variants(spec).get(setup, (setup, "", {}))
-    fields = dict(spec.task_params, **fields, n=n, setup=base)
-    config_cls = TASKS[spec.task][0]
-    if config_cls.has("family"):
-        fields.setdefault("family", spec.axes.family)
-    return config_cls(**fields)
-
-
-def _train_config(spec: SweepSpec, lr: float, seed: int) -> TrainConfig:
-    device = "cpu" if spec.resources.device == "cpu" else "auto"
-    return TrainConfig(lr=lr, seed=seed, device=device, **spec.training.model_dump())
-
-
-def _resized(cfg: ModelConfig, label: str, fields: dict) -> ModelConfig:
-    """`cfg` with `fields` (its own or its mixer's) replaced and named `label`. A
-    new n_layers keeps the layout: all attention, none, or attention in the last
-    layer (the hybrid)."""
-    update = dict(fields, size=label)
-    if "n_layers" in fields:
-        layers, idx = fields["n_layers"], cfg.attn_layer_idx
-        if len(idx) == cfg.n_layers:
-            update["attn_layer_idx"] = tuple(range(layers))
-        elif idx == (cfg.n_layers - 1,):
-            if layers < 2:
-                raise ValueError(f"n_layers {layers} leaves the {cfg.arch} no recurrent layer below its attention "
-                                 "layer; a hybrid needs n_layers of at least 2")
-            update["attn_layer_idx"] = (layers - 1,)
-        elif idx:
-            raise ValueError(f"n_layers of {cfg.arch}: its attention layers {idx} have no rule to follow")
-    return cfg.with_fields(**update)
-
-
-def _dimensions(cfg: ModelConfig) -> set[str]:
-    """The model dimensions `cfg` has a layer for."""
-    own = {"d_model", "n_layers"} | (set(ATTENTION_AXES) if cfg.attn_layer_idx else set())
-    return own | (set(type(cfg.mixer).model_fields) if cfg.n_recurrent_layers else set())
-
-
-def model_variants(spec: SweepSpec, arch: str) -> dict[str, ModelConfig]:
-    """The models of `arch` a spec sweeps, by size label: each size's preset, and
-    with axes.model each combination of its dimensions (tiny-dstate4-expand1).
-    A dimension the architecture has no layer for (d_state of a Transformer,
-    n_heads of Mamba) is not swept for it: the variants would be one model
-    trained twice."""
-    out = {}
-    for size in spec.axes.sizes:
-        base = preset(arch, size)
-        axes = {k: v for k, v in spec.axes.model_axes(arch).items() if k in _dimensions(base)}
-        for values in itertools.product(*axes.values()):
-            fields = dict(zip(axes, values))
-            label = "-".join(filter(None, [size, _label(fields)]))
-            out[label] = _resized(base, label, fields) if fields else base
-    return out
-
-
-def cells(spec: SweepSpec) -> list[tuple[str, str, str, int, int]]:
-    """(arch, setup label, size label, n, seed) combinations, in a stable order."""
-    a = spec.axes
-    return [(arch, setup, label, n, seed) for arch in a.archs for setup in task_variants(spec)
-            for label in model_variants(spec, arch) for n in a.n for seed in a.seeds]
-
-
-def cell_name(cell: tuple[str, str, str, int, int]) -> str:
-    """A cell's name, as `plan` lists it and an Optuna study is called: mamba-cot-0.5M-n16-s0."""
-    arch, setup, size, n, seed = cell
-    return f"{arch}-{setup}-{size}-n{n}-s{seed}"
-
-
-def trial_for(spec: SweepSpec, arch: str, setup: str, size: str, n: int, seed: int, lr: float) -> TrialConfig:
-    return TrialConfig(
-        task=task_config(spec, setup, n),
-        model=model_variants(spec, arch)[size],
-        train=_train_config(spec, lr, seed),
-        task_label=task_variants(spec).get(setup, ("", "", {}))[1],
-    )
-
-
-def gpu_share(spec: SweepSpec, trial: TrialConfig) -> tuple[float, float]:
-    """The GPU share a trial asks for (gpus_per_trial, or auto's choice) and its
-    estimated peak memory in GB."""
-    from workloads.memory import GiB, trial_estimate
-
-    need = trial_estimate(trial).total / GiB
-    share = spec.resources.gpus_per_trial
-    if share == "auto":
-        room = spec.resources.gpu_memory_gb * GPU_HEADROOM
-        share = next((s for s in GPU_SHARES if need <= s * room), 1.0)
-    return share, need
-
-
-def shape_trials(spec: SweepSpec) -> list[TrialConfig]:
-    """Every trial of a grid spec, or one trial per cell of an Optuna spec (at its
-    range's low learning rate: the rate changes no shape, memory or speed)."""
-    if spec.search.method == "grid":
-        return expand(spec)
-    return [trial_for(spec, *cell, getattr(spec.lr, cell[0]).low) for cell in cells(spec)]
-
-
-def gpu_shares(spec: SweepSpec) -> dict[str, tuple[float, float]]:
-    """{trial name: gpu_share(...)} for each of `shape_trials(spec)`."""
-    return {t.name: gpu_share(spec, t) for t in shape_trials(spec)}
-
-
-def memory_warnings(spec: SweepSpec, shares: dict[str, tuple[float, float]]) -> list[str]:
-    """Trials whose estimated peak memory exceeds their share of the GPU, given
-    gpu_shares(spec)."""
-    gpu = spec.resources.gpu_memory_gb
-    out = []
-    for name, (share, need) in shares.items():
-        if need > share * gpu * GPU_HEADROOM:
-            fix = "more than one GPU holds: lower training.batch_size" if need > gpu * GPU_HEADROOM else \
-                "raise resources.gpus_per_trial (or set it to auto)"
-            out.append(f"{name} needs about {need:.1f} GB, more than its {share:g} of a {gpu:g} GB GPU "
-                       f"({share * gpu:.1f} GB): it would run out of GPU memory; {fix}")
-    return out
-
-
-def planned_trials(spec: SweepSpec) -> dict[str, dict]:
-    """The trials a grid spec runs, by name, as the configs stored with them
-    (an Optuna spec's trial names are not known in advance: empty)."""
-    if spec.search.method != "grid":
-        return {}
-    return {t.name: t.model_dump(mode="json") for t in expand(spec)}
-
-
-def expand(spec: SweepSpec) -> list[TrialConfig]:
-    """Every trial of a grid spec: the cross product of the axes and the lr rule."""
-    if spec.search.method != "grid":
-        raise ValueError("an optuna spec has no fixed trial list; see cells()")
-    return [
-        trial_for(spec, arch, setup, size, n, seed, lr)
-        for arch, setup, size, n, seed in cells(spec)
-        for lr in spec.lr.values(arch)
-    ]

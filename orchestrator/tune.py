@@ -23,7 +23,9 @@ from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from orchestrator.report import EARLIER_RESULTS
-from orchestrator.spec import SPEC_FILE, SweepSpec, cell_name, cells, expand, gpu_share, gpu_shares, trial_for
+from orchestrator.grid import cell_name, cells, expand, trial_for
+from orchestrator.packing import gpu_share, gpu_shares
+from orchestrator.spec import SPEC_FILE, SweepSpec
 from orchestrator.storage import is_remote, write_file
 from workloads.config import TrialConfig
 from workloads.metrics import METRICS, PLOTTED
@@ -432,7 +434,7 @@ def _per_trial(spec: SweepSpec, resources: dict):
     from ray.tune.execution.placement_groups import resource_dict_to_pg_factory
 
     def per_trial(config: dict):
-        share, _ = gpu_share(spec, TrialConfig.model_validate(config["trial"]))
+        share, _ = gpu_share(spec.resources, TrialConfig.model_validate(config["trial"]))
         return resource_dict_to_pg_factory({"cpu": resources["cpu"], "gpu": share})
 
     return per_trial
@@ -585,7 +587,7 @@ def rebuild(run_dir: str, spec: SweepSpec, trainable, run_config, problem: str, 
     which the trainable looks for there, where it continues). Grid specs only: an
     Optuna study's trials are not known by name in advance."""
     from orchestrator.report import load_trials
-    from orchestrator.spec import planned_trials
+    from orchestrator.grid import planned_trials
     from orchestrator.storage import local_view
 
     if spec.search.method != "grid":

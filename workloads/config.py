@@ -6,7 +6,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from workloads.models import ModelConfig, preset
 from workloads.models.config import DEFAULT_LR
-from workloads.tasks import TaskConfig
+from workloads.naming import joined, trial_name
+from workloads.tasks import DEFAULT_TASK, TaskConfig
 
 def paper_lr(arch: str) -> float:
     """The architecture's default learning rate (PAPER.md's for its three)."""
@@ -55,6 +56,11 @@ class TrainConfig(BaseModel):
         return self
 
 
+# TrainConfig's fields that a sweep's grid sets per trial; the others are the
+# protocol every trial of a sweep shares (a spec's `training`).
+PER_TRIAL = ("lr", "seed", "device")
+
+
 class TrialConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -67,32 +73,25 @@ class TrialConfig(BaseModel):
     def setup(self) -> str:
         """The setup as names and reports show it: with task axes, their values too
         (vanilla-seqlen128)."""
-        return "-".join(filter(None, [self.task.setup, self.task_label]))
+        return joined(self.task.setup, self.task_label)
 
     @property
     def name(self) -> str:
-        """A readable id, e.g. transformer-cot-0.5M-n32-lr1e-3-s0 (IsTree, the paper's
-        task) or ar-mamba-retrieval-0.5M-n64-lr3e-4-s0 (any other task)."""
-        lr = _short_float(self.train.lr)
-        task = "" if self.task.name == "istree" else f"{self.task.name}-"
-        return f"{task}{self.model.arch}-{self.setup}-{self.model.size}-n{self.task.n}-lr{lr}-s{self.train.seed}"
+        """A readable id (workloads/naming.py), e.g. transformer-cot-0.5M-n32-lr1e-3-s0
+        (IsTree, the paper's task) or ar-mamba-retrieval-0.5M-n64-lr3e-4-s0 (any other task)."""
+        return trial_name(self.task.name, self.model.arch, self.setup, self.model.size, self.task.n, self.train.seed,
+                          self.train.lr, paper_task=DEFAULT_TASK)
 
 
-def _short_float(value: float) -> str:
-    """1e-3, 3e-4, 1.2345e-3: the fewest digits (at least three) that give `value`
-    back exactly, so that two learning rates never share a trial name."""
-    for digits in range(2, 17):
-        text = f"{value:.{digits}e}"
-        if float(text) == value:
-            break
-    mantissa, exponent = text.split("e")
-    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
-
-
-def trial_config(arch: str, size: str, task: TaskConfig, lr: Optional[float] = None, **train) -> TrialConfig:
-    """A trial from preset names; the learning rate defaults to the paper's rule."""
+def trial_config(arch: str, size: str, task: TaskConfig, lr: Optional[float] = None, dims: Optional[dict] = None,
+                 task_label: str = "", **train) -> TrialConfig:
+    """A trial, the one builder of a spec's grid and of `train`: the preset (arch,
+    size) with the model dimensions `dims` replaced (a variant named like
+    tiny-dstate4), `task`, and the training protocol's fields `train` (TrainConfig's
+    defaults for the others); the learning rate defaults to the architecture's."""
     return TrialConfig(
         task=task,
-        model=preset(arch, size),
+        model=preset(arch, size).variant(dims or {}),
         train=TrainConfig(lr=paper_lr(arch) if lr is None else lr, **train),
+        task_label=task_label,
     )

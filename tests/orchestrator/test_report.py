@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 from orchestrator.cli import app
 from orchestrator.report import best_by_cell, load_trials, markdown_tables, read_results, read_run, write_report
 from orchestrator.rundir import RunLock
-from orchestrator.spec import SPEC_FILE, SweepSpec, expand, planned_trials
+from orchestrator.grid import expand, planned_trials
+from orchestrator.spec import SPEC_FILE, SweepSpec
 
 
 def fake_run(tmp_path, accuracy, unfinished=(), errored=(), search=None):

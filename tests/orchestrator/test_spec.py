@@ -10,7 +10,8 @@ import yaml
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from orchestrator.spec import SpecError, SweepSpec, cells, expand, load_spec
+from orchestrator.grid import cells, expand
+from orchestrator.spec import SpecError, SweepSpec, load_spec
 from workloads.config import trial_config
 from workloads.metrics import METRICS
 from workloads.models import preset
@@ -288,8 +289,8 @@ def test_newer_rnns_sweep_with_their_own_dimensions_and_learning_rates():
 
 
 def test_model_dimensions_are_axes_beyond_the_presets():
+    from orchestrator.grid import cell_model
     from orchestrator.report import frontier
-    from orchestrator.spec import model_variants
 
     spec = SweepSpec(name="x", task="ar", axes=dict(archs=["mamba", "hybrid", "transformer"], setups=["vanilla"],
                                                    sizes=["tiny"], n=[8], model={"d_state": [4, 32], "n_layers": [2, 4]}))
@@ -307,7 +308,7 @@ def test_model_dimensions_are_axes_beyond_the_presets():
     assert all(m.attn_layer_idx == tuple(range(m.n_layers)) for t in trials if (m := t.model).arch == "transformer")
     assert "ar-mamba-vanilla-tiny-dstate4-nlayers2-n8-" in " ".join(t.name for t in trials)
     best = pd.DataFrame([dict(setup="vanilla", arch="mamba", size=label, n=8, val_exact_match=1.0) for label in mamba])
-    table = frontier(best, model_of=lambda arch, size: model_variants(spec, arch)[size]).set_index("size")
+    table = frontier(best, model_of=lambda arch, size: cell_model(spec, arch, size)).set_index("size")
     assert table.loc["tiny-dstate32-nlayers4", "state_floats"] == mamba["tiny-dstate32-nlayers4"].state_floats
 
 

@@ -21,7 +21,8 @@ import torch
 import yaml
 
 from orchestrator.report import load_trials, read_results, read_run
-from orchestrator.spec import expand, load_spec
+from orchestrator.grid import expand
+from orchestrator.spec import load_spec
 
 SWEEPS = Path(__file__).parents[2] / "sweeps"
 pytestmark = pytest.mark.slow

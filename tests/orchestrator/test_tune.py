@@ -1,7 +1,8 @@
 """The per-cell Optuna searcher: budgets, configs it proposes, and save/restore for resume."""
 
 
-from orchestrator.spec import SweepSpec, cells
+from orchestrator.grid import cells
+from orchestrator.spec import SweepSpec
 from orchestrator.tune import CellwiseOptuna
 from workloads.config import TrialConfig
 

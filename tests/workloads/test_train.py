@@ -430,7 +430,8 @@ def test_train_command_takes_any_task_and_its_parameters(tmp_path, thread_pools)
 
 
 def test_train_takes_model_dimensions_beyond_the_preset_named_as_a_spec_names_them(tmp_path, thread_pools):
-    from orchestrator.spec import SweepSpec, expand
+    from orchestrator.grid import expand
+    from orchestrator.spec import SweepSpec
 
     out = tmp_path / "trial"
 

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from workloads.models.base import REGISTRY
 from workloads.models.base import SIZES, Size, Stack  # noqa: F401  (Size, SIZES: read here by the orchestrator)
+from workloads.naming import field_label, joined
 
 
 # Every mixer package here registers itself at import (workloads/models/base.py).
@@ -37,6 +38,12 @@ DEFAULT_MIXER = "mamba"  # the paper's RNN: the mixer of a model that names none
 # Any recurrent mixer's config, told apart by `name`.
 _configs = tuple(MIXERS.values())
 MixerConfig = _configs[0] if len(_configs) == 1 else Annotated[Union[_configs], Field(discriminator="name")]
+# Model dimensions a spec's axes.model and `train --dim` can set beyond a preset: the
+# stack's, its attention layers' and every mixer's integer fields (each only for
+# the architectures that have a layer with it).
+ATTENTION_DIMENSIONS = ("n_heads", "d_mlp")
+MODEL_DIMENSIONS = ("d_model", "n_layers", *ATTENTION_DIMENSIONS, *dict.fromkeys(
+    field for cls in MIXERS.values() for field, info in cls.model_fields.items() if info.annotation is int))
 # Fields written at the top level before the mixer was a config of its own (Mamba's):
 # read into `mixer`, so older checkpoints and specs load unchanged.
 _LEGACY_MIXER_FIELDS = ("d_state", "d_conv", "expand", "scan")
@@ -91,6 +98,34 @@ class ModelConfig(BaseModel):
         data = {**self.model_dump(), **fields}
         data["mixer"] = {**data["mixer"], **mixer}
         return ModelConfig.model_validate(data)
+
+    @property
+    def dimensions(self) -> set[str]:
+        """The MODEL_DIMENSIONS this model has a layer for (no d_state for a
+        Transformer, no n_heads for Mamba)."""
+        own = {"d_model", "n_layers"} | (set(ATTENTION_DIMENSIONS) if self.attn_layer_idx else set())
+        mixer = set(type(self.mixer).model_fields) if self.n_recurrent_layers else set()
+        return (own | mixer) & set(MODEL_DIMENSIONS)
+
+    def variant(self, fields: dict) -> "ModelConfig":
+        """This model with `fields` (its own or its mixer's) replaced, named after
+        them (tiny-dstate4). A new n_layers keeps the layout: all attention, none, or
+        attention in the last layer (the hybrid)."""
+        if not fields:
+            return self
+        update = dict(fields, size=joined(self.size, field_label(fields)))
+        if "n_layers" in fields:
+            layers, idx = fields["n_layers"], self.attn_layer_idx
+            if len(idx) == self.n_layers:
+                update["attn_layer_idx"] = tuple(range(layers))
+            elif idx == (self.n_layers - 1,):
+                if layers < 2:
+                    raise ValueError(f"n_layers {layers} leaves the {self.arch} no recurrent layer below its attention "
+                                     "layer; a hybrid needs n_layers of at least 2")
+                update["attn_layer_idx"] = (layers - 1,)
+            elif idx:
+                raise ValueError(f"n_layers of {self.arch}: its attention layers {idx} have no rule to follow")
+        return self.with_fields(**update)
 
     def check_device(self, device) -> None:
         """Refuses a model whose recurrent layers would crawl on `device` (Mamba on

@@ -19,7 +19,7 @@ generation protocol (its generation accuracy is not measured). Its config gives 
 
 import importlib
 import pkgutil
-from typing import Annotated, Union
+from typing import Annotated, Optional, Union
 
 from pydantic import Field
 
@@ -56,6 +56,20 @@ _configs = tuple(config for config, _ in TASKS.values())
 TaskConfig = _configs[0] if len(_configs) == 1 else Annotated[Union[_configs], Field(discriminator="name")]
 
 
+def task_config(name: str, n: int, setup: Optional[str] = None, family: Optional[str] = None, **fields):
+    """The config of task `name` at size `n`: the one builder of a spec's trials and
+    `train`'s. `setup` None keeps the task's default; `family` applies to a task
+    that has one (the paper's graphs) and is ignored by the others. Raises
+    ValidationError naming the field at fault."""
+    config_cls = TASKS[name][0]
+    fields = dict(fields, n=n)
+    if setup is not None:
+        fields["setup"] = setup
+    if family is not None and config_cls.has("family"):
+        fields.setdefault("family", family)
+    return config_cls(**fields)
+
+
 def build_task(config):
     try:
         _, task_cls = TASKS[config.name]
@@ -67,4 +81,4 @@ def build_task(config):
 from workloads.tasks.istree import Batch, IsTreeConfig, IsTreeTask  # noqa: E402  (the paper's task, re-exported)
 
 __all__ = ["DEFAULT_TASK", "TASKS", "Batch", "IsTreeConfig", "IsTreeTask", "TaskBase", "TaskConfig", "TaskConfigBase",
-           "build_task", "register"]
+           "build_task", "register", "task_config"]

@@ -78,7 +78,8 @@ class ProbeMixer(nn.Module):
 
 CHECK = '''
 import json, sys
-from orchestrator.spec import SweepSpec, expand
+from orchestrator.grid import expand
+from orchestrator.spec import SweepSpec
 from workloads.config import trial_config
 from workloads.models import PRESETS, build_model
 from workloads.models.config import DEFAULT_LR

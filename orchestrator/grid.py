@@ -1,0 +1,124 @@
+"""The grid a spec sweeps: its task and model variants, its cells (the trials only
+a learning rate tells apart) and its trials, each built by `trial_config`, the
+builder `icr-sweep train` uses too. The variant helpers take plain data (the axes'
+lists); the rest read a validated SweepSpec."""
+
+from __future__ import annotations
+
+import itertools
+from typing import NamedTuple
+
+from workloads.config import TrialConfig, trial_config
+from workloads.models import ModelConfig, preset
+from workloads.naming import cell_name as _cell_name
+from workloads.naming import field_label, joined
+from workloads.tasks import task_config
+
+
+class TaskVariant(NamedTuple):
+    setup: str  # the task's setup
+    label: str  # the task fields' label (seqlen64), empty without task axes
+    fields: dict  # the task fields it sets
+
+
+class ModelVariant(NamedTuple):
+    size: str  # the preset's size
+    fields: dict  # the model dimensions it replaces
+    config: ModelConfig
+
+
+class Cell(NamedTuple):
+    arch: str
+    setup: str  # a label of task_variants (vanilla-seqlen64)
+    size: str  # a label of model_variants (tiny-dstate4)
+    n: int
+    seed: int
+
+
+def task_variants(setups: list[str], task_axes: dict[str, list]) -> dict[str, TaskVariant]:
+    """{setup label: variant} for every setup and, with task axes, every
+    combination of their values (vanilla-seqlen64)."""
+    out = {}
+    for setup in setups:
+        for values in itertools.product(*task_axes.values()):
+            fields = dict(zip(task_axes, values))
+            label = field_label(fields)
+            out[joined(setup, label)] = TaskVariant(setup, label, fields)
+    return out
+
+
+def model_variants(arch: str, sizes: list[str], dims: dict[str, list[int]]) -> dict[str, ModelVariant]:
+    """The models of `arch` swept, by size label: each size's preset and, with
+    model dimensions, each combination of their values (tiny-dstate4-expand1). A
+    dimension the architecture has no layer for (d_state of a Transformer, n_heads
+    of Mamba) is not swept for it: the variants would be one model trained twice.
+    Raises ValueError (or ValidationError) for a variant that is no valid model."""
+    out = {}
+    for size in sizes:
+        base = preset(arch, size)
+        own = {k: v for k, v in dims.items() if k in base.dimensions}
+        for values in itertools.product(*own.values()):
+            fields = dict(zip(own, values))
+            config = base.variant(fields)
+            out[config.size] = ModelVariant(size, fields, config)
+    return out
+
+
+def _task_variant(spec, setup: str) -> TaskVariant:
+    return task_variants(spec.axes.setups, spec.axes.task).get(setup, TaskVariant(setup, "", {}))
+
+
+def cell_task(spec, setup: str, n: int):
+    """The task config of a cell; `setup` is a label of task_variants (or a bare setup)."""
+    variant = _task_variant(spec, setup)
+    return task_config(spec.task, n, variant.setup, spec.axes.family, **spec.task_params, **variant.fields)
+
+
+def cell_model(spec, arch: str, size: str) -> ModelConfig:
+    """The model of a cell; `size` is a label of model_variants."""
+    return model_variants(arch, spec.axes.sizes, spec.axes.model_axes(arch))[size].config
+
+
+def cells(spec) -> list[Cell]:
+    """Every cell of the grid, in a stable order."""
+    a = spec.axes
+    setups = task_variants(a.setups, a.task)
+    return [Cell(arch, setup, size, n, seed) for arch in a.archs for setup in setups
+            for size in model_variants(arch, a.sizes, a.model_axes(arch)) for n in a.n for seed in a.seeds]
+
+
+def cell_name(cell: Cell) -> str:
+    """A cell's name, as `plan` lists it and an Optuna study is called: mamba-cot-0.5M-n16-s0."""
+    return _cell_name(*cell)
+
+
+def trial_for(spec, arch: str, setup: str, size: str, n: int, seed: int, lr: float) -> TrialConfig:
+    """The trial of a cell at learning rate `lr`."""
+    task = _task_variant(spec, setup)
+    model = model_variants(arch, spec.axes.sizes, spec.axes.model_axes(arch))[size]
+    device = "cpu" if spec.resources.device == "cpu" else "auto"
+    return trial_config(arch, model.size, cell_task(spec, setup, n), lr=lr, dims=model.fields, task_label=task.label,
+                        seed=seed, device=device, **spec.training.model_dump())
+
+
+def expand(spec) -> list[TrialConfig]:
+    """Every trial of a grid spec: the cross product of the axes and the lr rule."""
+    if spec.search.method != "grid":
+        raise ValueError("an optuna spec has no fixed trial list; see cells()")
+    return [trial_for(spec, *cell, lr) for cell in cells(spec) for lr in spec.lr.values(cell.arch)]
+
+
+def shape_trials(spec) -> list[TrialConfig]:
+    """Every trial of a grid spec, or one trial per cell of an Optuna spec (at its
+    range's low learning rate: the rate changes no shape, memory or speed)."""
+    if spec.search.method == "grid":
+        return expand(spec)
+    return [trial_for(spec, *cell, getattr(spec.lr, cell.arch).low) for cell in cells(spec)]
+
+
+def planned_trials(spec) -> dict[str, dict]:
+    """The trials a grid spec runs, by name, as the configs stored with them
+    (an Optuna spec's trial names are not known in advance: empty)."""
+    if spec.search.method != "grid":
+        return {}
+    return {t.name: t.model_dump(mode="json") for t in expand(spec)}

@@ -1,0 +1,42 @@
+"""How trials share a GPU: each asks for a share (gpus_per_trial, or with `auto`
+the smallest of 1/8, 1/4, 1/2 or 1 GPU its estimated peak memory fits), and a
+share too small for its trial is a warning before anything starts."""
+
+from __future__ import annotations
+
+from orchestrator.grid import shape_trials
+from workloads.config import TrialConfig
+
+GPU_SHARES = (0.125, 0.25, 0.5, 1.0)  # what `gpus_per_trial: auto` chooses from
+GPU_HEADROOM = 0.9  # a trial fits a share when its estimate is below 90% of it (fragmentation)
+
+
+def gpu_share(resources, trial: TrialConfig) -> tuple[float, float]:
+    """The GPU share a trial asks for (gpus_per_trial, or auto's choice) and its
+    estimated peak memory in GB, given a spec's `resources`."""
+    from workloads.memory import GiB, trial_estimate
+
+    need = trial_estimate(trial).total / GiB
+    share = resources.gpus_per_trial
+    if share == "auto":
+        room = resources.gpu_memory_gb * GPU_HEADROOM
+        share = next((s for s in GPU_SHARES if need <= s * room), 1.0)
+    return share, need
+
+
+def gpu_shares(spec) -> dict[str, tuple[float, float]]:
+    """{trial name: gpu_share(...)} for each of `shape_trials(spec)`."""
+    return {t.name: gpu_share(spec.resources, t) for t in shape_trials(spec)}
+
+
+def memory_warnings(gpu_memory_gb: float, shares: dict[str, tuple[float, float]]) -> list[str]:
+    """Trials whose estimated peak memory exceeds their share of a GPU of
+    `gpu_memory_gb`, given {name: (share, need)} as gpu_shares gives it."""
+    out = []
+    for name, (share, need) in shares.items():
+        if need > share * gpu_memory_gb * GPU_HEADROOM:
+            fix = "more than one GPU holds: lower training.batch_size" if need > gpu_memory_gb * GPU_HEADROOM else \
+                "raise resources.gpus_per_trial (or set it to auto)"
+            out.append(f"{name} needs about {need:.1f} GB, more than its {share:g} of a {gpu_memory_gb:g} GB GPU "
+                       f"({share * gpu_memory_gb:.1f} GB): it would run out of GPU memory; {fix}")
+    return out

@@ -1,0 +1,40 @@
+"""How trials, grid cells and variants are named: one rule, read by the trial's
+config, the spec's grid, `train`, `plan` and the Optuna studies.
+
+A trial: [task-]arch-setup[-task fields]-size[-model fields]-n<n>-lr<lr>-s<seed>,
+transformer-cot-0.5M-n32-lr1e-3-s0 or mqar-mamba-vanilla-seqlen64-tiny-dstate4-n8-lr3e-4-s0
+(the paper's task, istree, is not prefixed). Its cell is the same without the
+task and the learning rate: the trials that only the rate tells apart."""
+
+
+def field_label(fields: dict) -> str:
+    """The suffix of a variant: each field's name without underscores, then its
+    value (d_state=4, expand=1 -> dstate4-expand1)."""
+    return "-".join(f"{k.replace('_', '')}{v}" for k, v in fields.items())
+
+
+def joined(*parts: str) -> str:
+    """The non-empty parts, joined by '-' (a size and its variant's label)."""
+    return "-".join(filter(None, parts))
+
+
+def short_float(value: float) -> str:
+    """1e-3, 3e-4, 1.2345e-3: the fewest digits (at least three) that give `value`
+    back exactly, so that two learning rates never share a trial name."""
+    for digits in range(2, 17):
+        text = f"{value:.{digits}e}"
+        if float(text) == value:
+            break
+    mantissa, exponent = text.split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def cell_name(arch: str, setup: str, size: str, n: int, seed: int) -> str:
+    """A grid cell: mamba-cot-0.5M-n16-s0 (`plan`'s list, an Optuna study's name)."""
+    return f"{arch}-{setup}-{size}-n{n}-s{seed}"
+
+
+def trial_name(task: str, arch: str, setup: str, size: str, n: int, seed: int, lr: float, paper_task: str) -> str:
+    """A trial: its cell with the learning rate, and the task unless it is the paper's."""
+    prefix = "" if task == paper_task else f"{task}-"
+    return f"{prefix}{arch}-{setup}-{size}-n{n}-lr{short_float(lr)}-s{seed}"
