@@ -5,6 +5,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from workloads.metrics import METRICS, TeacherForced
 from workloads.tasks import Batch
 
 
@@ -22,26 +23,26 @@ def supervised_loss(logits: torch.Tensor, batch: Batch, reduction: str = "mean")
 
 @torch.no_grad()
 def teacher_forced(model, batches: list[Batch], autocast, predictions: list | None = None) -> dict:
-    """Mean supervised loss per token, the fraction of samples whose every
-    supervised token is the model's argmax under teacher forcing (exact match), and
-    the fraction of supervised tokens that are (token accuracy: for mqar, zoology's
-    accuracy per query). With `predictions` (a list), each batch's (B, T-1) argmax
-    tokens are appended to it, on the CPU."""
-    loss_sum, tokens, exact, samples, right_tokens = 0.0, 0, 0, 0, 0
+    """Every teacher-forced metric of the registry (workloads/metrics.py: the mean
+    supervised loss per token, exact match, token accuracy, ...), each its tally's
+    sum over the batches over its count. With `predictions` (a list), each batch's
+    (B, T-1) argmax tokens are appended to it, on the CPU."""
+    tallies = {name: m.tally for name, m in METRICS.items() if m.tally is not None}
+    sums, counts = dict.fromkeys(tallies, 0.0), dict.fromkeys(tallies, 0)
     for batch in batches:
         with autocast():
             logits = model(batch.tokens[:, :-1])
-        loss_sum += supervised_loss(logits, batch, reduction="none").sum().item()
         mask = batch.supervised[:, 1:]
-        tokens += int(mask.sum())
         argmax = logits.argmax(-1)
-        right = (argmax == batch.next_tokens) | ~mask
-        exact += int(right.all(dim=1).sum())
-        right_tokens += int((right & mask).sum())
-        samples += batch.tokens.shape[0]
+        seen = TeacherForced(losses=supervised_loss(logits, batch, reduction="none"), supervised=mask,
+                             right=(argmax == batch.next_tokens) | ~mask)
+        for name, tally in tallies.items():
+            total, count = tally(seen)
+            sums[name] += float(total)
+            counts[name] += int(count)
         if predictions is not None:
             predictions.append(argmax.cpu())
-    return {"val_loss": loss_sum / tokens, "val_exact_match": exact / samples, "val_token_accuracy": right_tokens / tokens}
+    return {name: sums[name] / counts[name] for name in tallies}
 
 
 def settled_rows(task, batch: Batch, argmax: torch.Tensor) -> np.ndarray:

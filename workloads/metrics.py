@@ -1,10 +1,26 @@
 """The metrics a trial reports, in one place: which way is better, how tables and
-figures name each, and which tasks produce it. The spec's `search.metric`, Tune's
-progress table, `status`, `train`'s progress bar, the report and best.csv all read
-this registry; a new metric is one entry here (and its computation in evaluate.py)."""
+figures name each, which tasks produce it, and for a teacher-forced metric how it
+is computed. The spec's `search.metric`, Tune's progress table, `status`, `train`'s
+progress bar, the evaluation, the report and best.csv all read this registry; a new
+metric is one entry here."""
 
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Any, Callable, Literal, Optional
+
+
+@dataclass(frozen=True)
+class TeacherForced:
+    """What one validation batch under teacher forcing gives a metric: (B, T-1)
+    tensors, position t about the prediction of token t+1."""
+
+    losses: Any  # cross-entropy per token, 0 where not supervised
+    supervised: Any  # bool: the positions the loss counts
+    right: Any  # bool: the model's argmax is the next token, or the position is not supervised
+
+
+# A teacher-forced metric's tally of one batch: (a sum, a count); its value is the
+# sum over the validation set's batches over the count's.
+Tally = Callable[[TeacherForced], tuple[Any, Any]]
 
 
 @dataclass(frozen=True)
@@ -15,20 +31,24 @@ class Metric:
     title: str  # the report's tables
     short: str  # the report's figures
     plot: Optional[str]  # the file stem of its figure per model size; None: not drawn
-    generation: bool = False  # measured only by tasks with a generation protocol (`generates`)
+    tally: Optional[Tally] = None  # a teacher-forced metric's computation (evaluate.teacher_forced)
+    generation: bool = False  # measured by greedy decoding, by tasks with a generation protocol (`generates`)
 
 
 # In the report's order: the paper's metric first, ours beside it.
 METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("val_exact_match", "max", "exact_match", "teacher-forced exact match (the paper's metric)",
-           "teacher-forced exact match", "exact_match"),
+           "teacher-forced exact match", "exact_match",
+           tally=lambda t: (t.right.all(dim=1).sum(), t.right.shape[0])),  # samples right at every position
     Metric("gen_accuracy", "max", "gen_acc",
            "generation accuracy (ours: greedy decoding, the real retriever in the retrieval setup)",
            "generation accuracy (ours)", "gen_accuracy", generation=True),
     Metric("val_token_accuracy", "max", "token_acc",
            "teacher-forced accuracy per supervised token (for mqar, zoology's accuracy per query)",
-           "accuracy per supervised token", "token_accuracy"),
-    Metric("val_loss", "min", "val_loss", "validation loss per supervised token", "validation loss", None),
+           "accuracy per supervised token", "token_accuracy",
+           tally=lambda t: ((t.right & t.supervised).sum(), t.supervised.sum())),
+    Metric("val_loss", "min", "val_loss", "validation loss per supervised token", "validation loss", None,
+           tally=lambda t: (t.losses.sum(), t.supervised.sum())),
 )}
 HEADLINE = "val_exact_match"  # the paper's metric: heads every table and figure
 PLOTTED = tuple(name for name, m in METRICS.items() if m.plot)  # the accuracies, drawn and tabled

@@ -40,6 +40,33 @@ def test_token_accuracy_counts_supervised_tokens_and_exact_match_counts_samples(
     assert 0 < metrics["val_exact_match"] < metrics["val_token_accuracy"] < 1
 
 
+def test_a_metric_added_to_the_registry_is_computed_over_every_batch(monkeypatch):
+    # A new teacher-forced metric is one entry in workloads/metrics.py: here the
+    # accuracy on each sample's last supervised token (for mqar, its last query).
+    from workloads.metrics import METRICS, Metric
+
+    def last_query(t):
+        last = t.supervised.long().cumsum(1).argmax(1)  # the first position holding the row's last supervised token
+        return t.right[torch.arange(len(last)), last].sum(), len(last)
+
+    monkeypatch.setitem(METRICS, "val_last_query", Metric("val_last_query", "max", "last_q", "last query", "last query",
+                                                          None, tally=last_query))
+    task = build_task(MQARConfig(n=4, seq_len=32, vocab=64))
+    batches = [task.batch(0, 0, 0, 30), task.batch(0, 0, 30, 20)]
+    gen = torch.Generator().manual_seed(1)
+    right_last, models = [], []
+    for batch in batches:
+        mask = batch.supervised[:, 1:]
+        wrong = (torch.rand(mask.shape, generator=gen) < 0.3) & mask
+        last = [max(np.flatnonzero(row)) for row in mask.numpy()]
+        right_last += [not wrong[r, c] for r, c in enumerate(last)]
+        models.append(WrongOn(batch, wrong, task.vocab_size))
+    model = iter(models)
+    metrics = teacher_forced(lambda tokens: next(model)(tokens), batches, contextlib.nullcontext)
+    assert metrics["val_last_query"] == sum(right_last) / 50 and 0 < metrics["val_last_query"] < 1
+    assert set(metrics) == {name for name, m in METRICS.items() if m.tally}
+
+
 class PrefixOracle:
     """A stand-in model whose next token is a function of the whole prefix, so that
     its full forward, prefill and step agree by construction: the samples' own next
