@@ -10,7 +10,6 @@ import typer
 from workloads.config import Device, Precision, TrainConfig
 from workloads.models.config import Arch
 from workloads.tasks import DEFAULT_TASK, TASKS, task_config
-from workloads.tasks.istree import Family
 
 Format = Literal["text", "jsonl"]
 ListFormat = Literal["table", "json"]
@@ -35,7 +34,7 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-def _task_config(task: str, n: int, setup: Optional[str], family: Family, sets: list[str]):
+def _task_config(task: str, n: int, setup: Optional[str], family: Optional[str], sets: list[str]):
     """The config of `task` from command-line options; exit 2 naming the flag at fault."""
     from pydantic import ValidationError
 
@@ -49,7 +48,7 @@ def _task_config(task: str, n: int, setup: Optional[str], family: Family, sets: 
         if key.strip() in ("n", "setup", "family"):
             _fail(f"--set: {key.strip()} has a flag of its own, --{key.strip()}")
         fields[key.strip()] = value.strip()
-    if not TASKS[task][0].has("family") and family != "binary":
+    if not TASKS[task][0].has("family") and family is not None:
         _fail(f"--family: {task} has no graph family")
     try:
         return task_config(task, n, setup, family, **fields)
@@ -67,6 +66,8 @@ def _protocol_option(field: str):
     return typer.Option(info.default, help=info.description)
 
 
+FAMILY_OPTION = typer.Option(None, help="the graphs' family, for a task that has one (istree: binary or random) "
+                             "[default: the task's]")
 SET_OPTION = typer.Option([], "--set", help="another field of the task's config, FIELD=VALUE (e.g. ar: keys=64); repeatable")
 DIM_OPTION = typer.Option([], "--dim", help="a model dimension beyond the preset, FIELD=VALUE (d_model, n_layers, the "
                           "attention layers' n_heads and d_mlp, the mixer's fields: d_state, expand, heads, ...), "
@@ -107,7 +108,7 @@ def show_task(
     task: str = typer.Argument(DEFAULT_TASK, help="a task name (`icr-sweep tasks` lists them)"),
     n: Optional[int] = typer.Option(None, help="the task's size (istree: vertices) [default: 8, or as many as --edges needs]"),
     setup: Optional[str] = typer.Option(None, help="vanilla, cot (istree) or retrieval [default: the task's]"),
-    family: Family = typer.Option("binary", help="istree: the graphs' family"),
+    family: Optional[str] = FAMILY_OPTION,
     sets: list[str] = SET_OPTION,
     seed: int = typer.Option(0),
     count: int = typer.Option(3, min=1),
@@ -119,7 +120,7 @@ def show_task(
     """Print samples of a task. In text, tokens the retriever fills are [bracketed]."""
     from workloads.config import SEED_MAX
     from workloads.tasks import build_task
-    from workloads.tasks.istree import TRAIN_STREAM
+    from workloads.tasks.base import TRAIN_STREAM
 
     if not 0 <= seed <= SEED_MAX:
         _fail(f"--seed must be in 0..{SEED_MAX} (2^64 - 1), got {seed}")
@@ -237,7 +238,7 @@ def train(
     task: str = typer.Option(DEFAULT_TASK, help="a task name (`icr-sweep tasks` lists them)"),
     sets: list[str] = SET_OPTION,
     dims: list[str] = DIM_OPTION,
-    family: Family = typer.Option("binary", help="istree: the graphs' family"),
+    family: Optional[str] = FAMILY_OPTION,
     samples: int = _protocol_option("samples"),
     lr: Optional[float] = typer.Option(None, help="peak learning rate [default: 1e-3 transformer, 3e-4 others]"),
     seed: int = _protocol_option("seed"),
@@ -503,7 +504,8 @@ def _projection_line(s, device_name: Optional[str], devices: Optional[float], ra
 def _task_columns(spec) -> dict:
     """The task of a plan's rows: its name, and its graph family where it has one."""
     has_family = TASKS[spec.task][0].has("family")
-    return {"task": spec.task, **({"family": spec.axes.family} if has_family else {})}
+    family = spec.axes.family or (TASKS[spec.task][0].model_fields["family"].default if has_family else None)
+    return {"task": spec.task, **({"family": family} if has_family else {})}
 
 
 def _ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus):

@@ -24,7 +24,6 @@ from workloads.config import PER_TRIAL, Device, Seed, TrainConfig
 from workloads.metrics import HEADLINE, METRICS
 from workloads.models.config import DEFAULT_LR, MODEL_DIMENSIONS, Arch, Size
 from workloads.tasks import DEFAULT_TASK, TASKS, task_config
-from workloads.tasks.istree import N_MAX, N_MIN, Family
 
 # Where Ray Tune can store results (pyarrow filesystems); a plain path is local.
 STORAGE_SCHEMES = ("s3", "gs", "gcs", "hdfs", "file")
@@ -72,15 +71,21 @@ class _Spec(BaseModel):
         return value
 
 
+# The graph families of the tasks that have one (the paper's: binary, random).
+FAMILIES = tuple(dict.fromkeys(family for config_cls, _ in TASKS.values() if config_cls.has("family")
+                               for family in typing.get_args(config_cls.model_fields["family"].annotation)))
+
+
 class AxesSpec(_Spec):
     """The grid: one trial per combination (and per learning rate, see `lr`)."""
 
     archs: list[Arch] = Field(["transformer", "mamba", "hybrid"], min_length=1)
     setups: list[str] = Field(["vanilla", "cot", "retrieval"], min_length=1, description="those the task has")
     sizes: list[Size] = Field(["0.5M", "1M", "2M"], min_length=1)
-    n: list[int] = Field([16, 32, 64], min_length=1, description=f"the task's size: the paper's task's vertices "
-                         f"({N_MIN}..{N_MAX}); `icr-sweep tasks` says what it counts for each task")
-    family: Family = Field("binary", description="the graphs' family, for a task that has one (the paper's)")
+    n: list[int] = Field([16, 32, 64], min_length=1, description="the task's size (the paper's task: vertices in "
+                         "each graph); `icr-sweep tasks` says what it counts for each task and its bounds")
+    family: Optional[Literal[FAMILIES]] = Field(
+        None, description="the graphs' family, for a task that has one (the paper's); default: the task's")
     seeds: list[Seed] = Field([0], min_length=1)
     model: dict[str, Union[list[int], dict[str, list[int]]]] = Field(
         {}, description="model dimensions to sweep beyond the presets, each a list crossed with sizes, e.g. "
@@ -345,7 +350,7 @@ class SweepSpec(_Spec):
                 raise ValueError(f"axes.model with {arch}: {e.errors()[0]['msg'].removeprefix('Value error, ')}") from None
             except ValueError as e:
                 raise ValueError(f"axes.model with {arch}: {e}") from None
-        if not TASKS[self.task][0].has("family") and self.axes.family != AxesSpec.model_fields["family"].default:
+        if not TASKS[self.task][0].has("family") and self.axes.family is not None:
             having = ", ".join(name for name, (config_cls, _) in TASKS.items() if config_cls.has("family"))
             raise ValueError(f"axes.family: {self.task} has no graph family (a field of {having})")
         fields = TASKS[self.task][0].model_fields

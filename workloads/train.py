@@ -20,7 +20,7 @@ from workloads.config import TrialConfig
 from workloads.evaluate import generation_accuracy, supervised_loss, teacher_forced
 from workloads.models import build_model
 from workloads.tasks import Batch, build_task
-from workloads.tasks.istree import TRAIN_STREAM, VALID_STREAM
+from workloads.tasks.base import TRAIN_STREAM, VALID_STREAM
 
 CHECKPOINT_FILE = "checkpoint.pt"
 Report = Callable[[dict, Optional[Path]], None]

@@ -60,7 +60,7 @@ def test_a_size_beyond_the_supported_graphs_is_refused():
 
 def test_large_counts_stream_in_chunks_that_join_seamlessly():
     from workloads.tasks import IsTreeConfig, build_task
-    from workloads.tasks.istree import TRAIN_STREAM
+    from workloads.tasks.base import TRAIN_STREAM
 
     # At n=1024 a chunk holds 2M tokens // ~56k tokens per sample = 35 samples.
     result = runner.invoke(app, ["show-task", "--n", "1024", "--setup", "retrieval", "--count", "40", "--seed", "3",

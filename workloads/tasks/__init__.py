@@ -78,7 +78,8 @@ def build_task(config):
     return task_cls(config)
 
 
-from workloads.tasks.istree import Batch, IsTreeConfig, IsTreeTask  # noqa: E402  (the paper's task, re-exported)
+from workloads.tasks.base import Batch  # noqa: E402
+from workloads.tasks.istree import IsTreeConfig, IsTreeTask  # noqa: E402  (the paper's task, re-exported)
 
 __all__ = ["DEFAULT_TASK", "TASKS", "Batch", "IsTreeConfig", "IsTreeTask", "TaskBase", "TaskConfig", "TaskConfigBase",
            "build_task", "register", "task_config"]

@@ -85,7 +85,7 @@ class LookupTask(TaskBase):
         import numpy as np
         import torch
 
-        from workloads.tasks.istree import Batch
+        from workloads.tasks.base import Batch
 
         rows = [self.draw(sample_rng(seed, stream, start + i)) for i in range(count)]
         width = max(len(t) for (t, _), _ in rows)

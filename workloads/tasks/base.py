@@ -8,9 +8,63 @@ MyTask)`; the registry checks the contract then, at import."""
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal, Optional, get_args, get_origin
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Literal, Optional, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    import torch
+
+# Training and validation samples come from disjoint streams of per-sample seeds,
+# so a validation set never depends on how far training has gone.
+TRAIN_STREAM = 0
+VALID_STREAM = 1
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Right-padded samples. `supervised[b, i]` is True where token i carries loss
+    (position i-1 predicts it). Tasks whose targets are not the next input token
+    (zoology's MQAR) give `targets`, laid out like `tokens`."""
+
+    tokens: torch.Tensor  # (B, T) int64
+    supervised: torch.Tensor  # (B, T) bool
+    lengths: torch.Tensor  # (B,) int64, BOS to answer inclusive
+    labels: torch.Tensor  # (B,) the answer, in the task's code (IsTree: is the graph a tree)
+    targets: torch.Tensor | None = None  # (B, T) int64, where given
+
+    @property
+    def next_tokens(self) -> torch.Tensor:
+        """What positions 0..T-2 are trained to predict."""
+        return (self.tokens if self.targets is None else self.targets)[:, 1:]
+
+    def rows(self, index, width: int) -> Batch:
+        """The rows `index` (a sequence of row numbers), cut or right-padded to
+        `width` tokens; padding carries no loss (token 0, unsupervised)."""
+        import torch
+
+        index = torch.as_tensor(index, dtype=torch.long)
+
+        def take(t: torch.Tensor | None) -> torch.Tensor | None:
+            if t is None:
+                return None
+            if t.dim() == 1:
+                return t[index]
+            out = t[index, :width]
+            if out.shape[1] < width:
+                out = torch.cat([out, out.new_zeros(len(index), width - out.shape[1])], dim=1)
+            return out
+
+        return Batch(*(take(t) for t in (self.tokens, self.supervised, self.lengths, self.labels, self.targets)))
+
+    def to(self, device) -> Batch:
+        """The batch on `device`; to a GPU through pinned memory, without blocking."""
+        import torch
+
+        pin = torch.device(device).type == "cuda"
+        tensors = (self.tokens, self.supervised, self.lengths, self.labels, self.targets)
+        return Batch(*(t if t is None else (t.pin_memory() if pin else t).to(device, non_blocking=True) for t in tensors))
 
 
 class TaskConfigBase(BaseModel):

@@ -101,7 +101,7 @@ class MQARTask(TaskBase):
         import numpy as np
         import torch
 
-        from workloads.tasks.istree import Batch
+        from workloads.tasks.base import Batch
 
         rows = [self.draw(sample_rng(seed, stream, start + i)) for i in range(count)]
         tokens, targets, sup, answers = (np.stack(parts) for parts in zip(*rows))

@@ -8,7 +8,7 @@ import torch
 from tests.workloads.tasks.istree_oracle import cot_trace, edges_of
 from tests.workloads.tasks.istree_oracle import sample as oracle_sample
 from workloads.tasks import IsTreeConfig, IsTreeTask
-from workloads.tasks.istree import TRAIN_STREAM, VALID_STREAM
+from workloads.tasks.base import TRAIN_STREAM, VALID_STREAM
 
 SETUPS = ("vanilla", "cot", "retrieval")
 
