@@ -9,10 +9,10 @@ orchestrator/packing.py.
 
 import itertools
 import json
-from copy import copy
 import math
 import re
 import typing
+from copy import copy
 from pathlib import Path
 from typing import Literal, Optional, Union
 
@@ -411,10 +411,20 @@ def run_spec(run_dir: Path | str) -> Optional["SweepSpec"]:
     if data is None:
         return None
     try:
-        return SweepSpec.model_validate(json.loads(data.decode("utf-8"))["spec"])
+        return SweepSpec.model_validate(_stored_before_family_was_the_tasks(json.loads(data.decode("utf-8"))["spec"]))
     except (ValueError, KeyError, TypeError) as e:
         problem = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise SpecError(f"{location} is damaged ({type(e).__name__}: {problem})") from None
+
+
+def _stored_before_family_was_the_tasks(data: dict) -> dict:
+    """A stored spec as it loads today: runs launched while axes.family defaulted
+    to binary for every task stored it for tasks without graphs too."""
+    axes = data.get("axes") if isinstance(data, dict) else None
+    task = TASKS.get(data.get("task", DEFAULT_TASK)) if isinstance(data, dict) else None
+    if isinstance(axes, dict) and task and not task[0].has("family") and "family" in axes:
+        data = {**data, "axes": {k: v for k, v in axes.items() if k != "family"}}
+    return data
 
 
 class SpecError(ValueError):

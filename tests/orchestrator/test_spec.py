@@ -385,3 +385,24 @@ def test_every_registered_metric_can_pick_the_learning_rates():
         spec = SweepSpec(name="x", lr=dict(mamba=dict(distribution="loguniform", low=1e-4, high=1e-3)),
                          search=dict(method="optuna", metric=name, mode=metric.mode))
         assert spec.search.metric == name  # val_token_accuracy among them (it once could not be chosen)
+
+
+def test_a_run_stored_when_family_defaulted_to_binary_for_every_task_still_loads(tmp_path):
+    # Specs stored before axes.family defaulted to the task's own hold family: binary
+    # for tasks without graphs too; resume and report read them as they were.
+    from orchestrator.spec import SPEC_FILE, run_spec
+
+    for task, n in (("ar", 8), ("istree", 6)):
+        spec = SweepSpec(name="old", task=task, axes=dict(setups=["vanilla"], n=[n], sizes=["tiny"], archs=["mamba"]))
+        stored = spec.model_dump(mode="json")
+        stored["axes"]["family"] = "binary"
+        run = tmp_path / task
+        run.mkdir()
+        (run / SPEC_FILE).write_text(json.dumps({"spec": stored}))
+        loaded = run_spec(run)
+        assert [t.name for t in expand(loaded)] == [t.name for t in expand(spec)]
+        assert loaded.axes.family == ("binary" if task == "istree" else None)
+    path = tmp_path / "new.yaml"  # a spec written today: the family of a task without graphs is refused
+    path.write_text("name: x\ntask: ar\naxes: {setups: [vanilla], n: [8], family: binary}\n")
+    with pytest.raises(SpecError, match="axes.family: ar has no graph family"):
+        load_spec(path)
