@@ -5,6 +5,7 @@ trial's config and the metrics of every evaluation."""
 import json
 import struct
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,8 @@ def wandb_records(path: Path):
         if length == 0 and kind == 0:
             pos += left
             continue
+        if pos + 7 + length > len(data):  # a chunk still being written
+            break
         pending += data[pos + 7:pos + 7 + length]
         pos += 7 + length
         if kind in (1, 4):  # FULL or LAST: a record is whole
@@ -47,6 +50,22 @@ def wandb_records(path: Path):
             record.ParseFromString(pending)
             yield record
             pending = b""
+
+
+def finished_wandb_logs(folder: Path, count: int, timeout_s: float = 120) -> list[Path]:
+    """The transaction logs of `count` offline runs, once each holds its run and exit
+    records: W&B's service process writes them after the trial that logs to it has
+    returned, and a fresh-clone CI run once read a log before its records were there."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        logs = sorted(folder.glob("offline-run-*/run-*.wandb"))
+        kinds = [{r.WhichOneof("record_type") for r in wandb_records(log)} for log in logs]
+        if len(logs) == count and all({"run", "exit"} <= k for k in kinds):
+            return logs
+        if time.monotonic() > deadline:
+            raise AssertionError(f"after {timeout_s:g} s: {len(logs)} W&B logs (want {count}), their record kinds "
+                                 f"{[sorted(k) for k in kinds]}")
+        time.sleep(1)
 
 
 @pytest.mark.slow
@@ -66,8 +85,7 @@ def test_every_tracker_holds_each_trials_config_and_every_evaluation(tmp_path, r
     assert all(len(v) == 2 for v in expected.values())  # evaluations at 1024 and 2048 samples
 
     # W&B: one offline run per trial, named after it, with its config and each evaluation.
-    logs = sorted(run.glob("wandb/offline-run-*/run-*.wandb"))
-    assert len(logs) == 2, sorted(p.relative_to(run) for p in run.glob("wandb/*"))
+    logs = finished_wandb_logs(run / "wandb", count=2)
     seen = {}
     for log in logs:
         name, history, config = None, [], {}
