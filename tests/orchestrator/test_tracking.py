@@ -99,7 +99,8 @@ def test_every_tracker_holds_each_trials_config_and_every_evaluation(tmp_path, r
                     history.append(items["val_loss"])
             elif record.HasField("config"):
                 config.update({_key(item): json.loads(item.value_json) for item in record.config.update})
-        trial = next(t for t in expected if name and name.startswith(t))
+        trial = next((t for t in expected if name and name.startswith(t)), None)
+        assert trial is not None, f"{log}: run named {name!r}, trials {sorted(expected)}"
         seen[trial] = history
         assert config["trial"]["model"]["arch"] == trial.split("-")[0]
     assert seen.keys() == expected.keys()
