@@ -503,9 +503,10 @@ def _projection_line(s, device_name: Optional[str], devices: Optional[float], ra
 
 def _task_columns(spec) -> dict:
     """The task of a plan's rows: its name, and its graph family where it has one."""
-    has_family = TASKS[spec.task][0].has("family")
-    family = spec.axes.family or (TASKS[spec.task][0].model_fields["family"].default if has_family else None)
-    return {"task": spec.task, **({"family": family} if has_family else {})}
+    config_cls = TASKS[spec.task][0]
+    if not config_cls.has("family"):
+        return {"task": spec.task}
+    return {"task": spec.task, "family": spec.axes.family or config_cls.parameters()["family"]}
 
 
 def _ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus):

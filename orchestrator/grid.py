@@ -68,10 +68,14 @@ def _task_variant(spec, setup: str) -> TaskVariant:
     return task_variants(spec.axes.setups, spec.axes.task).get(setup, TaskVariant(setup, "", {}))
 
 
+def variant_task(spec, variant: TaskVariant, n: int):
+    """The task config of a task variant at size n, with the spec's task parameters and family."""
+    return task_config(spec.task, n, variant.setup, spec.axes.family, **spec.task_params, **variant.fields)
+
+
 def cell_task(spec, setup: str, n: int):
     """The task config of a cell; `setup` is a label of task_variants (or a bare setup)."""
-    variant = _task_variant(spec, setup)
-    return task_config(spec.task, n, variant.setup, spec.axes.family, **spec.task_params, **variant.fields)
+    return variant_task(spec, _task_variant(spec, setup), n)
 
 
 def cell_model(spec, arch: str, size: str) -> ModelConfig:
@@ -97,7 +101,7 @@ def trial_for(spec, arch: str, setup: str, size: str, n: int, seed: int, lr: flo
     task = _task_variant(spec, setup)
     model = model_variants(arch, spec.axes.sizes, spec.axes.model_axes(arch))[size]
     device = "cpu" if spec.resources.device == "cpu" else "auto"
-    return trial_config(arch, model.size, cell_task(spec, setup, n), lr=lr, dims=model.fields, task_label=task.label,
+    return trial_config(arch, model.size, variant_task(spec, task, n), lr=lr, dims=model.fields, task_label=task.label,
                         seed=seed, device=device, **spec.training.model_dump())
 
 

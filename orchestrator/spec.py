@@ -19,11 +19,11 @@ from typing import Literal, Optional, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
-from orchestrator.grid import model_variants, task_variants
+from orchestrator.grid import model_variants, task_variants, variant_task
 from workloads.config import PER_TRIAL, Device, Seed, TrainConfig
 from workloads.metrics import HEADLINE, METRICS
 from workloads.models.config import DEFAULT_LR, MODEL_DIMENSIONS, Arch, Size
-from workloads.tasks import DEFAULT_TASK, TASKS, task_config
+from workloads.tasks import DEFAULT_TASK, TASKS
 
 # Where Ray Tune can store results (pyarrow filesystems); a plain path is local.
 STORAGE_SCHEMES = ("s3", "gs", "gcs", "hdfs", "file")
@@ -72,8 +72,7 @@ class _Spec(BaseModel):
 
 
 # The graph families of the tasks that have one (the paper's: binary, random).
-FAMILIES = tuple(dict.fromkeys(family for config_cls, _ in TASKS.values() if config_cls.has("family")
-                               for family in typing.get_args(config_cls.model_fields["family"].annotation)))
+FAMILIES = tuple(dict.fromkeys(family for config_cls, _ in TASKS.values() for family in config_cls.choices("family")))
 
 
 class AxesSpec(_Spec):
@@ -364,7 +363,7 @@ class SweepSpec(_Spec):
         where = "axes.task" if self.axes.task else "task_params"
         for (label, variant), n in itertools.product(task_variants(self.axes.setups, self.axes.task).items(), self.axes.n):
             try:
-                task_config(self.task, n, variant.setup, self.axes.family, **self.task_params, **variant.fields)
+                variant_task(self, variant, n)
             except ValidationError as e:
                 first = e.errors()[0]
                 raise ValueError(f"{where}: {'.'.join(map(str, first['loc'])) or self.task}: "

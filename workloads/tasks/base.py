@@ -73,13 +73,19 @@ class TaskConfigBase(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     @classmethod
+    def choices(cls, field: str) -> tuple:
+        """The values a field given as a Literal allows, in order (the setups, a graph
+        family); empty for a field the task does not have or that is not a Literal."""
+        info = cls.model_fields.get(field)
+        return tuple(get_args(info.annotation)) if info and get_origin(info.annotation) is Literal else ()
+
+    @classmethod
     def setups(cls) -> tuple[str, ...]:
         """The task's setups: the values its `setup` field allows, in order."""
-        annotation = cls.model_fields["setup"].annotation
-        if get_origin(annotation) is not Literal:
+        if not cls.choices("setup"):
             raise TypeError(f"{cls.__name__}.setup must be a Literal of the setup names (Literal['vanilla', ...]), "
-                            f"got {annotation!r}")
-        return tuple(get_args(annotation))
+                            f"got {cls.model_fields['setup'].annotation!r}")
+        return cls.choices("setup")
 
     @classmethod
     def n_range(cls) -> tuple[Optional[int], Optional[int]]:
