@@ -1,6 +1,7 @@
 """Parts shared by the recurrent mixers (Mamba, Mamba-2, Gated DeltaNet): the
-time-step initialisation and the short causal depthwise convolution with SiLU that
-each runs before its scan, over a full sequence and one token at a time."""
+time-step initialisation, the output projection's init, and the short causal
+depthwise convolution with SiLU that each runs before its scan, over a full
+sequence and one token at a time."""
 
 import math
 
@@ -14,6 +15,16 @@ def dt_bias_init(n: int, dt_min: float = 1e-3, dt_max: float = 0.1, floor: float
     `floor`), stored through the inverse of softplus, so softplus(bias) = dt."""
     dt = torch.exp(torch.rand(n) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)).clamp(min=floor)
     return dt + torch.log(-torch.expm1(-dt))
+
+
+def residual_out_proj(d_in: int, d_model: int, n_layers: int) -> nn.Linear:
+    """The mixer's output projection back to the residual stream: PyTorch's default
+    init scaled by 1/sqrt(n_layers), the model's recurrent layers (GPT-2's rule, as
+    mamba-ssm's MixerModel applies it)."""
+    proj = nn.Linear(d_in, d_model, bias=False)
+    with torch.no_grad():
+        proj.weight /= math.sqrt(n_layers)
+    return proj
 
 
 def short_conv(x: torch.Tensor, conv: nn.Conv1d, cache=None) -> torch.Tensor:

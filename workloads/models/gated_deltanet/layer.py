@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.models.recurrent_parts import dt_bias_init, short_conv, short_conv_step
+from workloads.models.recurrent_parts import dt_bias_init, residual_out_proj, short_conv, short_conv_step
 
 
 def delta_recurrent(q, k, v, g, beta, state=None):
@@ -174,9 +174,7 @@ class GatedDeltaNetMixer(nn.Module):
         self.A_log = nn.Parameter(torch.log(torch.empty(heads).uniform_(0, 16)))
         self.dt_bias = nn.Parameter(dt_bias_init(heads))
         self.norm_weight = nn.Parameter(torch.ones(self.dv))
-        self.o_proj = nn.Linear(self.value_dim, d_model, bias=False)
-        with torch.no_grad():  # the residual rule the other recurrent mixers follow
-            self.o_proj.weight /= math.sqrt(n_layers)
+        self.o_proj = residual_out_proj(self.value_dim, d_model, n_layers)  # the other recurrent mixers' rule
 
     def new_cache(self, batch: int, like: torch.Tensor) -> GatedDeltaNetCache:
         acc = torch.promote_types(like.dtype, torch.float32)

@@ -9,7 +9,6 @@ lazily: `import mamba_ssm` fails outright without its compiled CUDA extension.
 """
 
 import functools
-import math
 from dataclasses import dataclass
 
 import torch
@@ -17,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from workloads.models.mamba import MambaConfig
-from workloads.models.recurrent_parts import dt_bias_init, short_conv, short_conv_step
+from workloads.models.recurrent_parts import dt_bias_init, residual_out_proj, short_conv, short_conv_step
 from workloads.models.mamba.selective_scan import scan_cpu, scan_reference
 
 @functools.cache
@@ -75,11 +74,7 @@ class MambaMixer(nn.Module):
         # S4D-real initialisation of A and Mamba's dt initialisation (dt in [1e-3, 1e-1]).
         self.A_log = nn.Parameter(torch.log(torch.arange(1, n_state + 1, dtype=torch.float32)).repeat(d_inner, 1))
         self.D = nn.Parameter(torch.ones(d_inner))
-        self.out_proj = nn.Linear(d_inner, d_model, bias=False)
-        # mamba-ssm's MixerModel init (GPT-2's rule): the residual branch's output
-        # projection is PyTorch's default scaled by 1/sqrt(number of Mamba layers).
-        with torch.no_grad():
-            self.out_proj.weight /= math.sqrt(n_layers)
+        self.out_proj = residual_out_proj(d_inner, d_model, n_layers)  # mamba-ssm's MixerModel init
         nn.init.uniform_(self.dt_proj.weight, -(dt_rank**-0.5), dt_rank**-0.5)
         with torch.no_grad():
             self.dt_proj.bias.copy_(dt_bias_init(d_inner))

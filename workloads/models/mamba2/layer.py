@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.models.recurrent_parts import dt_bias_init, short_conv, short_conv_step
+from workloads.models.recurrent_parts import dt_bias_init, residual_out_proj, short_conv, short_conv_step
 
 
 def ssd_recurrent(x, dt, A, B, C, state=None):
@@ -129,9 +129,7 @@ class Mamba2Mixer(nn.Module):
         self.A_log = nn.Parameter(torch.log(torch.empty(self.heads).uniform_(1, 16)))
         self.D = nn.Parameter(torch.ones(self.heads))
         self.norm_weight = nn.Parameter(torch.ones(d_inner))
-        self.out_proj = nn.Linear(d_inner, d_model, bias=False)
-        with torch.no_grad():  # GPT-2's residual rule, as mamba-ssm's MixerModel applies it
-            self.out_proj.weight /= math.sqrt(n_layers)
+        self.out_proj = residual_out_proj(d_inner, d_model, n_layers)
 
     def new_cache(self, batch: int, like: torch.Tensor) -> Mamba2Cache:
         acc = torch.promote_types(like.dtype, torch.float32)
