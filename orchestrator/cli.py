@@ -233,7 +233,7 @@ def train(
     size: str = typer.Option(..., help="preset: tiny, 0.5M, 1M, 2M"),
     setup: str = typer.Option(..., help="vanilla, cot (istree) or retrieval"),
     n: int = typer.Option(..., help="the task's size (istree: vertices; `icr-sweep tasks` says for each)"),
-    out: Path = typer.Option(..., help="the trial's directory: params.json, result.json and the checkpoint, as a "
+    out: str = typer.Option(..., help="the trial's directory: params.json, result.json and the checkpoint, as a "
                              "sweep's trial (status, report and load_run read it), and metrics.json at the end"),
     task: str = typer.Option(DEFAULT_TASK, help="a task name (`icr-sweep tasks` lists them)"),
     sets: list[str] = SET_OPTION,
@@ -261,9 +261,10 @@ def train(
     """Train and evaluate one trial without Ray. Re-running with the same --out resumes it."""
     from pydantic import ValidationError
 
-    from orchestrator.rundir import RunDirError, check_storage
+    from orchestrator.rundir import RunDirError, check_storage, claim_trial_dir
     from workloads.config import trial_config
 
+    out_text, out = out, Path(out)  # the text as given: Path('') would be the current directory
     if warmup_samples is None:
         warmup_samples = min(TrainConfig.model_fields["warmup_samples"].default, samples // 10)
     task_cfg = _task_config(task, n, setup, family, sets)
@@ -276,7 +277,8 @@ def train(
             length_groups=length_groups, gen_every_eval=gen_every_eval, grad_clip=grad_clip, device=device,
             precision=precision,
         )
-        check_storage(str(out), flag="--out")
+        claim_trial_dir(out_text, config.model_dump(mode="json"), config.name)
+        check_storage(out_text, flag="--out")
         out.mkdir(parents=True, exist_ok=True)
     except ValidationError as e:
         _fail(_flag_error(e))
@@ -423,7 +425,7 @@ def plan(
     """Show the trials a spec would run, with each trial's estimated peak GPU memory
     and GPU share, warnings for trials that would not fit their share, and the
     sweep's projected wall time from measured rates (bench/bench_sweep.py)."""
-    from orchestrator.grid import cell_name, cells, expand, trial_for
+    from orchestrator.grid import cell_budget, cell_name, cell_rates, cells, expand, shape_trials
     from orchestrator.packing import gpu_share, memory_warnings
 
     s = _spec(spec)
@@ -436,14 +438,14 @@ def plan(
                              config=t.model_dump(mode="json")))
             shares[t.name] = gpu_share(s.resources, t) if on_gpu else None
     else:
-        for cell in cells(s):
+        for cell, shape in zip(cells(s), shape_trials(s)):
             arch, setup, size, n, seed = cell
-            d = getattr(s.lr, arch)
+            d, fixed, budget = getattr(s.lr, arch), cell_rates(s, cell), cell_budget(s, cell)
             name = cell_name(cell)
-            rows.append(dict(name=name, arch=arch, setup=setup, size=size, n=n,
-                             **_task_columns(s), lr=f"{d.distribution}({d.low:g}, {d.high:g})", seed=seed,
-                             trials=s.search.num_samples, samples=s.training.samples * s.search.num_samples))
-            shares[name] = gpu_share(s.resources, trial_for(s, *cell, d.low)) if on_gpu else None
+            rows.append(dict(name=name, arch=arch, setup=setup, size=size, n=n, **_task_columns(s),
+                             lr=", ".join(f"{v:g}" for v in fixed) if fixed else f"{d.distribution}({d.low:g}, {d.high:g})",
+                             seed=seed, trials=budget, samples=s.training.samples * budget))
+            shares[name] = gpu_share(s.resources, shape) if on_gpu else None
     if on_gpu:
         for row in rows:
             row["gpus"], row["gpu_mem_gb"] = shares[row["name"]][0], round(shares[row["name"]][1], 1)
@@ -502,11 +504,12 @@ def _projection_line(s, device_name: Optional[str], devices: Optional[float], ra
 
 
 def _task_columns(spec) -> dict:
-    """The task of a plan's rows: its name, and its graph family where it has one."""
-    config_cls = TASKS[spec.task][0]
-    if not config_cls.has("family"):
-        return {"task": spec.task}
-    return {"task": spec.task, "family": spec.axes.family or config_cls.parameters()["family"]}
+    """The task of a plan's rows: its name, and its graph family where it has one (as
+    the trials' task configs hold it: axes.family, task_params or the task's default)."""
+    from orchestrator.grid import cell_task
+
+    task = cell_task(spec, spec.axes.setups[0], spec.axes.n[0])
+    return {"task": spec.task, **({"family": task.family} if "family" in type(task).model_fields else {})}
 
 
 def _ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus):
@@ -586,13 +589,14 @@ def launch(
     num_cpus: Optional[int] = RAY_OPTIONS["num_cpus"],
 ):
     """Run a sweep on Ray Tune (embedded local Ray unless --address) and write its report."""
-    from orchestrator.rundir import RunDirError, check_storage
+    from orchestrator.rundir import RunDirError, check_launch_dir, check_storage
 
     s = _spec(spec, storage)
     run_dir = s.run_dir()
     _check_trackers(s)
     try:
-        check_storage(run_dir)
+        check_storage(run_dir)  # first: it names paths too long to look into
+        check_launch_dir(run_dir)
     except RunDirError as e:
         _fail(str(e))
 

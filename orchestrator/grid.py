@@ -69,8 +69,13 @@ def _task_variant(spec, setup: str) -> TaskVariant:
 
 
 def variant_task(spec, variant: TaskVariant, n: int):
-    """The task config of a task variant at size n, with the spec's task parameters and family."""
-    return task_config(spec.task, n, variant.setup, spec.axes.family, **spec.task_params, **variant.fields)
+    """The task config of a task variant at size n, with the spec's task parameters and
+    family (given in one place: the spec refuses it in two). The fields are merged
+    here, before the builder, so that a family in task_params is one field like the rest."""
+    fields = {**spec.task_params, **variant.fields}
+    if spec.axes.family is not None:
+        fields["family"] = spec.axes.family
+    return task_config(spec.task, n, variant.setup, **fields)
 
 
 def cell_task(spec, setup: str, n: int):
@@ -112,12 +117,27 @@ def expand(spec) -> list[TrialConfig]:
     return [trial_for(spec, *cell, lr) for cell in cells(spec) for lr in spec.lr.values(cell.arch)]
 
 
+def cell_rates(spec, cell: Cell) -> list[float]:
+    """The fixed learning rates of a cell of an Optuna spec: those of its arch when the
+    spec gives it a value or a list (its cells then run each once, as a grid would,
+    beside the searched archs); empty when its rate is searched."""
+    return spec.lr.values(cell.arch)
+
+
+def cell_budget(spec, cell: Cell) -> int:
+    """The trials an Optuna spec runs in a cell: search.num_samples where the rate is
+    searched, one per fixed rate otherwise."""
+    return len(cell_rates(spec, cell)) or spec.search.num_samples
+
+
 def shape_trials(spec) -> list[TrialConfig]:
     """Every trial of a grid spec, or one trial per cell of an Optuna spec (at its
-    range's low learning rate: the rate changes no shape, memory or speed)."""
+    range's low learning rate, or its first fixed one: the rate changes no shape,
+    memory or speed)."""
     if spec.search.method == "grid":
         return expand(spec)
-    return [trial_for(spec, *cell, getattr(spec.lr, cell.arch).low) for cell in cells(spec)]
+    return [trial_for(spec, *cell, (cell_rates(spec, cell) or [getattr(spec.lr, cell.arch).low])[0])
+            for cell in cells(spec)]
 
 
 def planned_trials(spec) -> dict[str, dict]:

@@ -90,12 +90,12 @@ def project(trials: list[dict], classes: list[dict], devices: float) -> Projecti
 
 def spec_trials(spec, on_gpu: bool) -> list[dict]:
     """The trials of a spec as `project` takes them (an Optuna spec: each cell's
-    num_samples trials), each with its share: its GPU fraction, or its CPUs."""
-    from orchestrator.grid import shape_trials
+    budget of trials, `cell_budget`), each with its share: its GPU fraction, or its CPUs."""
+    from orchestrator.grid import cell_budget, cells, shape_trials
     from orchestrator.packing import gpu_share
 
-    count = 1 if spec.search.method == "grid" else spec.search.num_samples
-    configs = [(t, count) for t in shape_trials(spec)]
+    counts = [1] * len(shape_trials(spec)) if spec.search.method == "grid" else [cell_budget(spec, c) for c in cells(spec)]
+    configs = list(zip(shape_trials(spec), counts))
     out = []
     for t, count in configs:
         share = gpu_share(spec.resources, t)[0] if on_gpu else spec.resources.cpus_per_trial

@@ -16,7 +16,79 @@ from typing import Optional
 from orchestrator.storage import RunDirError, check_remote, is_remote  # noqa: F401  (RunDirError: callers import it here)
 
 LOCK_FILE = ".icr-sweep.lock"
+SPEC_FILE = "icr-sweep.json"  # the resolved spec, written into the run directory by launch
+PARAMS_FILE = "params.json"  # a trial's config, beside its result rows
 NAME_MAX, PATH_MAX = 255, 4096
+
+
+def _sweep_above(path: Path) -> Optional[Path]:
+    """The sweep run directory that `path` is, or lies inside (it holds the spec
+    record or the driver lock); None when there is none."""
+    for folder in (path, *path.parents):
+        if (folder / SPEC_FILE).is_file() or (folder / LOCK_FILE).is_file():
+            return folder
+    return None
+
+
+def claim_trial_dir(out: str, config: dict, name: str) -> None:
+    """Refuses (RunDirError) a `train --out` directory that another run owns: a
+    sweep's run directory or anything inside it, a directory of trials, or a trial
+    of another config (the same config is this trial's own: it resumes). One rule,
+    so that no command can overwrite another's results."""
+    if not str(out).strip():
+        raise RunDirError("--out is empty; name the trial's own directory, e.g. --out runs/my-trial")
+    path = Path(out).resolve()
+    sweep = _sweep_above(path)
+    if sweep is not None:
+        where = "is" if sweep == path else f"lies inside {sweep}, which is"
+        raise RunDirError(f"--out {out} {where} a sweep's run directory (launched by `icr-sweep launch`); a trial "
+                          "of `train` needs a directory of its own outside any sweep")
+    trials = sorted(p.parent.name for p in path.glob(f"*/{PARAMS_FILE}"))
+    if trials:
+        raise RunDirError(f"--out {out} holds the directories of other trials ({', '.join(trials[:3])}"
+                          f"{', ...' if len(trials) > 3 else ''}); give this trial a directory of its own")
+    params = path / PARAMS_FILE
+    if params.is_file():
+        try:
+            stored = json.loads(params.read_text())["trial"]
+        except (OSError, ValueError, KeyError, TypeError):
+            raise RunDirError(f"--out {out} holds a {PARAMS_FILE} that cannot be read; it is not this trial's "
+                              "directory: choose another --out, or delete it to start over") from None
+        if _trains(stored) != _trains(config):
+            raise RunDirError(f"--out {out} holds the trial {_name_of(stored)}, not {name}; its results stay: "
+                              "give this trial another --out")
+
+
+def _name_of(config) -> str:
+    from pydantic import ValidationError
+
+    from workloads.config import TrialConfig
+
+    try:
+        return TrialConfig.model_validate(config).name
+    except ValidationError:
+        return "of another config"
+
+
+def _trains(config: dict) -> dict:
+    """A trial config without the fields that only say how it runs (a resume may change them)."""
+    from workloads.train import what_trains
+
+    return what_trains(config)
+
+
+def check_launch_dir(run_dir: str) -> None:
+    """Refuses (RunDirError) a local sweep run directory that is a trial of `train`,
+    or lies inside another sweep's run directory."""
+    if is_remote(run_dir):
+        return
+    path = Path(run_dir.removeprefix("file://")).resolve()
+    if (path / PARAMS_FILE).is_file():
+        raise RunDirError(f"{path} is the directory of one trial (`icr-sweep train --out`); choose another "
+                          "name or --storage for the sweep")
+    sweep = _sweep_above(path.parent)
+    if sweep is not None:
+        raise RunDirError(f"{path} lies inside the sweep run directory {sweep}; choose another --storage")
 
 
 def check_storage(run_dir: str, flag: str = "--storage") -> None:

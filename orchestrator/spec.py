@@ -349,6 +349,9 @@ class SweepSpec(_Spec):
                 raise ValueError(f"axes.model with {arch}: {e.errors()[0]['msg'].removeprefix('Value error, ')}") from None
             except ValueError as e:
                 raise ValueError(f"axes.model with {arch}: {e}") from None
+        if self.axes.family is not None and "family" in self.task_params:
+            raise ValueError(f"axes.family ({self.axes.family}) and task_params.family ({self.task_params['family']}): "
+                             "give the graph family in one place")
         if not TASKS[self.task][0].has("family") and self.axes.family is not None:
             having = ", ".join(name for name, (config_cls, _) in TASKS.items() if config_cls.has("family"))
             raise ValueError(f"axes.family: {self.task} has no graph family (a field of {having})")
@@ -382,8 +385,8 @@ class SweepSpec(_Spec):
         a = self.axes
         per_model = len(a.setups) * math.prod(len(v) for v in a.task.values()) * len(a.n) * len(a.seeds)
         models = {arch: len(model_variants(arch, a.sizes, a.model_axes(arch))) for arch in a.archs}
-        if self.search.method == "optuna":
-            return sum(models.values()) * per_model * self.search.num_samples
+        if self.search.method == "optuna":  # a searched arch: num_samples per cell; a fixed one: one per rate
+            return sum((len(self.lr.values(arch)) or self.search.num_samples) * models[arch] for arch in a.archs) * per_model
         return sum(len(self.lr.values(arch)) * models[arch] for arch in a.archs) * per_model
 
     def warnings(self) -> list[str]:
@@ -393,7 +396,7 @@ class SweepSpec(_Spec):
         return []
 
 
-SPEC_FILE = "icr-sweep.json"  # the resolved spec, written into the run directory by launch
+from orchestrator.rundir import SPEC_FILE  # noqa: E402  (re-exported: readers of a run import it here)
 
 
 def run_spec(run_dir: Path | str) -> Optional["SweepSpec"]:

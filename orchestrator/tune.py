@@ -23,7 +23,7 @@ from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from orchestrator.report import EARLIER_RESULTS
-from orchestrator.grid import cell_name, cells, expand, trial_for
+from orchestrator.grid import cell_budget, cell_name, cell_rates, cells, expand, trial_for
 from orchestrator.packing import gpu_share, gpu_shares
 from orchestrator.spec import SPEC_FILE, SweepSpec
 from orchestrator.storage import is_remote, write_file
@@ -227,13 +227,81 @@ def studies_in_use(spec: SweepSpec, storage: str) -> list[str]:
     import optuna
 
     known = set(optuna.get_all_study_names(storage))
-    return [name for name in (study_name(spec, c) for c in cells(spec)) if name in known]
+    return [name for name in (study_name(spec, c) for c in cells(spec) if not cell_rates(spec, c)) if name in known]
+
+
+class _CellStudy(OptunaSearch):
+    """Ray's OptunaSearch for one cell, made to agree with the study's storage. A
+    trial's end reaches Optuna's storage (at once) and Tune's experiment state (every
+    few seconds) apart: a driver killed between the two re-runs, on resume, a trial
+    that Optuna has finished. Such a trial's rows and end are Optuna's already, so
+    they are not told again (Optuna refuses them: UpdateFinishedTrialError).
+    Optuna is told only evaluations: a checkpoint's row between them has no metric,
+    and the trial's end is told with its last evaluation, not its last row."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._evaluated: dict[str, dict] = {}  # each running trial's last evaluation
+
+    def _finished_in_storage(self, trial_id: str) -> bool:
+        ot_trial = self._ot_trials.get(trial_id)
+        if trial_id in self._completed_trials or ot_trial is None:
+            return trial_id in self._completed_trials
+        return self._ot_study._storage.get_trial(ot_trial._trial_id).state.is_finished()
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        if result.get("evaluated") is False or self.metric not in result:
+            return
+        self._evaluated[trial_id] = result
+        if not self._finished_in_storage(trial_id):
+            super().on_trial_result(trial_id, result)
+
+    def on_trial_complete(self, trial_id: str, result: Optional[dict] = None, error: bool = False) -> None:
+        last = self._evaluated.pop(trial_id, None)
+        if result is not None and (result.get("evaluated") is False or self.metric not in result):
+            result = last  # the trial's last row was a checkpoint between evaluations
+        if self._finished_in_storage(trial_id):
+            self._completed_trials.add(trial_id)
+            return
+        super().on_trial_complete(trial_id, result, error)
+
+    def __getstate__(self):
+        # A study kept in a storage is pickled as its trials' ids, never as a live
+        # connection: Tune's tuner.pkl and the searcher's checkpoint would otherwise
+        # reopen the file where the run was launched, not where it is now.
+        state = self.__dict__.copy()
+        if self._storage is not None:
+            state["_ot_study"], state["_storage"] = None, None
+            state["_ot_trials"] = {tid: _trial_id(t) for tid, t in self._ot_trials.items()}
+        return state
+
+    @property
+    def detached(self) -> bool:
+        return self._ot_study is None and self._study_name != "optuna"
+
+    def reattach(self, storage) -> None:
+        """Opens the study and its trials in `storage` (the run's own optuna.db)."""
+        import optuna
+
+        study = optuna.load_study(study_name=self._study_name, storage=storage, sampler=self._sampler)
+        self._ot_study, self._storage = study, storage
+        self._ot_trials = {tid: optuna.trial.Trial(study, _trial_id(t)) for tid, t in self._ot_trials.items()}
+
+
+def _trial_id(trial) -> int:
+    return trial if isinstance(trial, int) else trial._trial_id
+
+
+# The run directory `resume` works on: a restored searcher whose studies live in the
+# run directory's own optuna.db opens that file there, wherever the run was launched.
+_RESUMING: dict[str, str] = {}
 
 
 class CellwiseOptuna(Searcher):
     """One Optuna study per grid cell (arch, setup, size, n, seed), each given the
     learning-rate distribution of its arch and `num_samples` trials, so that each
-    cell gets its own best learning rate, as the paper's sweep does. With `storage`
+    cell gets its own best learning rate, as the paper's sweep does; a cell whose arch
+    has fixed rates in the spec runs each of them once, unsearched. With `storage`
     (an Optuna storage URL) the studies live there, named by `study_name`, for
     optuna-dashboard and `optuna.load_study`; they continue where they were on resume."""
 
@@ -241,47 +309,71 @@ class CellwiseOptuna(Searcher):
         search = spec.search
         super().__init__(metric=search.metric, mode=search.mode)
         self.spec = spec
-        self.budget = search.num_samples
         self.studies, self.used, self.owner = {}, {}, {}
+        self.storage = storage
+        self.own_storage = storage is not None and spec.search.storage is None  # the run directory's optuna.db
         rdb = None
         if storage:
             import optuna
 
             rdb = optuna.storages.RDBStorage(storage)  # one connection pool for every study
+        self.fixed, self.budgets = {}, {}
         for i, cell in enumerate(cells(spec)):
-            dist = getattr(spec.lr, cell[0])
+            self.used[cell], self.budgets[cell] = 0, cell_budget(spec, cell)
+            if cell_rates(spec, cell):  # an arch at fixed rates: its cells run each rate once, unsearched
+                self.fixed[cell] = cell_rates(spec, cell)
+                continue
+            dist = getattr(spec.lr, cell.arch)
             space = {"lr": FloatDistribution(dist.low, dist.high, log=dist.distribution == "loguniform")}
-            self.studies[cell] = OptunaSearch(space=space, metric=search.metric, mode=search.mode, seed=i,
-                                              storage=rdb, study_name=study_name(spec, cell) if rdb else None)
-            self.used[cell] = 0
+            self.studies[cell] = _CellStudy(space=space, metric=search.metric, mode=search.mode, seed=i,
+                                            storage=rdb, study_name=study_name(spec, cell) if rdb else None)
 
     def suggest(self, trial_id: str):
-        open_cells = [c for c in self.studies if self.used[c] < self.budget]
+        open_cells = [c for c in self.used if self.used[c] < self.budgets[c]]
         if not open_cells:
             return Searcher.FINISHED
+        self._attach()
         cell = min(open_cells, key=lambda c: self.used[c])  # round robin over cells
-        suggestion = self.studies[cell].suggest(trial_id)
-        if suggestion is None:
-            return None
+        if cell in self.fixed:
+            lr = self.fixed[cell][self.used[cell]]
+        else:
+            suggestion = self.studies[cell].suggest(trial_id)
+            if suggestion is None:
+                return None
+            lr = suggestion["lr"]
+            self.owner[trial_id] = cell
         self.used[cell] += 1
-        self.owner[trial_id] = cell
-        arch, setup, size, n, seed = cell
-        trial = trial_for(self.spec, arch, setup, size, n, seed, suggestion["lr"])
+        trial = trial_for(self.spec, *cell, lr)
         return {"trial": trial.model_dump(mode="json"), "grid": False}
 
-    def on_trial_result(self, trial_id: str, result: dict) -> None:
-        if result.get("evaluated") is False:  # a checkpoint between evaluations: no metric to report
+    def _attach(self) -> None:
+        """Opens the studies in their storage where they were restored detached: the
+        run directory's own optuna.db (where `resume` finds the run now), else the
+        storage the spec names."""
+        detached = [study for study in self.studies.values() if study.detached]
+        if not detached:
             return
+        import optuna
+
+        run_dir = _RESUMING.get("run_dir")
+        url = _sqlite_in(run_dir, OPTUNA_FILE) if self.own_storage and run_dir and not is_remote(run_dir) else self.storage
+        rdb = optuna.storages.RDBStorage(url)
+        for study in detached:
+            study.reattach(rdb)
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        self._attach()
         if trial_id in self.owner:
             self.studies[self.owner[trial_id]].on_trial_result(trial_id, result)
 
     def on_trial_complete(self, trial_id: str, result: Optional[dict] = None, error: bool = False) -> None:
+        self._attach()
         if trial_id in self.owner:
             self.studies[self.owner.pop(trial_id)].on_trial_complete(trial_id, result, error)
 
     def save(self, checkpoint_path: str) -> None:
         # OptunaSearch's own save() persists its __dict__ (the in-memory study with it).
-        state = {"used": self.used, "owner": self.owner, "studies": {c: s.__dict__.copy() for c, s in self.studies.items()}}
+        state = {"used": self.used, "owner": self.owner, "studies": {c: s.__getstate__() for c, s in self.studies.items()}}
         with open(checkpoint_path, "wb") as f:
             pickle.dump(state, f)
 
@@ -291,6 +383,7 @@ class CellwiseOptuna(Searcher):
         self.used, self.owner = state["used"], state["owner"]
         for cell, study_state in state["studies"].items():
             self.studies[cell].__dict__.update(study_state)
+        self._attach()
 
 
 class ClusterError(RuntimeError):
@@ -442,6 +535,11 @@ def _per_trial(spec: SweepSpec, resources: dict):
 
 def _tuner_parts(spec: SweepSpec, resources: dict):
     trainable = tune.with_resources(_trainable, _per_trial(spec, resources))
+    # A checkpoint between evaluations (time or stop) is reported with its progress
+    # row, which holds no evaluation metric; Tune's check would end the sweep at the
+    # first one. The searchers here read only evaluated rows (CellwiseOptuna), and no
+    # scheduler is used, so the check is switched off (Tune's documented switch).
+    os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
     # Tune's newer console output prints every config key (here: the whole nested
     # trial config) as a column; the classic reporter lets us pick the metrics.
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
@@ -533,7 +631,7 @@ def launch(spec: SweepSpec, resources: dict) -> str:
         param_space = {}
         tune_config = tune.TuneConfig(
             search_alg=CellwiseOptuna(spec, optuna_storage(spec, run_dir)),
-            num_samples=len(cells(spec)) * spec.search.num_samples,
+            num_samples=sum(cell_budget(spec, cell) for cell in cells(spec)),
             max_concurrent_trials=spec.resources.max_concurrent,
             trial_name_creator=_trial_name, trial_dirname_creator=_trial_name,
         )
@@ -549,6 +647,7 @@ def resume(run_dir: str, spec: SweepSpec, resources: dict, say=print) -> str:
     Tune's own state cannot be read (a full disk cut it short), the sweep is rebuilt
     from the spec and the trial directories instead (`rebuild`)."""
     trainable, run_config = _tuner_parts(spec, resources)
+    _RESUMING["run_dir"] = run_dir
     problem = tune_state_problem(run_dir)
     tuner = None
     if not problem:

@@ -73,7 +73,7 @@ def first_intact(directories, config: TrialConfig, say=print) -> Optional[Path]:
         tried += 1
         try:
             state = read_checkpoint(Path(directory) / CHECKPOINT_FILE)
-            if _what_trains(_as_today(state["config"])) != _what_trains(config.model_dump(mode="json")):
+            if what_trains(_as_today(state["config"])) != what_trains(config.model_dump(mode="json")):
                 raise CheckpointError(f"{directory} holds another config's checkpoint")
         except CheckpointError as e:
             say(f"icr-sweep: {config.name}: passing over a checkpoint: {e}")
@@ -91,7 +91,7 @@ def first_intact(directories, config: TrialConfig, say=print) -> Optional[Path]:
 _HOW_IT_RUNS = ("length_groups", "checkpoint_every_s")
 
 
-def _what_trains(config: dict) -> dict:
+def what_trains(config: dict) -> dict:
     """A stored trial config without the fields a resume may change."""
     out = {k: v for k, v in config.items() if k != "task_label"}
     if isinstance(out.get("train"), dict):
@@ -189,8 +189,8 @@ class Trial:
 
     def load_state_dict(self, state: dict) -> None:
         # The task label names the trial and trains nothing.
-        wanted = _what_trains(self.config.model_dump(mode="json"))
-        saved = _what_trains(_as_today(state["config"]))
+        wanted = what_trains(self.config.model_dump(mode="json"))
+        saved = what_trains(_as_today(state["config"]))
         if saved != wanted:
             differ = _differences(saved, wanted)
             raise CheckpointError(f"the checkpoint was written by a trial with another config: {'; '.join(differ)}")

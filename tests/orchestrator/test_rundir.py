@@ -115,3 +115,59 @@ def test_a_taken_dashboard_port_is_replaced_by_a_free_one():
         assert other != taken
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", other))
+
+
+TRAIN = ["train", "--arch", "transformer", "--size", "tiny", "--setup", "cot", "--n", "4", "--samples", "64",
+         "--batch-size", "32", "--eval-every", "64", "--val-samples", "8"]
+
+
+def _a_sweep_run(tmp_path) -> Path:
+    """A run directory as `launch` leaves it: the spec record and one trial's files."""
+    run_dir = tmp_path / "runs" / "sweep"
+    trial = run_dir / "transformer-cot-tiny-n5-lr0.001-s0"
+    trial.mkdir(parents=True)
+    (run_dir / "icr-sweep.json").write_text('{"spec": {}}')
+    (trial / "params.json").write_text('{"trial": {"name": "transformer-cot-tiny-n5-lr0.001-s0"}}')
+    (trial / "result.json").write_text('{"samples": 1}\n')
+    return run_dir
+
+
+@pytest.mark.parametrize("where", ["the sweep", "a trial of the sweep", "inside a trial"])
+def test_train_refuses_a_directory_a_sweep_owns_and_leaves_it_as_it_was(tmp_path, where):
+    """`train --out` into a sweep's run directory, one of its trials, or below one
+    (issue 28, class 3: it deleted the trial's result.json and rewrote its params)."""
+    run_dir = _a_sweep_run(tmp_path)
+    trial = next(run_dir.glob("*/params.json")).parent
+    out = {"the sweep": run_dir, "a trial of the sweep": trial, "inside a trial": trial / "x"}[where]
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    result = runner.invoke(app, [*TRAIN, "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "a sweep's run directory" in result.output and str(run_dir) in result.output
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+
+
+def test_train_refuses_another_trials_directory_and_an_empty_out(tmp_path):
+    out = tmp_path / "mine"
+    first = runner.invoke(app, [*TRAIN, "--out", str(out)])
+    assert first.exit_code == 0, first.output
+    kept = (out / "result.json").read_bytes()
+    other = runner.invoke(app, [*TRAIN[:8], "5", *TRAIN[9:], "--out", str(out)])  # n 5: another trial
+    assert other.exit_code == 2 and "holds the trial transformer-cot-tiny-n4" in other.output, other.output
+    assert (out / "result.json").read_bytes() == kept
+    again = runner.invoke(app, [*TRAIN, "--out", str(out)])  # the same trial: its own directory, resumed
+    assert again.exit_code == 0, again.output
+    above = runner.invoke(app, [*TRAIN, "--out", str(tmp_path)])  # a directory of trials
+    assert above.exit_code == 2 and "holds the directories of other trials (mine)" in above.output, above.output
+    empty = runner.invoke(app, [*TRAIN, "--out", ""])
+    assert empty.exit_code == 2 and "--out is empty" in empty.output, empty.output
+
+
+def test_launch_refuses_a_trial_directory_and_a_place_inside_a_sweep(tmp_path):
+    run_dir = _a_sweep_run(tmp_path)
+    inside = runner.invoke(app, ["launch", MICRO, "--storage", str(run_dir)])
+    assert inside.exit_code == 2 and f"lies inside the sweep run directory {run_dir}" in inside.output, inside.output
+    (tmp_path / "solo").mkdir()
+    (tmp_path / "solo" / "istree_micro").mkdir()
+    (tmp_path / "solo" / "istree_micro" / "params.json").write_text("{}")
+    solo = runner.invoke(app, ["launch", MICRO, "--storage", str(tmp_path / "solo")])
+    assert solo.exit_code == 2 and "is the directory of one trial" in solo.output, solo.output

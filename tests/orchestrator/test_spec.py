@@ -406,3 +406,40 @@ def test_a_run_stored_when_family_defaulted_to_binary_for_every_task_still_loads
     path.write_text("name: x\ntask: ar\naxes: {setups: [vanilla], n: [8], family: binary}\n")
     with pytest.raises(SpecError, match="axes.family: ar has no graph family"):
         load_spec(path)
+
+
+def _written(tmp_path, spec: dict) -> str:
+    path = tmp_path / f"{spec['name']}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return str(path)
+
+
+def test_a_family_in_task_params_is_one_field_like_the_rest(tmp_path):
+    """`task_params: {family: random}` reaches every trial and plan's family column;
+    given in axes.family too, it is refused naming both (issue 28, class 4: every
+    command crashed with TypeError)."""
+    spec = dict(name="fam", task="istree", task_params=dict(family="random"),
+                axes=dict(archs=["mamba"], setups=["cot"], sizes=["tiny"], n=[5], seeds=[0]))
+    path = _written(tmp_path, spec)
+    assert runner.invoke(app, ["validate", path]).exit_code == 0
+    assert {t.task.family for t in expand(load_spec(path))} == {"random"}
+    plan = runner.invoke(app, ["plan", path, "--format", "json"])
+    assert plan.exit_code == 0, plan.output
+    assert {row["family"] for row in json.loads(plan.output)} == {"random"}
+    both = runner.invoke(app, ["validate", _written(tmp_path, {**spec, "axes": {**spec["axes"], "family": "binary"}})])
+    assert both.exit_code == 2 and "give the graph family in one place" in both.output, both.output
+
+
+def test_plan_of_an_optuna_spec_with_an_arch_at_a_fixed_rate(tmp_path):
+    """One arch searched, another at fixed rates: plan lists the fixed arch's cells
+    with their rates and one trial each (issue 28, class 4: AttributeError)."""
+    spec = dict(name="mixed", axes=dict(archs=["transformer", "mamba"], setups=["cot"], sizes=["tiny"], n=[5], seeds=[0]),
+                lr=dict(transformer=1.0e-3, mamba=dict(distribution="loguniform", low=1.0e-3, high=1.0e-2)),
+                search=dict(method="optuna", num_samples=3), training=dict(samples=1000, warmup_samples=10))
+    result = runner.invoke(app, ["plan", _written(tmp_path, spec), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    rows = {row["arch"]: row for row in json.loads(result.output)}
+    assert (rows["transformer"]["lr"], rows["transformer"]["trials"]) == ("0.001", 1)
+    assert (rows["mamba"]["lr"], rows["mamba"]["trials"]) == ("loguniform(0.001, 0.01)", 3)
+    table = runner.invoke(app, ["plan", _written(tmp_path, spec)])
+    assert table.exit_code == 0 and "4 trials" in table.output, table.output

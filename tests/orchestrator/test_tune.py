@@ -63,3 +63,86 @@ def test_studies_kept_in_a_storage_hold_each_cells_trials_and_values_and_survive
         (trial,) = study.trials
         assert trial.state == optuna.trial.TrialState.COMPLETE and trial.value == value
         assert trial.params["lr"] == config.train.lr
+
+
+def test_rows_between_evaluations_are_not_told_and_a_trial_ends_with_its_last_evaluation(tmp_path):
+    """A time or stop checkpoint's row holds no metric: Optuna hears only
+    evaluations, and a trial whose last row was such a checkpoint ends with the
+    value of its last evaluation (issue 28, class 1)."""
+    import optuna
+
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    searcher = CellwiseOptuna(optuna_spec(num_samples=1), storage)
+    proposal = searcher.suggest("a")
+    searcher.on_trial_result("a", {"val_exact_match": 0.4, "training_iteration": 1, "evaluated": True})
+    between = {"samples": 50, "train_loss": 1.0, "training_iteration": 2, "evaluated": False, "checkpoint_reason": "time"}
+    searcher.on_trial_result("a", between)
+    searcher.on_trial_complete("a", between)
+    arch = TrialConfig.model_validate(proposal["trial"]).model.arch
+    (trial,) = optuna.load_study(study_name=f"o/{arch}-cot-tiny-n5-s0", storage=storage).trials
+    assert trial.state == optuna.trial.TrialState.COMPLETE and trial.value == 0.4
+
+
+def test_a_trial_optuna_finished_before_the_driver_was_killed_is_not_told_again(tmp_path):
+    """SIGKILL between Optuna storing a trial's end and Tune storing its state: the
+    restored searcher still holds the trial as running, and Tune re-runs it. Its
+    rows and end are then skipped, not refused by Optuna (issue 28, class 2)."""
+    import optuna
+
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    spec = optuna_spec(num_samples=1)
+    first = CellwiseOptuna(spec, storage)
+    proposal = first.suggest("a")
+    first.save(str(tmp_path / "searcher.pkl"))  # Tune's last saved state: "a" running
+    first.on_trial_result("a", {"val_exact_match": 0.6, "training_iteration": 1})
+    first.on_trial_complete("a", {"val_exact_match": 0.6, "training_iteration": 1})  # stored, then the kill
+    restored = CellwiseOptuna(spec, storage)
+    restored.restore(str(tmp_path / "searcher.pkl"))
+    restored.on_trial_result("a", {"val_exact_match": 0.3, "training_iteration": 1})  # the re-run's rows
+    restored.on_trial_complete("a", {"val_exact_match": 0.3, "training_iteration": 1})
+    arch = TrialConfig.model_validate(proposal["trial"]).model.arch
+    (trial,) = optuna.load_study(study_name=f"o/{arch}-cot-tiny-n5-s0", storage=storage).trials
+    assert trial.state == optuna.trial.TrialState.COMPLETE and trial.value == 0.6
+
+
+def test_a_moved_run_resumes_against_its_own_optuna_db(tmp_path, monkeypatch):
+    """The searcher's saved state names the optuna.db where the run was launched; a
+    run copied elsewhere resumes against the copy's (issue 28, class 2)."""
+    import shutil
+
+    import optuna
+
+    from orchestrator import tune as sweep
+
+    spec = optuna_spec(num_samples=2)
+    old, new = tmp_path / "old", tmp_path / "new"
+    old.mkdir()
+    first = CellwiseOptuna(spec, f"sqlite:///{old / 'optuna.db'}")
+    proposal = first.suggest("a")
+    first.save(str(old / "searcher.pkl"))
+    shutil.move(old, new)
+    monkeypatch.setitem(sweep._RESUMING, "run_dir", str(new))
+    restored = CellwiseOptuna(spec, f"sqlite:///{new / 'optuna.db'}")
+    restored.restore(str(new / "searcher.pkl"))
+    restored.on_trial_complete("a", {"val_exact_match": 0.5, "training_iteration": 1})
+    assert not old.exists()
+    arch = TrialConfig.model_validate(proposal["trial"]).model.arch
+    (trial,) = optuna.load_study(study_name=f"o/{arch}-cot-tiny-n5-s0", storage=f"sqlite:///{new / 'optuna.db'}").trials
+    assert trial.value == 0.5
+
+
+def test_an_arch_at_a_fixed_rate_runs_each_rate_once_beside_a_searched_one():
+    """An Optuna spec may search one arch's rate and hold another's fixed: the fixed
+    arch's cells run each of its rates once, unsearched (issue 28, class 4)."""
+    spec = SweepSpec(
+        name="o", axes=dict(archs=["transformer", "mamba"], setups=["cot"], sizes=["tiny"], n=[5], seeds=[0]),
+        lr=dict(transformer=[1e-3, 3e-3], mamba=dict(distribution="loguniform", low=1e-3, high=1e-2)),
+        search=dict(method="optuna", num_samples=3), training=dict(samples=100, warmup_samples=10, eval_every=100),
+    )
+    assert spec.trial_count() == 2 + 3
+    searcher = CellwiseOptuna(spec)
+    configs = [TrialConfig.model_validate(searcher.suggest(f"t{i}")["trial"]) for i in range(5)]
+    assert searcher.suggest("t5") == CellwiseOptuna.FINISHED
+    assert sorted(c.train.lr for c in configs if c.model.arch == "transformer") == [1e-3, 3e-3]
+    assert all(1e-3 <= c.train.lr <= 1e-2 for c in configs if c.model.arch == "mamba")
+    searcher.on_trial_complete("t0", {"val_exact_match": 0.5, "training_iteration": 1})  # fixed or searched alike
