@@ -622,19 +622,15 @@ def launch(
 
 
 def _check_trackers(s) -> None:
-    """The trackers the spec turns on can be used: their package installed, an
-    MLflow URI for a remote run."""
-    import importlib.util
-
+    """The trackers the spec turns on can take the sweep (orchestrator/tracking.py):
+    exit 2 naming the field before Ray starts."""
+    from orchestrator.tracking import TrackerError, check_trackers
     from orchestrator.tune import mlflow_uri
 
-    for name, package in (("wandb", "wandb"), ("mlflow", "mlflow")):
-        if getattr(s.tracking, name) and importlib.util.find_spec(package) is None:
-            _fail(f"tracking.{name}: the {package} package is not installed here; "
-                  f"pip install 'icr-sweep[track]' (or {package})")
-    if s.tracking.mlflow and mlflow_uri(s) is None:
-        _fail("tracking.mlflow.tracking_uri: a remote run directory needs one (an MLflow server, say); "
-              "the default file store is for local runs")
+    try:
+        check_trackers(s.tracking, mlflow_uri(s) if s.tracking.mlflow else None)
+    except TrackerError as e:
+        _fail(str(e))
 
 
 def _check_optuna_storage(s, run_dir: str) -> None:
@@ -719,6 +715,7 @@ def resume(
         _fail(f"{run_dir}: cannot be read ({e})")
     if s is None:
         _fail(f"{run_dir} is not a sweep run directory (no {SPEC_FILE})")
+    _check_trackers(s)
 
     def work():
         from orchestrator import tune as sweep

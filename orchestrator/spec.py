@@ -45,6 +45,14 @@ def _admits_bool(annotation) -> bool:
     return annotation is bool or any(_admits_bool(a) for a in typing.get_args(annotation))
 
 
+def _section(annotation):
+    """The spec section (a model class) an optional field holds, else None."""
+    for a in (annotation, *typing.get_args(annotation)):
+        if isinstance(a, type) and issubclass(a, BaseModel):
+            return a
+    return None
+
+
 def _holds_bool(value) -> bool:
     if isinstance(value, bool):
         return True
@@ -65,6 +73,9 @@ class _Spec(BaseModel):
         if field is None or (isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)):
             return value  # a section: its own fields check theirs
         if _holds_bool(value) and not _admits_bool(field.annotation):
+            if isinstance(value, bool) and _section(field.annotation):
+                raise ValueError(f"a section of {_section(field.annotation).__name__.removesuffix('Spec')}'s fields is "
+                                 f"expected (`icr-sweep schema` lists them), not the YAML boolean {str(value).lower()}")
             if isinstance(value, bool):
                 raise ValueError(f"a number is expected, not the YAML boolean {str(value).lower()}")
             raise ValueError(f"numbers are expected, not YAML booleans: {json.dumps(value)}")
@@ -252,10 +263,25 @@ class WandbSpec(_Spec):
                                "local, else the driver's trial folders")
 
 
+# MLflow's tracking stores (its REST client and its SQLAlchemy store's databases).
+MLFLOW_SCHEMES = ("http", "https", "databricks", "sqlite", "postgresql", "mysql", "mssql")
+
+
 class MlflowSpec(_Spec):
     tracking_uri: Optional[str] = Field(
         None, description="an MLflow tracking URI (http://host:5000, sqlite:////abs/path.db); "
         "default: sqlite:///<run directory>/mlflow.db, for a local run directory")
+
+    @field_validator("tracking_uri")
+    @classmethod
+    def _a_uri_mlflow_opens(cls, value):
+        scheme = value.partition("://")[0] if "://" in value else ""
+        if scheme in ("", "file"):
+            raise ValueError(f"{value!r} names MLflow's file store, which is in maintenance mode and refuses to open; "
+                             "use sqlite:////abs/path.db or an MLflow server's http://host:5000")
+        if scheme.split("+")[0] not in MLFLOW_SCHEMES:  # postgresql+psycopg2:// names its driver
+            raise ValueError(f"{value!r}: unknown scheme {scheme}://; MLflow opens {', '.join(s + '://' for s in MLFLOW_SCHEMES)}")
+        return value
     experiment: Optional[str] = Field(None, description="default: the sweep's name")
 
 

@@ -34,7 +34,7 @@ ANSWER_TIMEOUT_S = 20.0
 _answered: set[str] = set()
 
 
-def _answer_timeout() -> float:
+def answer_timeout() -> float:
     try:
         return float(os.environ.get("ICR_STORAGE_TIMEOUT_S", ANSWER_TIMEOUT_S))
     except ValueError:
@@ -55,9 +55,9 @@ def _fs(uri: str):
         outcome: list = []
         probe = threading.Thread(target=lambda: outcome.append(_try(fs.get_file_info, path)), daemon=True)
         probe.start()
-        probe.join(_answer_timeout())
+        probe.join(answer_timeout())
         if not outcome:
-            raise RunDirError(f"{uri}: the storage did not answer within {_answer_timeout():g} s (no network, or "
+            raise RunDirError(f"{uri}: the storage did not answer within {answer_timeout():g} s (no network, or "
                               "credentials it waits for?); check the connection and the credentials, or use a local "
                               "path (ICR_STORAGE_TIMEOUT_S sets the wait)")
         if isinstance(outcome[0], Exception):

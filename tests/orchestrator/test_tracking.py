@@ -155,3 +155,37 @@ def test_tensorboard_off_keeps_tunes_json_and_csv_results(tmp_path, monkeypatch)
     assert kinds == {JsonLoggerCallback, CSVLoggerCallback} and TBXLoggerCallback not in kinds
     assert __import__("os").environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] == "1"
     assert trackers(SweepSpec(name="default", storage=str(tmp_path))) == []  # Tune adds its own three
+
+
+@pytest.mark.parametrize("case, tracking, env, message", [
+    ("wandb online, no key", dict(wandb=dict(project="p", mode="online")), {},
+     "tracking.wandb.mode online: no W&B API key"),
+    ("wandb online, no network", dict(wandb=dict(project="p", mode="online")),
+     {"WANDB_API_KEY": "k" * 40, "WANDB_BASE_URL": "http://127.0.0.1:1"},
+     "tracking.wandb.mode online: http://127.0.0.1:1 cannot be reached"),
+    ("mlflow server down", dict(mlflow=dict(tracking_uri="http://127.0.0.1:1")), {},
+     "tracking.mlflow.tracking_uri: http://127.0.0.1:1 cannot be reached"),
+    ("mlflow uri not a uri", dict(mlflow=dict(tracking_uri="not a uri")), {},
+     "names MLflow's file store, which is in maintenance mode"),
+    ("wandb: true", dict(wandb=True), {}, "a section of Wandb's fields is expected"),
+])
+def test_a_tracker_that_cannot_take_the_sweep_is_refused_in_one_line_before_ray_starts(
+        tmp_path, monkeypatch, case, tracking, env, message):
+    """Issue 28, class 5: each of these failed late (a Ray traceback), slowly (282 s
+    of retries) or silently (exit 0, nothing uploaded)."""
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))  # no `wandb login` entry
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    spec = yaml.safe_load((SWEEPS / "istree_micro.yaml").read_text())
+    spec.update(tracking=tracking)
+    spec_path = tmp_path / "t.yaml"
+    spec_path.write_text(yaml.safe_dump(spec))
+    result = CliRunner().invoke(app, ["launch", str(spec_path), "--storage", str(tmp_path / "runs")])
+    assert result.exit_code == 2 and message in result.output, result.output
+    assert "Traceback" not in result.output and "Ray dashboard" not in result.output
+    assert not (tmp_path / "runs").exists()  # nothing written
