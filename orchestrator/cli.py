@@ -1,6 +1,7 @@
 """The `icr-sweep` command line. Ray is imported only by the sweep commands that need it."""
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Literal, Optional
@@ -278,6 +279,7 @@ def train(
             precision=precision,
         )
         claim_trial_dir(out_text, config.model_dump(mode="json"), config.name)
+        _train_preflight(config)
         check_storage(out_text, flag="--out")
         out.mkdir(parents=True, exist_ok=True)
     except ValidationError as e:
@@ -318,6 +320,9 @@ def train(
                                 should_stop=stop.requested)
     except (CheckpointError, DiskSpaceError) as e:
         _fail(str(e))
+    except FloatingPointError as e:  # the loss diverged: a rate too high for the model, most often
+        _fail(f"{e}: the training diverged; lower --lr (this trial's: {config.train.lr:g}) or set --grad-clip. "
+              f"Its checkpoint, if any, is kept in {checkpoint}")
     finally:
         bar.close()
     if not params.exists():  # a directory of an earlier version, resumed
@@ -328,6 +333,24 @@ def train(
         raise typer.Exit(130)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
     typer.echo(json.dumps({k: v for k, v in metrics.items() if k != "config"}))
+
+
+def _train_preflight(config) -> None:
+    """The checks a sweep makes before Ray starts, for the one trial of `train`: the
+    device there, the model built and run once, its memory within this machine's."""
+    from workloads.preflight import check_models, cpu_memory_problems
+
+    if config.train.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            _fail("--device cuda: torch sees no CUDA GPU here; use --device auto or cpu")
+    import torch
+
+    problems = cpu_memory_problems([config], 1)[0] if config.train.device == "cpu" or not torch.cuda.is_available() else []
+    problems = problems or check_models([config])  # a model that does not fit is not built
+    if problems:
+        _fail("; ".join(problems))
 
 
 class _StopSignals:
@@ -513,6 +536,26 @@ def _task_columns(spec) -> dict:
 
 
 def _ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus):
+    """The embedded Ray's options, checked before anything starts: Ray itself fails
+    on a bad host or temp dir only after minutes, or with a traceback."""
+    import socket
+
+    if address is None:
+        try:
+            socket.getaddrinfo(dashboard_host, dashboard_port)
+            with socket.socket(socket.getaddrinfo(dashboard_host, None)[0][0]) as probe:
+                probe.bind((dashboard_host, 0))
+        except (OSError, UnicodeError) as e:
+            _fail(f"--dashboard-host {dashboard_host}: not an address of this machine ({getattr(e, 'strerror', None) or e}); "
+                  "use 127.0.0.1, or 0.0.0.0 to listen on every interface")
+        if temp_dir is not None:
+            existing = Path(temp_dir)
+            while not existing.exists() and existing != existing.parent:
+                existing = existing.parent
+            if not existing.is_dir():
+                _fail(f"--temp-dir {temp_dir}: {existing} is a file, not a directory")
+            if not os.access(existing, os.W_OK):
+                _fail(f"--temp-dir {temp_dir}: {existing} cannot be written")
     return dict(address=address, temp_dir=temp_dir, dashboard_host=dashboard_host,
                 dashboard_port=dashboard_port, num_cpus=num_cpus)
 
@@ -549,22 +592,34 @@ def _finish(run_dir: str) -> None:
         raise typer.Exit(1)
 
 
-def _run_locked(run_dir: str, work) -> None:
+def _run_locked(run_dir: str, work, fresh: bool = False) -> None:
     """Runs `work()` holding the run directory's lock (local storage; remote storage
     has no lock), then reports. Ctrl-C stops the sweep; the report then says what
-    is left and how to resume."""
+    is left and how to resume. A `fresh` launch that ends before any trial started
+    (a failed Ray start, a stop seconds in) leaves no run directory behind."""
     import contextlib
 
-    from orchestrator.rundir import RunDirError, RunLock
+    from orchestrator.rundir import RunDirError, RunLock, discard_unstarted
     from orchestrator.storage import is_remote
 
     lock = contextlib.nullcontext() if is_remote(run_dir) else RunLock(run_dir)
+    interrupted = False
     try:
         with lock:
             work()
     except RunDirError as e:
         _fail(str(e))
     except KeyboardInterrupt:
+        interrupted = True
+    except SystemExit:  # a refusal (exit 2) inside work: nothing of the launch is kept
+        if fresh:
+            discard_unstarted(run_dir)
+        raise
+    if fresh and discard_unstarted(run_dir):
+        typer.secho("Stopped before any trial started: nothing was kept. Launch the spec again to run it.",
+                    fg=typer.colors.YELLOW, err=True)
+        raise typer.Exit(130)
+    if interrupted:
         typer.secho("Interrupted.", fg=typer.colors.YELLOW, err=True)
     _finish(run_dir)
 
@@ -573,8 +628,8 @@ RAY_OPTIONS = dict(
     address=typer.Option(None, help="attach to a running Ray cluster (e.g. auto) instead of starting one"),
     temp_dir=typer.Option(None, help="temp dir of the embedded Ray (default: Ray's)"),
     dashboard_host=typer.Option("127.0.0.1", help="where the embedded Ray's dashboard listens"),
-    dashboard_port=typer.Option(8265),
-    num_cpus=typer.Option(None, help="CPUs the embedded Ray may use (default: all)"),
+    dashboard_port=typer.Option(8265, min=1, max=65535),
+    num_cpus=typer.Option(None, min=1, help="CPUs the embedded Ray may use (default: all)"),
 )
 
 
@@ -593,6 +648,7 @@ def launch(
 
     s = _spec(spec, storage)
     run_dir = s.run_dir()
+    opts = _ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus)
     _check_trackers(s)
     try:
         check_storage(run_dir)  # first: it names paths too long to look into
@@ -609,7 +665,7 @@ def launch(
         _check_optuna_storage(s, run_dir)
         _preflight(s, on_this_cpu=address is None and (s.resources.device == "cpu" or (
             s.resources.device == "auto" and not _local_gpus())), cpus=num_cpus)
-        resources = _start_ray(_ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus), s)
+        resources = _start_ray(opts, s)
         if resources["gpu"]:
             from orchestrator.packing import gpu_shares, memory_warnings
 
@@ -618,7 +674,7 @@ def launch(
         typer.echo(f"Sweep {s.name!r} -> {run_dir}", err=True)
         sweep.launch(s, resources)
 
-    _run_locked(run_dir, work)
+    _run_locked(run_dir, work, fresh=True)
 
 
 def _check_trackers(s) -> None:
@@ -665,13 +721,13 @@ def _preflight(s, on_this_cpu: bool, cpus: Optional[int] = None) -> None:
     from workloads.preflight import check_models, cpu_memory_problems
 
     trials = shape_trials(s)
-    problems = check_models(trials)
-    warnings = []
+    problems, warnings = [], []
     if on_this_cpu:
         slots = int((cpus or os.cpu_count() or 1) // s.resources.cpus_per_trial) or 1
         concurrent = min(slots, s.resources.max_concurrent or slots, len(trials))
-        errors, warnings = cpu_memory_problems(trials, concurrent)
-        problems += errors
+        problems, warnings = cpu_memory_problems(trials, concurrent)
+    too_big = {p.split(" ", 1)[0] for p in problems}
+    problems += check_models([t for t in trials if t.name not in too_big])  # a model that does not fit is not built
     for warning in warnings:
         typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
     if problems:
@@ -703,7 +759,7 @@ def resume(
     num_cpus: Optional[int] = RAY_OPTIONS["num_cpus"],
 ):
     """Continue an interrupted sweep: finished trials stay, the rest continue from their checkpoints."""
-    from orchestrator.rundir import RunDirError
+    from orchestrator.rundir import RunDirError, check_storage
     from orchestrator.spec import SPEC_FILE, SpecError, run_spec
 
     run = _run_location(run_dir)
@@ -715,14 +771,19 @@ def resume(
         _fail(f"{run_dir}: cannot be read ({e})")
     if s is None:
         _fail(f"{run_dir} is not a sweep run directory (no {SPEC_FILE})")
+    try:
+        check_storage(run, flag="place: copy the run directory somewhere writable and resume the copy")
+    except RunDirError as e:
+        _fail(str(e))
     _check_trackers(s)
+    opts = _ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus)
 
     def work():
         from orchestrator import tune as sweep
 
         if not sweep.can_resume(run) and not sweep.holds_sweep(run):
             _fail(f"{run_dir}: Ray Tune saved no experiment state there yet; launch the spec again")
-        resources = _start_ray(_ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus), s)
+        resources = _start_ray(opts, s)
         try:
             sweep.resume(run, s, resources, say=lambda line: typer.secho(line, fg=typer.colors.YELLOW, err=True))
         except sweep.ClusterError as e:

@@ -6,6 +6,7 @@ whole launch or resume: a second driver on the same sweep is refused, and a
 driver that dies, even by SIGKILL, releases it with its process.
 """
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -75,6 +76,31 @@ def _trains(config: dict) -> dict:
     from workloads.train import what_trains
 
     return what_trains(config)
+
+
+# What a launch writes into its run directory before its first trial starts: its own
+# records (the lock, the spec, a stop request, Optuna's and MLflow's databases) and
+# Ray Tune's (its storage marker, tuner and experiment state).
+_BEFORE_ANY_TRIAL = (LOCK_FILE, SPEC_FILE, ".icr-stop", "optuna.db", "mlflow.db", ".validate_storage_marker",
+                     "tuner.pkl", "experiment_state-*.json", "basic-variant-state-*.json", "searcher-state-*.pkl")
+
+
+def discard_unstarted(run_dir: str) -> bool:
+    """Removes what a launch wrote into a local run directory that no trial ever
+    started in (a Ray start that failed, a stop seconds after launch), and the
+    directory itself when that leaves it empty: the next launch of the spec then
+    starts afresh instead of finding a half-made run. Returns whether it did."""
+    if is_remote(run_dir):
+        return False
+    path = Path(run_dir)
+    if not path.is_dir() or any(path.glob(f"*/{PARAMS_FILE}")):
+        return False
+    for pattern in _BEFORE_ANY_TRIAL:
+        for file in path.glob(pattern):
+            file.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        path.rmdir()  # only when empty: a directory that held files of the user's keeps them
+    return True
 
 
 def check_launch_dir(run_dir: str) -> None:

@@ -445,11 +445,41 @@ def start_ray(spec: SweepSpec, address: Optional[str], temp_dir: Optional[str], 
     port = _free_port(dashboard_host, dashboard_port)
     if port != dashboard_port:
         notes.append(f"Port {dashboard_port} is taken; the dashboard listens on {port} instead (--dashboard-port to choose).")
-    ctx = ray.init(
-        address="local", include_dashboard=True, dashboard_host=dashboard_host, dashboard_port=port,
-        num_cpus=num_cpus, _temp_dir=temp_dir, runtime_env=runtime_env, log_to_driver=True,
-    )
+    with _daemons_in_a_group_of_their_own():
+        ctx = ray.init(
+            address="local", include_dashboard=True, dashboard_host=dashboard_host, dashboard_port=port,
+            num_cpus=num_cpus, _temp_dir=temp_dir, runtime_env=runtime_env, log_to_driver=True,
+        )
     return ctx, notes
+
+
+@contextlib.contextmanager
+def _daemons_in_a_group_of_their_own():
+    """Starts the embedded Ray's daemons (GCS, raylet, dashboard) in a process group
+    of their own. A stop sent to the driver's process group (`kill -TERM -PGID`, as
+    systemd, a batch scheduler or `docker stop` send it) then reaches the driver
+    alone, which stops the sweep as on Ctrl-C; in the driver's group, the daemons
+    died with it and the driver stalled on the lost GCS. Ray already starts its
+    trial workers in groups of their own, and still ends the daemons with the
+    driver (ray.shutdown, or the kernel's parent-death signal it sets on Linux)."""
+    from ray._private import services  # Ray 2.60 starts each daemon with its ConsolePopen (Ray is pinned)
+
+    real = getattr(services, "ConsolePopen", None)
+    if real is None:  # another Ray: its daemons stay in the driver's group
+        yield
+        return
+
+    class Grouped(real):
+        def __init__(self, *args, **kwargs):
+            if not kwargs.get("start_new_session") and kwargs.get("process_group") is None:
+                kwargs["process_group"] = 0
+            super().__init__(*args, **kwargs)
+
+    services.ConsolePopen = Grouped
+    try:
+        yield
+    finally:
+        services.ConsolePopen = real
 
 
 def _node_type_gpus(config: dict) -> dict[str, float]:

@@ -17,6 +17,7 @@ from workloads.models.config import ModelConfig
 # Not measured on a GPU by this project yet (issue 9 keeps that open).
 PROCESS_OVERHEAD = 1 << 30
 GiB = 1 << 30
+VALIDATION_BYTES_PER_TOKEN = 8 + 8 + 1
 
 
 def recurrent_layer_floats(cfg: ModelConfig) -> float:
@@ -51,14 +52,24 @@ class MemoryEstimate:
     logits: int  # logits, their log-softmax and both gradients
     optimizer: int  # weights, gradients, Adam's two moments
     overhead: int  # per process
+    validation: int = 0  # the validation set, built once and kept on the device for the whole trial
 
     @property
     def total(self) -> int:
-        return self.activations + self.logits + self.optimizer + self.overhead
+        return self.activations + self.logits + self.optimizer + self.overhead + self.validation
 
     @property
     def gib(self) -> float:
         return self.total / GiB
+
+    def largest(self) -> tuple[str, str]:
+        """The largest part (what it is) and the setting that lowers it."""
+        batch = "training.batch_size (train's --batch-size)"
+        parts = {"activations": (self.activations, batch), "logits": (self.logits, batch),
+                 "weights and optimizer state": (self.optimizer, "the model's size (its preset or dimensions)"),
+                 "validation set": (self.validation, "training.val_samples (train's --val-samples)")}
+        name = max(parts, key=lambda k: parts[k][0])
+        return name, parts[name][1]
 
 
 def estimate(trial: TrialConfig, vocab_size: int, n_params: int) -> MemoryEstimate:
@@ -75,6 +86,8 @@ def estimate(trial: TrialConfig, vocab_size: int, n_params: int) -> MemoryEstima
         logits=int(tokens * vocab_size * 4 * 4),  # cross-entropy runs in fp32 under autocast too
         optimizer=int(n_params * 4 * 4),
         overhead=PROCESS_OVERHEAD,
+        # Every validation row padded to the longest sample: int64 tokens and targets, a bool mask.
+        validation=int(trial.train.val_samples * trial.task.longest_sample * VALIDATION_BYTES_PER_TOKEN),
     )
 
 

@@ -72,11 +72,13 @@ def cpu_memory_problems(trials: list[TrialConfig], concurrent: int) -> tuple[lis
     total, available = memory_bytes()
     errors, peaks = [], []
     for trial in trials:
-        need = trial_estimate(trial).total - PROCESS_OVERHEAD  # no CUDA context on the CPU
+        estimate = trial_estimate(trial)
+        need = estimate.total - PROCESS_OVERHEAD  # no CUDA context on the CPU
         peaks.append(need)
         if need > total:
+            part, setting = estimate.largest()
             errors.append(f"{trial.name} needs about {need / GiB:.1f} GB, more than this machine's "
-                          f"{total / GiB:.1f} GB: lower training.batch_size, or run it on a GPU")
+                          f"{total / GiB:.1f} GB (most of it its {part}): lower {setting}")
     warnings = []
     if peaks and concurrent > 1:
         together = sum(sorted(peaks, reverse=True)[:concurrent])

@@ -187,9 +187,13 @@ def _killme_spec(tmp_path, name: str = "killme", samples: int = 12288) -> Path:
     return path
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_ctrl_c_stops_with_the_resume_command_and_every_trial_in_its_true_state(tmp_path, ray_temp, sig):
-    """Ctrl-C, and SIGTERM as a cluster or a spot instance sends it, end alike."""
+@pytest.mark.parametrize("sig, group", [(signal.SIGINT, False), (signal.SIGTERM, False), (signal.SIGTERM, True)],
+                         ids=["ctrl-c", "sigterm", "sigterm-to-the-process-group"])
+def test_ctrl_c_stops_with_the_resume_command_and_every_trial_in_its_true_state(tmp_path, ray_temp, sig, group):
+    """Ctrl-C, SIGTERM as a cluster or a spot instance sends it, and SIGTERM to the
+    driver's process group as systemd, a batch scheduler or `docker stop` send it
+    (issue 28, class 8: it killed Ray's daemons too, and the driver stalled and
+    exited 1 with no report), end alike."""
     spec_path = _killme_spec(tmp_path)
     storage = tmp_path / "runs"
     run_dir = storage / "killme"
@@ -202,7 +206,10 @@ def test_ctrl_c_stops_with_the_resume_command_and_every_trial_in_its_true_state(
                 len(r) >= 2 and not r[-1].get("final_eval") for r in results.values()):
             break
         time.sleep(0.1)
-    proc.send_signal(sig)
+    if group:
+        os.killpg(proc.pid, sig)  # started in a session of its own: its group is its pid
+    else:
+        proc.send_signal(sig)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 130, out[-3000:]
     # (Ray may print "Exception ignored in ... SystemExit" as it ends a finished trial's idle worker: not ours.)
@@ -350,3 +357,22 @@ def test_an_optuna_sweep_survives_time_checkpoints_a_ctrl_c_and_a_resume(tmp_pat
     study = optuna.load_study(study_name="optuna_stop/transformer-cot-tiny-n5-s0", storage=url)
     told = sorted((t.params["lr"], t.value) for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE)
     assert told == sorted(zip(df["lr"], df["val_exact_match"])), (told, df[["lr", "val_exact_match"]])
+
+
+def test_a_stop_before_any_trial_started_leaves_no_run_behind(tmp_path, ray_temp):
+    """Ctrl-C as Ray comes up: one line, exit 130, and no half-made run directory for
+    the next launch to trip on (issue 28, class 8: 'Interrupted.', then 'no trial
+    results', exit 2, and a directory holding only a lock)."""
+    spec_path, storage = _killme_spec(tmp_path), tmp_path / "runs"
+    proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=free_port()),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    seen = ""
+    for line in proc.stdout:
+        seen += line
+        if "Ray dashboard:" in line:
+            proc.send_signal(signal.SIGINT)
+            break
+    out = seen + proc.communicate(timeout=300)[0]
+    assert proc.returncode == 130, out[-3000:]
+    assert "Stopped before any trial started: nothing was kept" in out and "Traceback" not in out, out[-3000:]
+    assert not (storage / "killme").exists()

@@ -124,5 +124,17 @@ def test_estimate_grows_with_graph_size_batch_and_setup_and_shrinks_in_bf16():
 def test_estimate_parts_add_up():
     trial = trial_config("hybrid", "0.5M", IsTreeConfig(n=16, setup="cot"))
     e = estimate(trial, vocab_size=33, n_params=460_000)
-    assert e.total == e.activations + e.logits + e.optimizer + e.overhead
+    assert e.total == e.activations + e.logits + e.optimizer + e.overhead + e.validation
     assert e.optimizer == 460_000 * 16  # fp32 weights, gradients and Adam's two moments
+    # The validation set is kept whole for the trial: tokens, targets and mask per padded position.
+    assert e.validation == trial.train.val_samples * trial.task.longest_sample * 17
+
+
+def test_the_largest_part_of_a_trial_that_cannot_fit_names_the_setting_that_lowers_it():
+    """`train --val-samples 100000000000` trained on, building a validation set for
+    minutes; the refusal named the batch size (issue 28, class 10)."""
+    trial = trial_config("mamba", "tiny", IsTreeConfig(n=4, setup="cot"), val_samples=10**11)
+    part, setting = estimate(trial, vocab_size=30, n_params=10_000).largest()
+    assert part == "validation set" and "val_samples" in setting
+    wide = trial_config("mamba", "tiny", IsTreeConfig(n=4, setup="cot"), batch_size=10**6)
+    assert "batch_size" in estimate(wide, vocab_size=30, n_params=10_000).largest()[1]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Literal, Optional, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 if TYPE_CHECKING:
     import torch
@@ -67,10 +67,26 @@ class Batch:
         return Batch(*(t if t is None else (t.pin_memory() if pin else t).to(device, non_blocking=True) for t in tensors))
 
 
+# The largest vocabulary a task may ask for: a model embeds every token and writes
+# logits over all of them at every position, and a task builds its token list; a
+# vocabulary past this (values: 100000000000) was built for minutes before anything
+# said it could not fit.
+MAX_VOCAB = 1 << 20
+
+
 class TaskConfigBase(BaseModel):
     """A task's pydantic config: `name` (the discriminator), `n` (the task's size), `setup`."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @model_validator(mode="after")
+    def _vocabulary_fits(self):
+        size = getattr(self, "vocab_size", None)
+        if isinstance(size, int) and size > MAX_VOCAB:
+            raise ValueError(f"the task's vocabulary would be {size:,} tokens, more than the {MAX_VOCAB:,} this tool "
+                             "supports (every token is embedded, and scored at every position); lower the fields that "
+                             "size it")
+        return self
 
     @classmethod
     def choices(cls, field: str) -> tuple:
