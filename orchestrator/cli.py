@@ -505,20 +505,30 @@ def _projection_line(s, device_name: Optional[str], devices: Optional[float], ra
     """'projected wall time: ...' from the measured rates of the device the spec would run on."""
     import os
 
-    from orchestrator.projection import load_rates, project, rates_file, spec_trials
+    import math
 
+    from orchestrator.projection import RatesError, load_rates, project, rates_file, spec_trials
+
+    if devices is not None and not (math.isfinite(devices) and devices > 0):
+        _fail(f"--devices: a positive number of GPUs or CPUs, got {devices:g}")
     gpus = _local_gpus() if s.resources.device != "cpu" and device_name is None else []
     device = device_name or (gpus[0] if gpus else "cpu")
     on_gpu = device != "cpu"
     count = devices or (len(gpus) or 1 if on_gpu else os.cpu_count() or 1)
     unit = "GPU" if on_gpu else "CPU"
     path = rates or rates_file(device)
-    record = load_rates(path)
+    try:
+        record = load_rates(path)
+    except RatesError as e:
+        _fail(f"--rates {e}")
     if record is None:
         return (f"projected wall time: unknown; no measured rates for {device} in {path} "
                 f"(`python bench/bench_sweep.py --device {'cuda' if on_gpu else 'cpu'}` on that device writes them)")
+    if record.device != device:
+        _fail(f"--rates {path} was measured on {record.device}, not on {device}: a projection for one device from "
+              f"another's rates would be wrong; give --device-name {record.device!r} or that device's rates")
     try:
-        p = project(spec_trials(s, on_gpu), record["classes"], count)
+        p = project(spec_trials(s, on_gpu), record.classes, count)
     except ValueError as e:
         return f"projected wall time: unknown; {e} ({path})"
     scaled = ", the others scaled by sample length from the nearest measured class" if p.scaled else ""

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 RESULTS_DIR = Path(__file__).resolve().parents[1] / "bench" / "results"
 
 
@@ -45,13 +47,45 @@ def format_duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def load_rates(path: Path) -> Optional[dict]:
-    """The bench's record ({device, classes: [...], ...}) or None where there is none."""
+class RateClass(BaseModel):
+    """One trial class the bench measured (the fields `project` reads)."""
+
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+    arch: str
+    size: str
+    setup: str
+    n: int = Field(gt=0)
+    samples_per_s: float = Field(gt=0)
+    tokens_per_sample: float = Field(gt=0)
+    longest_sample: int = Field(gt=0)
+
+
+class RatesRecord(BaseModel):
+    """What bench/bench_sweep.py writes: the device measured and its classes."""
+
+    model_config = ConfigDict(extra="allow")
+    device: str = Field(min_length=1)
+    classes: list[RateClass] = Field(min_length=1)
+
+
+class RatesError(ValueError):
+    """A rates file that cannot be projected from; the message names the file, the field and the value."""
+
+
+def load_rates(path: Path) -> Optional[RatesRecord]:
+    """The bench's record, checked as a spec is; None where there is no file."""
     try:
         data = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
+    except FileNotFoundError:
         return None
-    return data if isinstance(data, dict) and isinstance(data.get("classes"), list) else None
+    except (OSError, ValueError) as e:
+        raise RatesError(f"{path}: not a rates file of bench/bench_sweep.py ({type(e).__name__}: {e})") from None
+    try:
+        return RatesRecord.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(map(str, first["loc"])) or "the file"
+        raise RatesError(f"{path}: {where}: {first['msg']} (got {json.dumps(first.get('input'))[:80]})") from None
 
 
 def _key(arch, size, setup, n) -> tuple:
@@ -63,6 +97,7 @@ def project(trials: list[dict], classes: list[dict], devices: float) -> Projecti
     `classes`: the bench's rows ({arch, size, setup, n, samples_per_s,
     tokens_per_sample}); `devices`: GPUs (shares are fractions of one) or CPUs
     (shares are CPUs)."""
+    classes = [c.model_dump() if isinstance(c, BaseModel) else c for c in classes]
     measured = {_key(c["arch"], c["size"], c["setup"], c["n"]): c for c in classes if c.get("samples_per_s")}
     total = weighted = longest = 0.0
     scaled, exact = [], 0

@@ -30,7 +30,7 @@ from orchestrator.storage import is_remote, write_file
 from workloads.config import TrialConfig
 from workloads.metrics import METRICS, PLOTTED
 from workloads.threads import bound_threads, thread_env
-from workloads.train import first_intact, run_trial
+from workloads.train import CheckpointError, first_intact, run_trial
 
 
 def _trainable(config: dict) -> None:
@@ -166,12 +166,16 @@ def _trial_storage():
 def _checkpoints(work: str):
     """The trial's checkpoints, to restore from in this order, each fetched into
     `work` when asked for: the one Tune hands over, then every other one in the
-    trial's directory, newest first. A damaged newest one then costs one
+    trial's directory, newest first (one that cannot be fetched, say deleted, as a
+    CheckpointError, which first_intact passes over as it does a damaged one). A damaged newest one then costs one
     checkpoint's interval, not the trial; and a sweep whose Tune state was rebuilt
     (Tune hands nothing over) finds its trials' checkpoints here."""
     given = tune.get_checkpoint()
     if given is not None:
-        yield Path(given.to_directory(os.path.join(work, "restored-0")))
+        try:
+            yield Path(given.to_directory(os.path.join(work, "restored-0")))
+        except (OSError, RuntimeError) as e:  # deleted or unreadable: passed over as a damaged one is
+            yield CheckpointError(f"{given.path} cannot be fetched ({type(e).__name__}: {str(e).splitlines()[0][:200]})")
     storage = _trial_storage()
     if storage is None:
         return
@@ -185,7 +189,10 @@ def _checkpoints(work: str):
     for i, info in enumerate(found, 1):
         if given is not None and info.path.rstrip("/") == given.path.rstrip("/"):
             continue
-        yield Path(tune.Checkpoint(info.path, filesystem=fs).to_directory(os.path.join(work, f"restored-{i}")))
+        try:
+            yield Path(tune.Checkpoint(info.path, filesystem=fs).to_directory(os.path.join(work, f"restored-{i}")))
+        except (OSError, RuntimeError) as e:
+            yield CheckpointError(f"{info.path} cannot be fetched ({type(e).__name__}: {str(e).splitlines()[0][:200]})")
 
 
 def _cost(trial: TrialConfig) -> float:

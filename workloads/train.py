@@ -67,11 +67,14 @@ def read_checkpoint(path: Path) -> dict:
 def first_intact(directories, config: TrialConfig, say=print) -> Optional[Path]:
     """The first of `directories` (an iterable, read lazily) whose checkpoint can be
     continued by `config`; each one passed over is said, and so is starting over
-    when none can."""
+    when none can. An item that is a CheckpointError (a directory that could not be
+    fetched) is passed over likewise."""
     tried = 0
     for directory in directories:
         tried += 1
         try:
+            if isinstance(directory, CheckpointError):
+                raise directory
             state = read_checkpoint(Path(directory) / CHECKPOINT_FILE)
             if what_trains(_as_today(state["config"])) != what_trains(config.model_dump(mode="json")):
                 raise CheckpointError(f"{directory} holds another config's checkpoint")

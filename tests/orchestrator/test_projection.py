@@ -64,3 +64,37 @@ def test_plan_without_rates_says_how_to_measure_them(tmp_path):
     assert result.exit_code == 0, result.output
     assert "projected wall time: unknown; no measured rates for cpu" in result.output
     assert "bench/bench_sweep.py --device cpu" in result.output
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(samples_per_s=-5.0), "classes.0.samples_per_s: Input should be greater than 0"),
+    (dict(samples_per_s=float("nan")), "classes.0.samples_per_s"),
+    (dict(samples_per_s="fast"), "classes.0.samples_per_s"),
+    (dict(longest_sample=0), "classes.0.longest_sample: Input should be greater than 0"),
+    (dict(tokens_per_sample=None), "classes.0.tokens_per_sample"),
+])
+def test_plan_refuses_a_rates_file_it_cannot_project_from_naming_the_field(tmp_path, change, message):
+    """Issue 28, class 9: '0 s' for negative rates, 'nan h' for NaN ones, and a
+    TypeError, KeyError or ZeroDivisionError for a string, a missing key, a zero."""
+    rates = tmp_path / "rates.json"
+    rows = [{**RATES[0], **change}, RATES[1]]
+    rates.write_text(json.dumps({"device": "cpu", "classes": rows}).replace("NaN", "NaN"))
+    result = CliRunner().invoke(app, ["plan", str(_spec(tmp_path)), "--rates", str(rates)])
+    assert result.exit_code == 2 and message in result.output and str(rates) in result.output, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+@pytest.mark.parametrize("devices", ["nan", "-2", "0"])
+def test_plan_refuses_a_device_count_that_is_not_positive(tmp_path, devices):
+    rates = tmp_path / "rates.json"
+    rates.write_text(json.dumps({"device": "cpu", "classes": RATES}))
+    result = CliRunner().invoke(app, ["plan", str(_spec(tmp_path)), "--rates", str(rates), "--devices", devices])
+    assert result.exit_code == 2 and "--devices: a positive number" in result.output, result.output
+
+
+def test_plan_does_not_project_one_device_from_anothers_rates(tmp_path):
+    rates = tmp_path / "rates.json"
+    rates.write_text(json.dumps({"device": "cpu", "classes": RATES}))
+    result = CliRunner().invoke(app, ["plan", str(_spec(tmp_path)), "--rates", str(rates),
+                                      "--device-name", "NVIDIA H100 80GB HBM3"])
+    assert result.exit_code == 2 and "was measured on cpu, not on NVIDIA H100 80GB HBM3" in result.output, result.output

@@ -146,3 +146,28 @@ def test_an_arch_at_a_fixed_rate_runs_each_rate_once_beside_a_searched_one():
     assert sorted(c.train.lr for c in configs if c.model.arch == "transformer") == [1e-3, 3e-3]
     assert all(1e-3 <= c.train.lr <= 1e-2 for c in configs if c.model.arch == "mamba")
     searcher.on_trial_complete("t0", {"val_exact_match": 0.5, "training_iteration": 1})  # fixed or searched alike
+
+
+def test_a_deleted_checkpoint_that_tune_hands_over_falls_back_to_an_older_one(tmp_path, monkeypatch):
+    """Issue 28, class 6: the directory Tune restores was deleted (older and newer
+    ones present): the trial failed for good on every resume; a truncated one fell
+    back. Now both fall back alike, saying which was passed over."""
+    import pyarrow.fs
+    import torch
+    from ray import tune
+
+    from orchestrator import tune as sweep
+    from workloads.train import first_intact
+
+    config = TrialConfig.model_validate(CellwiseOptuna(optuna_spec(num_samples=1)).suggest("a")["trial"])
+    trial_dir = tmp_path / "trial"
+    for name, samples in (("checkpoint_000000", 10), ("checkpoint_000002", 30)):
+        (trial_dir / name).mkdir(parents=True)
+        torch.save({"config": config.model_dump(mode="json"), "model": {}, "optimizer": {}, "samples": samples},
+                   trial_dir / name / "checkpoint.pt")
+    monkeypatch.setattr(tune, "get_checkpoint", lambda: tune.Checkpoint(str(trial_dir / "checkpoint_000001")))
+    monkeypatch.setattr(sweep, "_trial_storage", lambda: (pyarrow.fs.LocalFileSystem(), str(trial_dir)))
+    said = []
+    chosen = first_intact(sweep._checkpoints(str(tmp_path / "work")), config, said.append)
+    assert chosen is not None and torch.load(chosen / "checkpoint.pt", weights_only=True)["samples"] == 30
+    assert "checkpoint_000001 cannot be fetched" in said[0] and "continuing from the older checkpoint" in said[1], said
