@@ -313,11 +313,18 @@ def train(
         with open(out / "result.json", "a") as f:  # one row per report, as Tune writes a sweep's trial
             f.write(json.dumps({k: v for k, v in metrics.items() if k != "config"}) + "\n")
 
+    def on_resume(row: dict) -> None:  # the checkpoint's row, where a kill left it out (as a sweep's trial)
+        from orchestrator.report import parse_rows, row_stored
+
+        results = out / "result.json"
+        if not row_stored(parse_rows(results.read_text(errors="replace") if results.exists() else ""), row):
+            report(row, None)
+
     stop = _StopSignals()
     try:
         with stop:
             metrics = run_trial(config, report=report, checkpoint_dir=checkpoint, resume_from=resume, on_step=on_step,
-                                should_stop=stop.requested)
+                                should_stop=stop.requested, on_resume=on_resume)
     except (CheckpointError, DiskSpaceError) as e:
         _fail(str(e))
     except FloatingPointError as e:  # the loss diverged: a rate too high for the model, most often
@@ -625,6 +632,14 @@ def _run_locked(run_dir: str, work, fresh: bool = False) -> None:
         if fresh:
             discard_unstarted(run_dir)
         raise
+    except Exception as e:  # the driver itself failed (a full disk, Tune's state cut short): the trials' files stay
+        import errno
+
+        full = isinstance(e, OSError) and e.errno == errno.ENOSPC or "truncated" in str(e)
+        typer.secho(f"The sweep's driver stopped: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                    + ("; the disk is full, or was: free some space before resuming" if full else ""),
+                    fg=typer.colors.RED, err=True)
+        interrupted = True
     if fresh and discard_unstarted(run_dir):
         typer.secho("Stopped before any trial started: nothing was kept. Launch the spec again to run it.",
                     fg=typer.colors.YELLOW, err=True)

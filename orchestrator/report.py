@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from orchestrator.rundir import driver_is_live, tune_statuses
+from orchestrator.rundir import driver_is_live, tune_trials
 from workloads.metrics import HEADLINE, METRICS, PLOTTED, PROGRESS
 from workloads.models.config import SIZES
 from workloads.tasks import DEFAULT_TASK, TASKS
@@ -38,6 +38,25 @@ COLUMNS = {"model.arch": "arch", "task.setup": "setup", "model.size": "size", "t
 
 
 METRIC_KEYS = (*PROGRESS, *METRICS)  # a trial's latest figures, as status, report and results.csv give them
+
+
+def parse_rows(text: str) -> list[dict]:
+    """The rows of a result.json's text that are JSON objects (a line cut short is not)."""
+    rows = []
+    for line in text.splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
+def row_stored(rows: list[dict], row: dict) -> bool:
+    """Whether `rows` hold `row`: one at its sample count, an evaluation or not alike."""
+    evaluated = row.get("evaluated", True)
+    return any(r.get("samples") == row.get("samples") and r.get("evaluated", True) == evaluated for r in rows)
 
 
 def _read_results(path: Path) -> tuple[list[dict], list[str]]:
@@ -165,7 +184,8 @@ def load_trials(run_dir: Path, planned: dict[str, dict] | None = None, locked: b
     when Tune last recorded it so."""
     run_dir = Path(run_dir)
     planned = planned or {}
-    statuses, problem = tune_statuses(run_dir)
+    recorded, problem = tune_trials(run_dir)
+    statuses = {name: status for name, (status, _) in recorded.items()}
     live = driver_is_live(run_dir) if locked else None
     if only is not None:  # one trial's directory, as `train --out` writes it
         names = {only}
@@ -179,8 +199,13 @@ def load_trials(run_dir: Path, planned: dict[str, dict] | None = None, locked: b
         results, problems = _trial_rows(trial_dir)
         status = statuses.get(name)
         state, error = _state(status, results, trial_dir, status == "RUNNING" if live is None else live)
+        if status == "TERMINATED" and state != "finished" and not live:
+            state = "interrupted"  # finished by Tune's record, its last rows lost: resume restores them
+            problems.append("Tune recorded it finished, but its final row is missing or damaged"
+                            + (" (result.json holds no rows)" if not results else "")
+                            + "; `icr-sweep resume` restores it from the trial's checkpoint")
         if config is None:
-            config = planned.get(name)
+            config = planned.get(name) or (recorded.get(name, (None, None))[1] if not results else None)
             if config_problem and config is None:
                 state, error = "unreadable", config_problem
             elif config_problem and (results or (trial_dir / "params.json").exists()):

@@ -55,9 +55,13 @@ def claim_trial_dir(out: str, config: dict, name: str) -> None:
         except (OSError, ValueError, KeyError, TypeError):
             raise RunDirError(f"--out {out} holds a {PARAMS_FILE} that cannot be read; it is not this trial's "
                               "directory: choose another --out, or delete it to start over") from None
-        if _trains(stored) != _trains(config):
-            raise RunDirError(f"--out {out} holds the trial {_name_of(stored)}, not {name}; its results stay: "
-                              "give this trial another --out")
+        from workloads.train import as_today, differences, what_trains
+
+        held = what_trains(as_today(stored)) if isinstance(stored, dict) else {}
+        if held != what_trains(config):
+            differ = "; ".join(differences(held, what_trains(config), held="stored"))
+            raise RunDirError(f"--out {out} holds the trial {_name_of(stored)}, of another config ({differ}), not "
+                              f"{name}; its results stay: give this trial another --out")
 
 
 def _name_of(config) -> str:
@@ -69,13 +73,6 @@ def _name_of(config) -> str:
         return TrialConfig.model_validate(config).name
     except ValidationError:
         return "of another config"
-
-
-def _trains(config: dict) -> dict:
-    """A trial config without the fields that only say how it runs (a resume may change them)."""
-    from workloads.train import what_trains
-
-    return what_trains(config)
 
 
 # What a launch writes into its run directory before its first trial starts: its own
@@ -194,15 +191,80 @@ def tune_statuses(run_dir: str | Path) -> tuple[dict[str, str], str]:
     """Ray Tune's status of each trial (PENDING, RUNNING, PAUSED, TERMINATED, ERROR)
     by directory name, from its newest experiment state; and a problem, if that
     file could not be read ("" when fine or absent)."""
+    trials, problem = tune_trials(run_dir)
+    return {name: status for name, (status, _) in trials.items()}, problem
+
+
+def tune_trials(run_dir: str | Path) -> tuple[dict[str, tuple[str, Optional[dict]]], str]:
+    """(status, trial config) of each trial Tune recorded, by directory name: the
+    config of a trial Tune created but never started (no params.json yet) is there."""
     files = sorted(Path(run_dir).glob("experiment_state-*.json"))
     if not files:
         return {}, ""
     try:
         state = json.loads(files[-1].read_text())
-        statuses = {}
+        trials = {}
         for trial_json, _ in state["trial_data"]:
             trial = json.loads(trial_json)
-            statuses[trial["relative_logdir"]] = trial["status"]
-        return statuses, ""
+            config = trial.get("config")
+            trials[trial["relative_logdir"]] = (trial["status"], config.get("trial") if isinstance(config, dict) else None)
+        return trials, ""
     except (OSError, ValueError, KeyError, TypeError) as e:
         return {}, f"{files[-1].name}: unreadable ({type(e).__name__}: {e}); trial states come from the trial files"
+
+
+DAMAGED_RESULTS = "result-damaged.json"  # a result.json set aside by restore_rows, as it was
+
+
+def rows_to_restore(trial_dir: Path, status: Optional[str]) -> list[dict]:
+    """The evaluation rows a trial's newest intact checkpoint holds that its results
+    lack, where Tune will not run the trial again to write them (it recorded it
+    TERMINATED): a final row cut short, a result.json emptied. Empty otherwise."""
+    from orchestrator.report import read_results
+
+    rows = read_results(trial_dir)
+    if status != "TERMINATED" or (rows and rows[-1].get("final_eval")):
+        return []
+    history = _newest_history(trial_dir)
+    done = max((r.get("samples", 0) for r in rows), default=0)
+    return [r for r in history if r.get("samples", 0) > done]
+
+
+def _newest_history(trial_dir: Path) -> list[dict]:
+    """The evaluations kept in the trial's newest readable checkpoint."""
+    from workloads.train import CHECKPOINT_FILE, CheckpointError, read_checkpoint
+
+    for folder in sorted(trial_dir.glob("checkpoint_*"), reverse=True):
+        try:
+            return list(read_checkpoint(folder / CHECKPOINT_FILE).get("history", []))
+        except CheckpointError:
+            continue
+    return []
+
+
+def restore_rows(run_dir: str) -> list[str]:
+    """Writes back, for each trial of a local run, the rows `rows_to_restore` finds
+    (its result.json set aside whole as DAMAGED_RESULTS first, and rewritten as its
+    intact rows then the restored ones); returns the trials restored."""
+    from orchestrator.report import parse_rows
+
+    if is_remote(run_dir):
+        return []
+    statuses, _ = tune_statuses(run_dir)
+    restored = []
+    for name, status in sorted(statuses.items()):
+        trial_dir = Path(run_dir) / name
+        rows = rows_to_restore(trial_dir, status)
+        if not rows:
+            continue
+        results = trial_dir / "result.json"
+        text = results.read_text(errors="replace") if results.exists() else ""
+        if text:
+            os.replace(results, trial_dir / DAMAGED_RESULTS)
+        lines = [json.dumps(r) for r in parse_rows(text) + rows]
+        tmp = results.with_suffix(".tmp")
+        tmp.write_text("\n".join(lines) + "\n")
+        os.replace(tmp, results)
+        restored.append(name)
+    return restored
+

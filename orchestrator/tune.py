@@ -22,7 +22,7 @@ from ray import tune
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
-from orchestrator.report import EARLIER_RESULTS
+from orchestrator.report import EARLIER_RESULTS, parse_rows, row_stored
 from orchestrator.grid import cell_budget, cell_name, cell_rates, cells, expand, trial_for
 from orchestrator.packing import gpu_share, gpu_shares
 from orchestrator.spec import SPEC_FILE, SweepSpec
@@ -50,14 +50,41 @@ def _trainable(config: dict) -> None:
             # Tune stores the trial config beside every result (params.json, result.json).
             flat = {k: (math.nan if v is None else v) for k, v in metrics.items() if k != "config"}
             flat.update(gpu_share=gpus, cuda_devices=os.environ.get("CUDA_VISIBLE_DEVICES", "all"))
-            tune.report(flat, checkpoint=tune.Checkpoint.from_directory(str(checkpoint_dir)))
+            tune.report(flat, checkpoint=tune.Checkpoint.from_directory(str(checkpoint_dir)) if checkpoint_dir else None)
+
+        def on_resume(row: dict) -> None:
+            # The checkpoint this trial continues from was reported with this row; a
+            # worker killed between the two (or a checkpoint taken at a stop and
+            # found on disk) left it out of the trial's results: report it first.
+            if not row_stored(_stored_rows(), row):
+                print(f"icr-sweep: {trial.name}: its results lack the row of the checkpoint it continues from "
+                      f"({row.get('samples', 0):,} samples); reporting it", file=sys.stderr, flush=True)
+                report(row, None)
 
         storage = _trial_storage()
         local = storage is not None and isinstance(storage[0], pyarrow.fs.LocalFileSystem)
         room = (Path(storage[1]),) if local else ()  # local storage: a checkpoint needs room on its disk too
         asked = _StopRequests(Path(storage[1]).parent / STOP_FILE) if local else None
         run_trial(trial, report=report, checkpoint_dir=Path(work) / "checkpoint", resume_from=resume, room_in=room,
-                  checkpoint_now=asked)
+                  checkpoint_now=asked, on_resume=on_resume)
+
+
+def _stored_rows() -> list[dict]:
+    """The result rows stored so far in the trial's directory (those kept from before
+    a rebuild too): what Tune's driver wrote, read where the sweep keeps it."""
+    storage = _trial_storage()
+    if storage is None:
+        return []
+    fs, path = storage
+    rows = []
+    for name in (EARLIER_RESULTS, "result.json"):
+        try:
+            with fs.open_input_stream(f"{path}/{name}") as f:
+                text = f.read().decode("utf-8", errors="replace")
+        except (OSError, FileNotFoundError):
+            continue
+        rows += parse_rows(text)
+    return rows
 
 
 class _NamedActor:
@@ -685,6 +712,11 @@ def resume(run_dir: str, spec: SweepSpec, resources: dict, say=print) -> str:
     from the spec and the trial directories instead (`rebuild`)."""
     trainable, run_config = _tuner_parts(spec, resources)
     _RESUMING["run_dir"] = run_dir
+    from orchestrator.rundir import restore_rows
+
+    for name in restore_rows(run_dir):
+        say(f"{name}: Tune recorded it finished, but its results lacked evaluations its checkpoint holds; "
+            f"restored them (the file as it was is kept as {name}/result-damaged.json)")
     problem = tune_state_problem(run_dir)
     tuner = None
     if not problem:

@@ -76,7 +76,7 @@ def first_intact(directories, config: TrialConfig, say=print) -> Optional[Path]:
             if isinstance(directory, CheckpointError):
                 raise directory
             state = read_checkpoint(Path(directory) / CHECKPOINT_FILE)
-            if what_trains(_as_today(state["config"])) != what_trains(config.model_dump(mode="json")):
+            if what_trains(as_today(state["config"])) != what_trains(config.model_dump(mode="json")):
                 raise CheckpointError(f"{directory} holds another config's checkpoint")
         except CheckpointError as e:
             say(f"icr-sweep: {config.name}: passing over a checkpoint: {e}")
@@ -102,19 +102,20 @@ def what_trains(config: dict) -> dict:
     return out
 
 
-def _differences(saved: dict, wanted: dict, prefix: str = "") -> list[str]:
-    """'field (checkpoint A, now B)' for every leaf where two nested configs differ."""
+def differences(saved: dict, wanted: dict, prefix: str = "", held: str = "checkpoint") -> list[str]:
+    """'field (checkpoint A, now B)' for every leaf where two nested configs differ;
+    `held` names where the saved one is."""
     out = []
     for key in sorted(set(saved) | set(wanted)):
         a, b = saved.get(key), wanted.get(key)
         if isinstance(a, dict) and isinstance(b, dict):
-            out += _differences(a, b, f"{prefix}{key}.")
+            out += differences(a, b, f"{prefix}{key}.", held)
         elif a != b:
-            out.append(f"{prefix}{key} (checkpoint {a!r}, now {b!r})")
+            out.append(f"{prefix}{key} ({held} {a!r}, now {b!r})")
     return out
 
 
-def _as_today(config: dict) -> dict:
+def as_today(config: dict) -> dict:
     """A stored trial config with the fields added since it was written at their
     defaults, so that a checkpoint from before a new field still resumes; as stored
     where it no longer validates (its differences are then named)."""
@@ -174,6 +175,9 @@ class Trial:
         # Training loss since the last evaluation (its mean is the next train_loss),
         # kept with a checkpoint taken between evaluations.
         self.loss_sum, self.loss_steps = 0.0, 0
+        # The result row reported with the latest checkpoint, kept in it: a trial that
+        # continues from a checkpoint whose row was never stored reports it again.
+        self.row: Optional[dict] = None
 
     def state_dict(self) -> dict:
         state = {
@@ -183,6 +187,7 @@ class Trial:
             "samples": self.samples,
             "history": self.history,
             "loss_since_eval": [self.loss_sum, self.loss_steps],
+            "row": self.row,
             "config": self.config.model_dump(mode="json"),
             "rng_cpu": torch.get_rng_state(),
         }
@@ -193,9 +198,9 @@ class Trial:
     def load_state_dict(self, state: dict) -> None:
         # The task label names the trial and trains nothing.
         wanted = what_trains(self.config.model_dump(mode="json"))
-        saved = what_trains(_as_today(state["config"]))
+        saved = what_trains(as_today(state["config"]))
         if saved != wanted:
-            differ = _differences(saved, wanted)
+            differ = differences(saved, wanted)
             raise CheckpointError(f"the checkpoint was written by a trial with another config: {'; '.join(differ)}")
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
@@ -203,6 +208,9 @@ class Trial:
         self.samples = state["samples"]
         self.history = state["history"]
         self.loss_sum, self.loss_steps = state.get("loss_since_eval", (0.0, 0))
+        self.row = state.get("row")
+        if self.row is None and self.history and self.history[-1].get("samples") == self.samples:
+            self.row = self.history[-1]  # a checkpoint written before rows were kept: its evaluation's
         torch.set_rng_state(state["rng_cpu"])
         if "rng_cuda" in state and self.device.type == "cuda":
             torch.cuda.set_rng_state(state["rng_cuda"], self.device)
@@ -283,6 +291,7 @@ def run_trial(
     clock: Callable[[], float] = time.monotonic,
     room_in: tuple[Path, ...] = (),
     checkpoint_now: Optional[Callable[[], bool]] = None,
+    on_resume: Optional[Callable[[dict], None]] = None,
 ) -> dict:
     """Trains one trial to its sample budget and returns the final metrics.
 
@@ -298,6 +307,9 @@ def run_trial(
     holding an earlier checkpoint of the same config. `stop_after` ends the run
     early once that many samples are done (to simulate an interruption).
     `on_step(samples)` is called after every optimiser step (for progress bars).
+    `on_resume(row)` is called, after a resume, with the row reported with the
+    checkpoint it continues from, so that the caller can store it where it is
+    missing (a worker killed between the two, a checkpoint taken at a stop).
     Every checkpoint first checks that `checkpoint_dir` and the folders `room_in`
     have room for it (DiskSpaceError otherwise).
     """
@@ -306,6 +318,8 @@ def run_trial(
     trial = Trial(config)
     if resume_from is not None and (Path(resume_from) / CHECKPOINT_FILE).exists():
         trial.restore(Path(resume_from))
+        if on_resume is not None and trial.row is not None:
+            on_resume(dict(trial.row))
     val_batches = trial.validation_batches()
     model, task = trial.model, trial.task
     model.train()
@@ -368,9 +382,10 @@ def run_trial(
             asked = stop or (checkpoint_now is not None and checkpoint_now())
             if checkpoint_dir is not None and (asked or clock() - last_checkpoint >= tc.checkpoint_every_s):
                 flush_losses(step)
+                metrics = progress(step, final_eval=False, evaluated=False, checkpoint_reason="stop" if asked else "time")
+                trial.row = {k: v for k, v in metrics.items() if k != "config"}
                 trial.save(Path(checkpoint_dir), room_in)
                 last_checkpoint = clock()
-                metrics = progress(step, final_eval=False, evaluated=False, checkpoint_reason="stop" if asked else "time")
                 if report is not None:
                     report(metrics, checkpoint_dir)
             if stop:
@@ -383,6 +398,7 @@ def run_trial(
                            final_eval=final, evaluated=True)
         trial.loss_sum, trial.loss_steps = 0.0, 0
         trial.history.append({k: v for k, v in metrics.items() if k != "config"})
+        trial.row = trial.history[-1]
         if checkpoint_dir is not None:
             trial.save(Path(checkpoint_dir), room_in)
             last_checkpoint = clock()

@@ -406,3 +406,52 @@ def test_a_rate_that_finished_on_some_seeds_only_does_not_stand_for_the_cell():
     df = _trials([("mamba", 6, 1e-2, 0, 0.99), ("mamba", 6, 3e-3, 0, 0.8), ("mamba", 6, 3e-3, 1, 0.7)])
     row = best_by_cell(df).iloc[0]
     assert row["lr"] == 3e-3 and row["seeds"] == 2 and row["val_exact_match"] == pytest.approx(0.75)
+
+
+def test_a_finished_trial_whose_rows_were_lost_is_said_so_and_resume_restores_them(tmp_path):
+    """Issue 28, class 9: a finished trial whose last row was cut short showed
+    'interrupted' and resume asked to be run again forever; an emptied result.json
+    showed 'pending' with no note. The checkpoint holds every evaluation: status
+    says what is wrong, and restore_rows (run by resume) writes them back."""
+    from orchestrator.rundir import restore_rows
+    from workloads.train import run_trial
+    from workloads.config import trial_config
+    from workloads.tasks import IsTreeConfig
+
+    run = tmp_path / "run"
+    trials = {}
+    for seed, damage in ((0, "cut"), (1, "emptied")):
+        config = trial_config("transformer", "tiny", IsTreeConfig(n=4, setup="cot"), seed=seed, samples=128,
+                              batch_size=32, eval_every=64, val_samples=16, warmup_samples=32, device="cpu")
+        d = run / config.name
+        d.mkdir(parents=True)
+        (d / "params.json").write_text(json.dumps({"trial": config.model_dump(mode="json")}))
+        lines = []
+        run_trial(config, report=lambda m, _: lines.append(json.dumps({k: v for k, v in m.items() if k != "config"})),
+                  checkpoint_dir=d / "checkpoint_000001")
+        (d / "result.json").write_text(lines[0] + "\n" + lines[1][:25] if damage == "cut" else "")
+        trials[config.name] = lines
+    _tune_state(run, {name: "TERMINATED" for name in trials})
+    df = load_trials(run).set_index("trial")
+    assert (df["state"] == "interrupted").all()
+    assert all("`icr-sweep resume` restores it" in e for e in df["error"])
+    assert "result.json holds no rows" in df["error"].iloc[1]
+    assert sorted(restore_rows(str(run))) == sorted(trials)
+    df = load_trials(run).set_index("trial")
+    assert (df["state"] == "finished").all() and (df["error"] == "").all(), df[["state", "error"]]
+    for name, lines in trials.items():
+        assert [json.loads(r)["samples"] for r in (run / name / "result.json").read_text().splitlines()] == [64, 128]
+    assert (run / next(iter(trials)) / "result-damaged.json").exists()  # the file as it was, kept
+    assert restore_rows(str(run)) == []  # once done, nothing more
+
+
+def test_a_trial_tune_made_but_never_started_is_pending_with_its_config(tmp_path):
+    """An Optuna trial has no planned config: it was 'unreadable' (issue 28, class 9)."""
+    run = tmp_path / "run"
+    (run / "mamba-x").mkdir(parents=True)
+    config = {"trial": json.loads(json.dumps(expand(SweepSpec(name="x", axes=dict(archs=["mamba"], setups=["cot"],
+              sizes=["tiny"], n=[5])))[0].model_dump(mode="json")))}
+    trials = [[json.dumps({"status": "PENDING", "relative_logdir": "mamba-x", "trial_id": "a", "config": config}), "{}"]]
+    (run / "experiment_state-2026-11-22_00-00-00.json").write_text(json.dumps({"trial_data": trials}))
+    row = load_trials(run).set_index("trial").loc["mamba-x"]
+    assert row["state"] == "pending" and row["arch"] == "mamba" and row["error"] == ""

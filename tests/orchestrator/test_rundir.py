@@ -171,3 +171,30 @@ def test_launch_refuses_a_trial_directory_and_a_place_inside_a_sweep(tmp_path):
     (tmp_path / "solo" / "istree_micro" / "params.json").write_text("{}")
     solo = runner.invoke(app, ["launch", MICRO, "--storage", str(tmp_path / "solo")])
     assert solo.exit_code == 2 and "is the directory of one trial" in solo.output, solo.output
+
+
+def test_a_driver_that_fails_mid_sweep_still_reports_and_says_how_to_resume(tmp_path, monkeypatch):
+    """Issue 28, class 6: a disk that filled mid-sweep killed the driver with Tune's
+    UnpicklingError: no report, no resume command. The trials' files are intact, so
+    the command ends as a stop does: the report, the resume command, exit 130."""
+    import errno
+    import json as _json
+
+    from orchestrator import cli
+    from orchestrator import tune as sweep
+
+    def half_done(spec, resources):
+        trial = next(iter(__import__("orchestrator.grid", fromlist=["expand"]).expand(spec)))
+        d = Path(spec.run_dir()) / trial.name
+        d.mkdir(parents=True)
+        (d / "params.json").write_text(_json.dumps({"trial": trial.model_dump(mode="json")}))
+        (d / "result.json").write_text(_json.dumps({"samples": 1024, "val_exact_match": 0.5, "final_eval": False}) + "\n")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(cli, "_start_ray", lambda opts, spec: {"cpu": 1, "gpu": 0})
+    monkeypatch.setattr(sweep, "launch", half_done)
+    result = runner.invoke(app, ["launch", MICRO, "--storage", str(tmp_path / "runs")])
+    assert result.exit_code == 130, result.output
+    assert "The sweep's driver stopped: OSError" in result.output and "the disk is full" in result.output
+    assert f"icr-sweep resume {tmp_path / 'runs' / 'istree_micro'}" in result.output
+    assert (tmp_path / "runs" / "istree_micro" / "report.md").exists()

@@ -188,8 +188,8 @@ def test_train_command_writes_metrics_and_resumes(tmp_path, thread_pools):
     assert frame["samples"].tolist() == [128, 256] and frame["val_exact_match"].iloc[-1] == metrics["val_exact_match"]
     other = CliRunner().invoke(app, args[:-2] + ["--seed", "1", "--lr", "1e-3", "--out", str(out)])
     assert other.exit_code == 2 and "another config" in other.output
-    assert "train.lr (checkpoint 0.0003, now 0.001)" in other.output and "train.seed (checkpoint 0, now 1)" in other.output
-    assert f"delete {out / 'checkpoint' / CHECKPOINT_FILE}" in other.output
+    assert "train.lr (stored 0.0003, now 0.001)" in other.output and "train.seed (stored 0, now 1)" in other.output
+    assert "its results stay: give this trial another --out" in other.output
 
 
 @pytest.fixture
@@ -563,3 +563,37 @@ def test_a_checkpoint_continues_under_other_micro_batching_and_checkpoint_interv
     assert train_mod.first_intact([tmp_path], other, print) == tmp_path
     finished = run_trial(other, checkpoint_dir=tmp_path, resume_from=tmp_path)
     assert finished["samples"] == 1024
+
+
+def test_a_checkpoint_keeps_its_row_and_a_resume_hands_it_back(tmp_path):
+    """Issue 28, class 7: a worker killed between a checkpoint and its row, or a
+    stop's checkpoint found later, continued with that row lost. Every checkpoint
+    now keeps the row reported with it, and a resume hands it to the caller."""
+    config = small_trial()
+    rows = []
+    run_trial(config, report=lambda m, _: rows.append({k: v for k, v in m.items() if k != "config"}),
+              checkpoint_dir=tmp_path / "eval", stop_after=256)
+    handed = []
+    run_trial(config, checkpoint_dir=tmp_path / "eval", resume_from=tmp_path / "eval", stop_after=256,
+              on_resume=handed.append)
+    assert handed == [rows[-1]] and handed[0]["evaluated"]
+    stopped = []
+    asked = iter([False, False, True])
+    run_trial(config, report=lambda m, _: stopped.append({k: v for k, v in m.items() if k != "config"}),
+              checkpoint_dir=tmp_path / "stop", should_stop=lambda: next(asked, True))
+    handed.clear()
+    run_trial(config, checkpoint_dir=tmp_path / "stop", resume_from=tmp_path / "stop", stop_after=1,
+              on_resume=handed.append)
+    assert handed == [stopped[-1]] and handed[0]["checkpoint_reason"] == "stop"
+
+
+def test_train_writes_back_the_row_of_the_checkpoint_it_continues_from(tmp_path, thread_pools):
+    out = tmp_path / "trial"
+    args = ["train", "--arch", "transformer", "--size", "tiny", "--setup", "cot", "--n", "4", "--samples", "128",
+            "--batch-size", "32", "--eval-every", "64", "--val-samples", "16", "--warmup-samples", "32", "--out", str(out)]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    rows = (out / "result.json").read_text().splitlines()
+    (out / "result.json").write_text(rows[0] + "\n")  # the final row lost, as by a kill
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0, again.output
+    assert (out / "result.json").read_text().splitlines() == rows
