@@ -2,6 +2,7 @@
 Playwright): the token login works, the sweep is one job, and every running
 trial's actor is listed under its trial's name."""
 
+import re
 import shutil
 import signal
 import subprocess
@@ -18,6 +19,7 @@ CHROMIUM = shutil.which("chromium")
 
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (scripts/test installs it where apt can)")
 def test_the_dashboard_lists_each_running_trial_by_name(tmp_path, ray_temp):  # noqa: F811
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright
 
     spec = yaml.safe_load((SWEEPS / "istree_micro.yaml").read_text())
@@ -42,6 +44,12 @@ def test_the_dashboard_lists_each_running_trial_by_name(tmp_path, ray_temp):  # 
             page.goto(f"http://127.0.0.1:{port}/")
             page.get_by_placeholder("Enter your authentication token").fill(token)
             page.get_by_role("button", name="Submit").click()
+            # The dashboard goes to its overview once the token is taken; a page.goto
+            # before that navigation lands is interrupted by it.
+            try:
+                page.wait_for_url(re.compile(r"#/overview"), timeout=30_000)
+            except PlaywrightTimeout:
+                pass  # a dashboard that stays where it is: nothing to wait for
             page.goto(f"http://127.0.0.1:{port}/#/actors")
             for name in names:
                 page.get_by_text(name, exact=True).first.wait_for(timeout=60_000)

@@ -320,27 +320,32 @@ def test_a_run_with_damaged_tune_state_and_checkpoint_still_resumes(tmp_path, ra
     assert evaluations == list(range(1024, 12288 + 1, 1024)), evaluations  # each evaluation once
 
 
-def test_an_optuna_sweep_survives_time_checkpoints_a_ctrl_c_and_a_resume(tmp_path, ray_temp):
-    """Time checkpoints between evaluations, then Ctrl-C with a stop checkpoint, then
-    resume: the sweep ends with every trial finished and each Optuna trial told
-    its last evaluation (issue 28, class 1: the first time checkpoint ended it)."""
+def test_an_optuna_sweep_survives_time_checkpoints_a_ctrl_c_a_kill_and_its_resumes(tmp_path, ray_temp):
+    """Time checkpoints between evaluations, Ctrl-C with a stop checkpoint, resume,
+    SIGKILL of the driver mid-trial, resume again: every trial finishes and Optuna
+    is told each one's last evaluation once (issue 28: class 1, the first time
+    checkpoint ended the sweep; class 2, a killed Optuna sweep could not resume)."""
     import optuna
 
     spec = yaml.safe_load((SWEEPS / "istree_micro.yaml").read_text())
     spec.update(name="optuna_stop", axes=dict(archs=["transformer"], setups=["cot"], sizes=["tiny"], n=[5], seeds=[0]),
                 lr=dict(transformer=dict(distribution="loguniform", low=1e-3, high=1e-2)),
-                search=dict(method="optuna", num_samples=2))
-    spec["training"].update(samples=12288, eval_every=6144, checkpoint_every_s=0.5)
+                search=dict(method="optuna", num_samples=3))
+    spec["training"].update(samples=6144, eval_every=3072, checkpoint_every_s=0.5)
     spec["resources"].update(max_concurrent=1)
     spec_path, storage = tmp_path / "optuna_stop.yaml", tmp_path / "runs"
     spec_path.write_text(yaml.safe_dump(spec))
     run_dir = storage / "optuna_stop"
+
+    def rows():
+        return {p.parent.name: _results(p.parent) for p in run_dir.glob("*/params.json")}
+
     proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=free_port()),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     deadline = time.time() + 600
     while time.time() < deadline and proc.poll() is None:
-        rows = [r for p in run_dir.glob("*/params.json") for r in _results(p.parent)]
-        if sum(r.get("checkpoint_reason") == "time" for r in rows) >= 2 and any(r.get("evaluated") for r in rows):
+        seen = [r for trial in rows().values() for r in trial]
+        if sum(r.get("checkpoint_reason") == "time" for r in seen) >= 2 and any(r.get("evaluated") for r in seen):
             break
         time.sleep(0.1)
     assert proc.poll() is None, proc.communicate()[0][-3000:]
@@ -348,11 +353,26 @@ def test_an_optuna_sweep_survives_time_checkpoints_a_ctrl_c_and_a_resume(tmp_pat
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 130 and "Traceback" not in out, out[-3000:]
 
+    proc = subprocess.Popen(cli("resume", str(run_dir), ray_temp=ray_temp, port=free_port()),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    while time.time() < deadline and proc.poll() is None:
+        done = [n for n, r in rows().items() if r and r[-1].get("final_eval")]
+        if done and any(r and not r[-1].get("final_eval") for n, r in rows().items()):
+            break
+        time.sleep(0.1)
+    assert proc.poll() is None, proc.communicate()[0][-3000:]
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    _kill_leftovers(ray_temp)
+
     result = subprocess.run(cli("resume", str(run_dir), ray_temp=ray_temp, port=free_port()),
                             capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     df = load_trials(run_dir)
-    assert len(df) == 2 and (df["state"] == "finished").all(), df[["trial", "state"]]
+    assert len(df) == 3 and (df["state"] == "finished").all(), df[["trial", "state"]]
+    for name, trial in rows().items():  # every evaluation once, on one timeline
+        evaluations = [r["samples"] for r in trial if r.get("evaluated", True)]
+        assert evaluations == [3072, 6144], (name, evaluations)
     url = f"sqlite:///{run_dir / 'optuna.db'}"
     study = optuna.load_study(study_name="optuna_stop/transformer-cot-tiny-n5-s0", storage=url)
     told = sorted((t.params["lr"], t.value) for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE)
