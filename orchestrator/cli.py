@@ -628,7 +628,7 @@ def _run_locked(run_dir: str, work, fresh: bool = False) -> None:
         _fail(str(e))
     except KeyboardInterrupt:
         interrupted = True
-    except SystemExit:  # a refusal (exit 2) inside work: nothing of the launch is kept
+    except (SystemExit, typer.Exit):  # a refusal (exit 2) inside work: nothing of the launch is kept
         if fresh:
             discard_unstarted(run_dir)
         raise

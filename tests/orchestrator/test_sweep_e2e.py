@@ -396,3 +396,41 @@ def test_a_stop_before_any_trial_started_leaves_no_run_behind(tmp_path, ray_temp
     assert proc.returncode == 130, out[-3000:]
     assert "Stopped before any trial started: nothing was kept" in out and "Traceback" not in out, out[-3000:]
     assert not (storage / "killme").exists()
+
+
+def test_a_disk_that_fills_mid_sweep_ends_in_a_report_and_resumes_with_every_evaluation(tmp_path, ray_temp):
+    """Issue 28, class 6: a disk that filled mid-sweep killed the driver (Tune's
+    UnpicklingError, a 0-byte params.json, no report), and the resume that followed
+    finished with evaluation rows silently missing. On a small tmpfs (root's mount;
+    skipped elsewhere): the driver ends with the report and the resume command; once
+    space is freed, resume finishes every trial with each evaluation's row once."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("mounting a tmpfs needs root here")
+    try:
+        spec_path = _killme_spec(tmp_path, samples=6144)
+        run_dir = disk / "killme"
+        proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", str(disk), ray_temp=ray_temp, port=free_port()),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        deadline = time.time() + 600
+        while time.time() < deadline and proc.poll() is None:
+            if any(r.get("evaluated") for p in run_dir.glob("*/params.json") for r in _results(p.parent)):
+                break
+            time.sleep(0.1)
+        filler = disk / "filler"
+        subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=1M"], capture_output=True)  # to the last byte
+        out, _ = proc.communicate(timeout=600)
+        assert proc.returncode in (1, 130) and f"icr-sweep resume {run_dir}" in out, out[-3000:]
+        assert "Traceback (most recent call last)" not in out.split("== Status ==")[-1], out[-3000:]
+        filler.unlink()
+        result = subprocess.run(cli("resume", str(run_dir), ray_temp=ray_temp, port=free_port()),
+                                capture_output=True, text=True, timeout=900)
+        assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+        df = load_trials(run_dir)
+        assert len(df) == 3 and (df["state"] == "finished").all(), df[["trial", "state", "error"]]
+        for trial in df["trial"]:
+            evaluations = [r["samples"] for r in read_results(run_dir / trial) if r.get("evaluated", True)]
+            assert evaluations == [1024 * k for k in range(1, 7)], (trial, evaluations)
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
