@@ -314,7 +314,7 @@ def train(
             f.write(json.dumps({k: v for k, v in metrics.items() if k != "config"}) + "\n")
 
     def on_resume(row: dict) -> None:  # the checkpoint's row, where a kill left it out (as a sweep's trial)
-        from orchestrator.report import parse_rows, row_stored
+        from orchestrator.rundir import parse_rows, row_stored
 
         results = out / "result.json"
         if not row_stored(parse_rows(results.read_text(errors="replace") if results.exists() else ""), row):
@@ -606,6 +606,7 @@ def _finish(run_dir: str) -> None:
                     f"Continue it with:\n  icr-sweep resume {run_dir}", fg=typer.colors.YELLOW, err=True)
         raise typer.Exit(130)
     if _say_failed(trials):
+        typer.echo(f"Retry them from their checkpoints with:\n  icr-sweep resume {run_dir}", err=True)
         raise typer.Exit(1)
 
 
@@ -902,6 +903,10 @@ def _report(run_dir: str, out: Optional[Path] = None, solved: float = 0.9):
     from orchestrator.rundir import RunDirError
     from orchestrator.storage import is_remote, local_view, upload
 
+    import errno
+
+    from orchestrator.report import read_run
+
     remote = is_remote(run_dir)
     _require_local_run(run_dir)
     try:
@@ -910,6 +915,13 @@ def _report(run_dir: str, out: Optional[Path] = None, solved: float = 0.9):
                 text, _, trials = write_report(local, locked=not remote, solved=solved)
             except FileNotFoundError as e:
                 _fail(str(e).replace(str(local), run_dir))
+            except OSError as e:
+                if e.errno != errno.ENOSPC:
+                    raise
+                # A full disk: the trials' files can still be read; what is left, and how to go on, is said.
+                typer.secho(f"The report cannot be written into {run_dir}: the disk is full. Free some space, then "
+                            f"`icr-sweep report {run_dir}` writes it.", fg=typer.colors.RED, err=True)
+                return read_run(local, locked=not remote)[0]
             files = report_files(local)
             if remote:
                 upload(files, run_dir)

@@ -40,25 +40,6 @@ COLUMNS = {"model.arch": "arch", "task.setup": "setup", "model.size": "size", "t
 METRIC_KEYS = (*PROGRESS, *METRICS)  # a trial's latest figures, as status, report and results.csv give them
 
 
-def parse_rows(text: str) -> list[dict]:
-    """The rows of a result.json's text that are JSON objects (a line cut short is not)."""
-    rows = []
-    for line in text.splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
-
-
-def row_stored(rows: list[dict], row: dict) -> bool:
-    """Whether `rows` hold `row`: one at its sample count, an evaluation or not alike."""
-    evaluated = row.get("evaluated", True)
-    return any(r.get("samples") == row.get("samples") and r.get("evaluated", True) == evaluated for r in rows)
-
-
 def _read_results(path: Path) -> tuple[list[dict], list[str]]:
     """The result rows of a trial, and the problems met (lines that are not JSON)."""
     if not path.exists():

@@ -213,6 +213,25 @@ def tune_trials(run_dir: str | Path) -> tuple[dict[str, tuple[str, Optional[dict
         return {}, f"{files[-1].name}: unreadable ({type(e).__name__}: {e}); trial states come from the trial files"
 
 
+def parse_rows(text: str) -> list[dict]:
+    """The rows of a result.json's text that are JSON objects (a line cut short is not)."""
+    rows = []
+    for line in text.splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
+def row_stored(rows: list[dict], row: dict) -> bool:
+    """Whether `rows` hold `row`: one at its sample count, an evaluation or not alike."""
+    evaluated = row.get("evaluated", True)
+    return any(r.get("samples") == row.get("samples") and r.get("evaluated", True) == evaluated for r in rows)
+
+
 DAMAGED_RESULTS = "result-damaged.json"  # a result.json set aside by restore_rows, as it was
 
 
@@ -220,9 +239,8 @@ def rows_to_restore(trial_dir: Path, status: Optional[str]) -> list[dict]:
     """The evaluation rows a trial's newest intact checkpoint holds that its results
     lack, where Tune will not run the trial again to write them (it recorded it
     TERMINATED): a final row cut short, a result.json emptied. Empty otherwise."""
-    from orchestrator.report import read_results
-
-    rows = read_results(trial_dir)
+    results = trial_dir / "result.json"
+    rows = parse_rows(results.read_text(errors="replace")) if results.exists() else []
     if status != "TERMINATED" or (rows and rows[-1].get("final_eval")):
         return []
     history = _newest_history(trial_dir)
@@ -246,8 +264,6 @@ def restore_rows(run_dir: str) -> list[str]:
     """Writes back, for each trial of a local run, the rows `rows_to_restore` finds
     (its result.json set aside whole as DAMAGED_RESULTS first, and rewritten as its
     intact rows then the restored ones); returns the trials restored."""
-    from orchestrator.report import parse_rows
-
     if is_remote(run_dir):
         return []
     statuses, _ = tune_statuses(run_dir)

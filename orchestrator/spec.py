@@ -275,6 +275,8 @@ class MlflowSpec(_Spec):
     @field_validator("tracking_uri")
     @classmethod
     def _a_uri_mlflow_opens(cls, value):
+        if value is None:  # the default: the run directory's own mlflow.db
+            return value
         scheme = value.partition("://")[0] if "://" in value else ""
         if scheme in ("", "file"):
             raise ValueError(f"{value!r} names MLflow's file store, which is in maintenance mode and refuses to open; "

@@ -22,7 +22,8 @@ from ray import tune
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
-from orchestrator.report import EARLIER_RESULTS, parse_rows, row_stored
+from orchestrator.report import EARLIER_RESULTS
+from orchestrator.rundir import parse_rows, row_stored
 from orchestrator.grid import cell_budget, cell_name, cell_rates, cells, expand, trial_for
 from orchestrator.packing import gpu_share, gpu_shares
 from orchestrator.spec import SPEC_FILE, SweepSpec

@@ -443,3 +443,10 @@ def test_plan_of_an_optuna_spec_with_an_arch_at_a_fixed_rate(tmp_path):
     assert (rows["mamba"]["lr"], rows["mamba"]["trials"]) == ("loguniform(0.001, 0.01)", 3)
     table = runner.invoke(app, ["plan", _written(tmp_path, spec)])
     assert table.exit_code == 0 and "4 trials" in table.output, table.output
+
+
+def test_a_spec_with_trackers_at_their_defaults_validates_again_from_its_dump():
+    """A spec is stored and read back (launch --storage re-validates its dump): an
+    MLflow section at its defaults holds tracking_uri None, which must stay valid."""
+    spec = SweepSpec(name="t", tracking=dict(mlflow={}, wandb=dict(project="p")))
+    assert SweepSpec.model_validate(spec.model_dump()) == spec
