@@ -18,6 +18,7 @@ from workloads.config import trial_config
 from workloads.models.config import PRESETS
 from workloads.preflight import check_models
 from workloads.tasks import IsTreeConfig
+from tests.workloads.test_train import thread_pools  # noqa: F401  (train --cpus sets the process's pools)
 
 runner = CliRunner()
 
@@ -159,7 +160,7 @@ TRAIN = ["train", "--arch", "mamba", "--size", "tiny", "--setup", "cot", "--n", 
      "--device"),
     (["--lr", "1e6"], "the training diverged; lower --lr (this trial's: 1e+06)"),
 ])
-def test_train_with_what_cannot_run_is_refused_in_one_line(tmp_path, args, message):
+def test_train_with_what_cannot_run_is_refused_in_one_line(tmp_path, args, message, thread_pools):
     """Issue 28, class 10: each of these ended in a traceback, or built a validation
     set or a vocabulary for minutes. Nothing but the refusal is left behind."""
     out = tmp_path / "t"

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from orchestrator.cli import app
 from orchestrator.rundir import RunDirError, RunLock, check_storage, driver_is_live
+from tests.workloads.test_train import thread_pools  # noqa: F401  (train --cpus sets the process's pools)
 
 ROOT = Path(__file__).parents[2]
 MICRO = str(ROOT / "sweeps" / "istree_micro.yaml")
@@ -133,7 +134,7 @@ def _a_sweep_run(tmp_path) -> Path:
 
 
 @pytest.mark.parametrize("where", ["the sweep", "a trial of the sweep", "inside a trial"])
-def test_train_refuses_a_directory_a_sweep_owns_and_leaves_it_as_it_was(tmp_path, where):
+def test_train_refuses_a_directory_a_sweep_owns_and_leaves_it_as_it_was(tmp_path, where, thread_pools):
     """`train --out` into a sweep's run directory, one of its trials, or below one
     (issue 28, class 3: it deleted the trial's result.json and rewrote its params)."""
     run_dir = _a_sweep_run(tmp_path)
@@ -146,7 +147,7 @@ def test_train_refuses_a_directory_a_sweep_owns_and_leaves_it_as_it_was(tmp_path
     assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
 
 
-def test_train_refuses_another_trials_directory_and_an_empty_out(tmp_path):
+def test_train_refuses_another_trials_directory_and_an_empty_out(tmp_path, thread_pools):
     out = tmp_path / "mine"
     first = runner.invoke(app, [*TRAIN, "--out", str(out)])
     assert first.exit_code == 0, first.output
