@@ -313,11 +313,13 @@ def train(
         with open(out / "result.json", "a") as f:  # one row per report, as Tune writes a sweep's trial
             f.write(json.dumps({k: v for k, v in metrics.items() if k != "config"}) + "\n")
 
-    def on_resume(row: dict) -> None:  # the checkpoint's row, where a kill left it out (as a sweep's trial)
-        from orchestrator.rundir import parse_rows, row_stored
+    def on_resume(rows: list[dict]) -> None:  # the rows a kill left out (as a sweep's trial)
+        from orchestrator.rundir import parse_rows, repair_results, rows_unstored
 
+        if what := repair_results(out):
+            typer.echo(f"{config.name}: {what}", err=True)
         results = out / "result.json"
-        if not row_stored(parse_rows(results.read_text(errors="replace") if results.exists() else ""), row):
+        for row in rows_unstored(parse_rows(results.read_text(errors="replace") if results.exists() else ""), rows):
             report(row, None)
 
     stop = _StopSignals()

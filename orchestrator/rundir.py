@@ -232,20 +232,37 @@ def row_stored(rows: list[dict], row: dict) -> bool:
     return any(r.get("samples") == row.get("samples") and r.get("evaluated", True) == evaluated for r in rows)
 
 
+def rows_unstored(stored: list[dict], rows: list[dict]) -> list[dict]:
+    """The tail of `rows` (a resumed trial's, in order) from the first one `stored`
+    lacks: reported again in order, it keeps the trial's timeline whole (a row
+    reported twice replaces the earlier one on it)."""
+    for i, row in enumerate(rows):
+        if not row_stored(stored, row):
+            return rows[i:]
+    return []
+
+
 DAMAGED_RESULTS = "result-damaged.json"  # a result.json set aside by restore_rows, as it was
 
 
-def rows_to_restore(trial_dir: Path, status: Optional[str]) -> list[dict]:
-    """The evaluation rows a trial's newest intact checkpoint holds that its results
-    lack, where Tune will not run the trial again to write them (it recorded it
-    TERMINATED): a final row cut short, a result.json emptied. Empty otherwise."""
-    results = trial_dir / "result.json"
-    rows = parse_rows(results.read_text(errors="replace")) if results.exists() else []
+def rows_to_restore(trial_dir: Path, rows: list[dict], status: Optional[str]) -> list[dict]:
+    """The evaluation rows a trial's newest intact checkpoint holds that its stored
+    `rows` lack, where Tune will not run the trial again to write them (it recorded
+    it TERMINATED): a final row cut short, a result.json emptied. Empty otherwise."""
     if status != "TERMINATED" or (rows and rows[-1].get("final_eval")):
         return []
     history = _newest_history(trial_dir)
     done = max((r.get("samples", 0) for r in rows), default=0)
     return [r for r in history if r.get("samples", 0) > done]
+
+
+def torn(text: str) -> bool:
+    """Whether a result.json's text holds a row cut short (a full disk, a kill inside a
+    write): a line that is not a JSON object, or a last line without its newline, onto
+    which the next row Tune appends would be glued, and lost with it."""
+    if text and not text.endswith("\n"):
+        return True
+    return len(parse_rows(text)) < sum(1 for line in text.splitlines() if line.strip())
 
 
 def _newest_history(trial_dir: Path) -> list[dict]:
@@ -260,27 +277,46 @@ def _newest_history(trial_dir: Path) -> list[dict]:
     return []
 
 
-def restore_rows(run_dir: str) -> list[str]:
-    """Writes back, for each trial of a local run, the rows `rows_to_restore` finds
-    (its result.json set aside whole as DAMAGED_RESULTS first, and rewritten as its
-    intact rows then the restored ones); returns the trials restored."""
+def restore_rows(run_dir: str) -> dict[str, str]:
+    """Runs `repair_results` on each trial of a local run before it resumes; returns
+    what was done, by trial."""
     if is_remote(run_dir):
-        return []
+        return {}
     statuses, _ = tune_statuses(run_dir)
-    restored = []
-    for name, status in sorted(statuses.items()):
-        trial_dir = Path(run_dir) / name
-        rows = rows_to_restore(trial_dir, status)
-        if not rows:
-            continue
-        results = trial_dir / "result.json"
-        text = results.read_text(errors="replace") if results.exists() else ""
-        if text:
-            os.replace(results, trial_dir / DAMAGED_RESULTS)
-        lines = [json.dumps(r) for r in parse_rows(text) + rows]
-        tmp = results.with_suffix(".tmp")
-        tmp.write_text("\n".join(lines) + "\n")
-        os.replace(tmp, results)
-        restored.append(name)
-    return restored
+    names = set(statuses) | {p.parent.name for p in Path(run_dir).glob("*/result.json")}
+    done = {name: repair_results(Path(run_dir) / name, statuses.get(name)) for name in sorted(names)}
+    return {name: what for name, what in done.items() if what}
 
+
+def repair_results(trial_dir: Path, status: Optional[str] = None) -> str:
+    """Repairs a trial's result.json that `torn` finds cut short (its intact rows kept,
+    so that the rows appended next are read) or that lacks the rows `rows_to_restore`
+    finds (written back from the checkpoint). The file as it was is set aside first
+    (DAMAGED_RESULTS, numbered if one is there). Returns what was done ('' if nothing)."""
+    results = trial_dir / "result.json"
+    text = results.read_text(errors="replace") if results.exists() else ""
+    rows = parse_rows(text)
+    missing = rows_to_restore(trial_dir, rows, status)
+    cut = torn(text)
+    if not missing and not cut:
+        return ""
+    kept = _set_aside(results) if text else None
+    tmp = results.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows + missing))
+    os.replace(tmp, results)
+    what = []
+    if cut:
+        what.append("its result.json held a row cut short (a full disk or a kill mid-write); its intact rows are kept")
+    if missing:
+        what.append("Tune recorded it finished, but its results lacked evaluations its checkpoint holds; restored them")
+    return "; ".join(what) + (f" (the file as it was is kept as {trial_dir.name}/{kept})" if kept else "")
+
+
+def _set_aside(results: Path) -> str:
+    """Moves a damaged result.json aside under a name no earlier repair used; returns it."""
+    stem, suffix = Path(DAMAGED_RESULTS).stem, Path(DAMAGED_RESULTS).suffix
+    k = 1
+    while (target := results.parent / (DAMAGED_RESULTS if k == 1 else f"{stem}-{k}{suffix}")).exists():
+        k += 1
+    os.replace(results, target)
+    return target.name

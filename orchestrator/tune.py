@@ -23,7 +23,7 @@ from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from orchestrator.report import EARLIER_RESULTS
-from orchestrator.rundir import parse_rows, row_stored
+from orchestrator.rundir import parse_rows, rows_unstored
 from orchestrator.grid import cell_budget, cell_name, cell_rates, cells, expand, trial_for
 from orchestrator.packing import gpu_share, gpu_shares
 from orchestrator.spec import SPEC_FILE, SweepSpec
@@ -53,12 +53,13 @@ def _trainable(config: dict) -> None:
             flat.update(gpu_share=gpus, cuda_devices=os.environ.get("CUDA_VISIBLE_DEVICES", "all"))
             tune.report(flat, checkpoint=tune.Checkpoint.from_directory(str(checkpoint_dir)) if checkpoint_dir else None)
 
-        def on_resume(row: dict) -> None:
-            # The checkpoint this trial continues from was reported with this row; a
-            # worker killed between the two (or a checkpoint taken at a stop and
-            # found on disk) left it out of the trial's results: report it first.
-            if not row_stored(_stored_rows(), row):
-                print(f"icr-sweep: {trial.name}: its results lack the row of the checkpoint it continues from "
+        def on_resume(rows: list[dict]) -> None:
+            # The checkpoint this trial continues from was reported with these rows; a
+            # worker killed between the two (or a checkpoint taken at a stop and found
+            # on disk, or a row cut short by a full disk) left some out of the trial's
+            # results: report them again first, in order.
+            for row in rows_unstored(_stored_rows(), rows):
+                print(f"icr-sweep: {trial.name}: its results lack a row of the checkpoint it continues from "
                       f"({row.get('samples', 0):,} samples); reporting it", file=sys.stderr, flush=True)
                 report(row, None)
 
@@ -715,9 +716,8 @@ def resume(run_dir: str, spec: SweepSpec, resources: dict, say=print) -> str:
     _RESUMING["run_dir"] = run_dir
     from orchestrator.rundir import restore_rows
 
-    for name in restore_rows(run_dir):
-        say(f"{name}: Tune recorded it finished, but its results lacked evaluations its checkpoint holds; "
-            f"restored them (the file as it was is kept as {name}/result-damaged.json)")
+    for name, what in restore_rows(run_dir).items():
+        say(f"{name}: {what}")
     problem = tune_state_problem(run_dir)
     tuner = None
     if not problem:

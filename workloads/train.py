@@ -307,9 +307,10 @@ def run_trial(
     holding an earlier checkpoint of the same config. `stop_after` ends the run
     early once that many samples are done (to simulate an interruption).
     `on_step(samples)` is called after every optimiser step (for progress bars).
-    `on_resume(row)` is called, after a resume, with the row reported with the
-    checkpoint it continues from, so that the caller can store it where it is
-    missing (a worker killed between the two, a checkpoint taken at a stop).
+    `on_resume(rows)` is called, after a resume, with the rows reported up to the
+    checkpoint it continues from (its evaluations, then the checkpoint's own row), so
+    that the caller can store those missing (a worker killed between a checkpoint and
+    its row, a checkpoint taken at a stop, a row cut short by a full disk).
     Every checkpoint first checks that `checkpoint_dir` and the folders `room_in`
     have room for it (DiskSpaceError otherwise).
     """
@@ -319,7 +320,7 @@ def run_trial(
     if resume_from is not None and (Path(resume_from) / CHECKPOINT_FILE).exists():
         trial.restore(Path(resume_from))
         if on_resume is not None and trial.row is not None:
-            on_resume(dict(trial.row))
+            on_resume([dict(r) for r in trial.history if r is not trial.row and r != trial.row] + [dict(trial.row)])
     val_batches = trial.validation_batches()
     model, task = trial.model, trial.task
     model.train()

@@ -442,7 +442,7 @@ def test_a_finished_trial_whose_rows_were_lost_is_said_so_and_resume_restores_th
     for name, lines in trials.items():
         assert [json.loads(r)["samples"] for r in (run / name / "result.json").read_text().splitlines()] == [64, 128]
     assert (run / next(iter(trials)) / "result-damaged.json").exists()  # the file as it was, kept
-    assert restore_rows(str(run)) == []  # once done, nothing more
+    assert restore_rows(str(run)) == {}  # once done, nothing more
 
 
 def test_a_trial_tune_made_but_never_started_is_pending_with_its_config(tmp_path):

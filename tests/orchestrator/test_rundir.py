@@ -199,3 +199,27 @@ def test_a_driver_that_fails_mid_sweep_still_reports_and_says_how_to_resume(tmp_
     assert "The sweep's driver stopped: OSError" in result.output and "the disk is full" in result.output
     assert f"icr-sweep resume {tmp_path / 'runs' / 'istree_micro'}" in result.output
     assert (tmp_path / "runs" / "istree_micro" / "report.md").exists()
+
+
+def test_resume_sets_a_row_cut_short_aside_so_the_next_rows_are_read(tmp_path):
+    """The CI run of issue 28's full-disk test lost an evaluation: its row was cut
+    short by the full disk, the resumed trial appended the rows that followed onto
+    that line, and the glued line read as no row at all. restore_rows (run by resume)
+    keeps a result.json's intact rows, ending in a newline, and sets the file as it
+    was aside under a name no earlier repair used."""
+    import json
+
+    from orchestrator.rundir import parse_rows, restore_rows
+
+    trial = tmp_path / "run" / "transformer-cot-tiny-n5-lr3e-3-s0"
+    trial.mkdir(parents=True)
+    whole, cut = json.dumps({"samples": 1024, "evaluated": True}), json.dumps({"samples": 2048, "evaluated": True})[:20]
+    results = trial / "result.json"
+    for k, kept in ((1, "result-damaged.json"), (2, "result-damaged-2.json")):
+        results.write_text(whole + "\n" + cut)
+        assert list(restore_rows(str(tmp_path / "run"))) == [trial.name]
+        assert results.read_text() == whole + "\n" and (trial / kept).read_text() == whole + "\n" + cut
+        with open(results, "a") as f:  # as Tune appends the resumed trial's next row
+            f.write(json.dumps({"samples": 2048, "evaluated": True}) + "\n")
+        assert [r["samples"] for r in parse_rows(results.read_text())] == [1024, 2048]
+    assert restore_rows(str(tmp_path / "run")) == {}  # an intact file is left alone

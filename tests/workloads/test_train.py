@@ -567,16 +567,17 @@ def test_a_checkpoint_continues_under_other_micro_batching_and_checkpoint_interv
 
 def test_a_checkpoint_keeps_its_row_and_a_resume_hands_it_back(tmp_path):
     """Issue 28, class 7: a worker killed between a checkpoint and its row, or a
-    stop's checkpoint found later, continued with that row lost. Every checkpoint
-    now keeps the row reported with it, and a resume hands it to the caller."""
+    stop's checkpoint found later, continued with that row lost; a row cut short by a
+    full disk lost an evaluation before it. Every checkpoint keeps the row reported
+    with it, and a resume hands the caller every row up to it, in order."""
     config = small_trial()
     rows = []
     run_trial(config, report=lambda m, _: rows.append({k: v for k, v in m.items() if k != "config"}),
-              checkpoint_dir=tmp_path / "eval", stop_after=256)
+              checkpoint_dir=tmp_path / "eval", stop_after=512)
     handed = []
-    run_trial(config, checkpoint_dir=tmp_path / "eval", resume_from=tmp_path / "eval", stop_after=256,
+    run_trial(config, checkpoint_dir=tmp_path / "eval", resume_from=tmp_path / "eval", stop_after=512,
               on_resume=handed.append)
-    assert handed == [rows[-1]] and handed[0]["evaluated"]
+    assert handed == [rows] and len(rows) > 1 and all(r["evaluated"] for r in rows)
     stopped = []
     asked = iter([False, False, True])
     run_trial(config, report=lambda m, _: stopped.append({k: v for k, v in m.items() if k != "config"}),
@@ -584,7 +585,7 @@ def test_a_checkpoint_keeps_its_row_and_a_resume_hands_it_back(tmp_path):
     handed.clear()
     run_trial(config, checkpoint_dir=tmp_path / "stop", resume_from=tmp_path / "stop", stop_after=1,
               on_resume=handed.append)
-    assert handed == [stopped[-1]] and handed[0]["checkpoint_reason"] == "stop"
+    assert handed == [stopped] and stopped[-1]["checkpoint_reason"] == "stop"
 
 
 def test_train_writes_back_the_row_of_the_checkpoint_it_continues_from(tmp_path, thread_pools):
@@ -597,3 +598,10 @@ def test_train_writes_back_the_row_of_the_checkpoint_it_continues_from(tmp_path,
     again = CliRunner().invoke(app, args)
     assert again.exit_code == 0, again.output
     assert (out / "result.json").read_text().splitlines() == rows
+    # The CI run of issue 28's full-disk test: the first row cut short (no newline), the
+    # next one appended onto it, and both lost. The cut row is set aside, both written back.
+    (out / "result.json").write_text(rows[0][:40])
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0, again.output
+    assert (out / "result.json").read_text().splitlines() == rows
+    assert (out / "result-damaged.json").read_text() == rows[0][:40]
