@@ -216,6 +216,7 @@ def load_trials(run_dir: Path, planned: dict[str, dict] | None = None, locked: b
 # The paper reports teacher-forced exact match (PAPER.md): it heads every table and
 # figure. Generation accuracy with the real retriever is ours and stands beside it
 # (workloads/metrics.py holds every metric's names and direction).
+BY_SEED = f"{HEADLINE}_by_seed"  # each seed's value of the headline, by seed, "/"-joined (the findings' check)
 SUMMARIES = tuple(METRICS)  # best.csv: mean and std of each
 
 
@@ -229,7 +230,7 @@ def best_by_cell(df: pd.DataFrame, metric: str = HEADLINE, mode: str = "max") ->
     has a study of its own, its own rates), each seed contributes its own best trial
     and the cell is their mean; `lr` is then the rates' geometric mean and `lrs` names
     each. `trials` lists the trials a row summarises."""
-    columns = GROUP + ["lr", "lrs", "seeds", "trials"] + [f"{m}{s}" for m in SUMMARIES for s in ("", "_std")]
+    columns = GROUP + ["lr", "lrs", "seeds", "trials", BY_SEED] + [f"{m}{s}" for m in SUMMARIES for s in ("", "_std")]
     done = df[df["state"] == "finished"]
     if done.empty:
         return pd.DataFrame(columns=columns)
@@ -245,7 +246,8 @@ def best_by_cell(df: pd.DataFrame, metric: str = HEADLINE, mode: str = "max") ->
         lr = lrs[0] if lrs[0] == lrs[-1] else math.exp(sum(map(math.log, lrs)) / len(lrs))
         by_seed = trials.sort_values("seed")
         row = dict(zip(GROUP, cell), lr=float(lr), lrs="/".join(f"{v:.0e}" for v in by_seed["lr"]), seeds=len(trials),
-                   trials=";".join(by_seed["trial"]), _key=trials["_key"].mean())
+                   trials=";".join(by_seed["trial"]), _key=trials["_key"].mean(),
+                   **{BY_SEED: "/".join(f"{v:.4g}" for v in by_seed[HEADLINE])})
         for m in SUMMARIES:
             row[m], row[f"{m}_std"] = trials[m].mean(), trials[m].std()
         rows.append(row)
@@ -260,7 +262,10 @@ def best_by_cell(df: pd.DataFrame, metric: str = HEADLINE, mode: str = "max") ->
 def _fmt(row, metric: str, with_lr: bool) -> str:
     if row[metric] != row[metric]:  # NaN: not measured
         return "-"
-    text = f"{row[metric]:.3f} ± {row[metric + '_std']:.3f}"
+    one = int(row.get("seeds", 2)) == 1  # no spread was measured: none is printed
+    text = f"{row[metric]:.3f}" + ("" if one else f" ± {row[metric + '_std']:.3f}")
+    if one and not with_lr:
+        text += " (1 seed)"
     if with_lr:
         lrs = row.get("lrs")
         by_seed = isinstance(lrs, str) and len(set(lrs.split("/"))) > 1
@@ -391,6 +396,7 @@ def plot_frontier(table: pd.DataFrame, out_dir: Path, solved: float, sample_leng
     models' points. `sample_length(setup, n)` gives the tokens of a sample (the default
     task's), for the cache of models without a recurrent state."""
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -419,7 +425,6 @@ def plot_frontier(table: pd.DataFrame, out_dir: Path, solved: float, sample_leng
                        label="solves every n tried")
         if part["largest_solved"].isna().any():
             ax.axhline(floor, color="grey", lw=0.5, ls=":")
-            ax.annotate("solves no n", (part["x"].min(), floor), xytext=(0, -11), textcoords="offset points", fontsize=7)
         recurrent = part[(part["kv_floats_per_token"] == 0) & part["largest_solved"].notna()]
         if len(recurrent):
             ratio = math.exp((recurrent["largest_solved"].map(math.log) - recurrent["x"].map(math.log)).mean())
@@ -427,11 +432,25 @@ def plot_frontier(table: pd.DataFrame, out_dir: Path, solved: float, sample_leng
             ax.plot([y / ratio for y in ys], ys, color="grey", lw=0.8, ls="--", label="slope 1 (n ∝ state)")
         ax.set_xscale("log")
         ax.set_yscale("log", base=2)
+        # Limits and ticks of its own, so that a panel where nothing is solved (every
+        # point on the floor) is drawn whole: the n values, and "none" for the floor.
+        ns = sorted({int(v) for v in pd.concat([part["largest_solved"].dropna(), part["largest_tried"]])})
+        ax.set_ylim(floor / 1.5, top * 2)
+        ax.yaxis.set_major_locator(matplotlib.ticker.FixedLocator([floor, *ns]))
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FixedFormatter(["none", *map(str, ns)]))
+        ax.yaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        lo, hi = part["x"].min(), part["x"].max()
+        ax.set_xlim(lo / 2, hi * 2)
         ax.set_title(setup)
         ax.set_xlabel("state (floats; attention only: KV cache at the largest n)")
         ax.grid(alpha=0.3, which="both")
-    axes[0][0].set_ylabel(f"largest n solved (exact match >= {solved:g})")
-    axes[0][-1].legend(fontsize=8, loc="best")
+    axes[0][0].set_ylabel(f"largest n solved (exact match >= {solved:g}; none: no n)")
+    shown = {}  # every panel's entries, once each (the arrow may be drawn in one panel only)
+    for ax in axes[0]:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            shown.setdefault(label, handle)
+    axes[0][-1].legend(shown.values(), shown.keys(), fontsize=8, loc="best")
     fig.suptitle("How far each model retrieves against its state")
     fig.tight_layout()
     path = out_dir / "frontier.png"

@@ -267,6 +267,30 @@ def test_frontier_is_the_largest_n_solved_beside_the_state_size():
     assert stricter.loc[("retrieval", "mamba", "0.5M")]["largest_solved"] == 16
 
 
+def test_the_frontier_figure_draws_every_point_of_a_panel_where_nothing_is_solved(tmp_path, monkeypatch):
+    """Issue 29: with no model solving any n in a setup (the usual case on a laptop),
+    that panel's y range collapsed: half framed, overlapping ticks, no markers."""
+    import matplotlib.pyplot as plt
+
+    from orchestrator.report import plot_frontier
+
+    rows = [dict(setup=setup, arch=arch, size="tiny", state_floats=state, kv_floats_per_token=kv,
+                 largest_solved=math.nan if setup == "retrieval" or arch == "transformer" else 4, largest_tried=6,
+                 solves_all=False)
+            for setup in ("cot", "retrieval") for arch, state, kv in (("transformer", 0, 64), ("mamba", 2048, 0))]
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    plot_frontier(pd.DataFrame(rows), tmp_path, 0.9, sample_length=lambda setup, n: 10 * n)
+    for ax in figures[0].axes:
+        low, high = ax.get_ylim()
+        points = [xy for c in ax.collections for xy in c.get_offsets()]
+        assert len(points) == 2 and all(low < y < high for _, y in points), (ax.get_title(), ax.get_ylim(), points)
+        assert low > 0 and high / low > 4  # a range, not a point
+        labels = [t.get_text() for t in ax.get_yticklabels()]
+        assert labels[0] == "none" and "6" in labels
+    plt.close(figures[0])
+
+
 def test_report_writes_the_frontier_for_a_sweep_over_n(tmp_path):
     run, _ = fake_run(tmp_path, accuracy)
     result = CliRunner().invoke(app, ["report", str(run), "--solved", "0.9"])
@@ -455,3 +479,13 @@ def test_a_trial_tune_made_but_never_started_is_pending_with_its_config(tmp_path
     (run / "experiment_state-2026-11-22_00-00-00.json").write_text(json.dumps({"trial_data": trials}))
     row = load_trials(run).set_index("trial").loc["mamba-x"]
     assert row["state"] == "pending" and row["arch"] == "mamba" and row["error"] == ""
+
+
+def test_a_cell_of_one_seed_prints_no_spread_and_each_cell_keeps_its_seeds_values():
+    """Issue 29: a cell of one seed printed "0.578 ± 0.000", a spread never measured."""
+    best = best_by_cell(_trials([("transformer", 5, 1e-3, 0, 0.578), ("mamba", 5, 1e-3, 0, 0.5), ("mamba", 5, 1e-3, 1, 0.7)]))
+    text = markdown_tables(best)
+    assert "| cot | transformer | 0.578 (lr 1e-03, 1 seed) |" in text
+    assert "| cot | mamba | 0.600 ± 0.141 (lr 1e-03, 2 seeds) |" in text
+    assert "0.578 (1 seed)" in text.split("generation accuracy")[1] and "± 0.000" not in text
+    assert best.set_index("arch")["val_exact_match_by_seed"].to_dict() == {"transformer": "0.578", "mamba": "0.5/0.7"}

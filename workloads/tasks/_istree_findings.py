@@ -1,23 +1,96 @@
 """What an IsTree sweep shows of the paper's findings (PAPER.md, "What the paper
 found"), decided from the report's per-cell table of teacher-forced exact match.
 
-Each finding is reproduced, not reproduced, or not testable by this sweep (an
-architecture, a setup or a second n missing), and says the cells that decide it.
-The thresholds are fixed here, not tuned per run.
+Each finding is Reproduced, Not reproduced, Not decided, or Not testable by this
+sweep (an architecture, a setup or a second n missing), and says the cells that
+decide it. A contrast between cells that all sit at guessing level decides
+nothing ("Not decided"), however the numbers order; a finding that says "solves"
+needs the cell solved. A finding is Reproduced only where the cells' mean over
+seeds shows it and so does each seed on its own; where seeds disagree it is Not
+decided. The thresholds are fixed here, not tuned per run.
 """
+
+from typing import Callable, Optional
 
 import pandas as pd
 
+from workloads.tasks.istree import IsTreeTask
+
+CHANCE = IsTreeTask.exact_match_chance  # by setup: the answer alone is balanced; a trace is never guessed whole
+GUESS = CHANCE["vanilla"]
 SOLVED = 0.9  # exact match at which a model solves a cell
 CLOSE = 0.1  # exact match apart that still counts as close
 FALLS = 0.2  # drop in exact match from the smallest to the largest n that counts as falling
-GUESS = 0.5  # vanilla exact match (one answer token, classes balanced) of a model that guesses
-GUESS_BAND = 0.05
+GUESS_BAND = 0.05  # above the exact match of a model that guesses, still guessing
+
+SEEDS_COLUMN = "val_exact_match_by_seed"  # best_by_cell: each seed's exact match, by seed, "/"-joined
+
+# A cell's exact match: (arch, setup, size, n) -> value, or None where not run.
+Lookup = Callable[[str, str, str, int], Optional[float]]
 
 
-def _em(best: pd.DataFrame, arch: str, setup: str, size: str, n: int):
-    row = best[(best["arch"] == arch) & (best["setup"] == setup) & (best["size"] == size) & (best["n"] == n)]
-    return None if row.empty else float(row["val_exact_match"].iloc[0])
+def guessing(setup: str, value: float) -> bool:
+    """Whether an exact match is at what guessing scores in this setup."""
+    return value <= CHANCE.get(setup, 0.0) + GUESS_BAND
+
+
+def _lookups(best: pd.DataFrame) -> list[Lookup]:
+    """The mean's lookup, then one per seed (as many as every cell has)."""
+    index = {(r["arch"], r["setup"], r["size"], int(r["n"])): r for _, r in best.iterrows()}
+
+    def mean(arch, setup, size, n):
+        row = index.get((arch, setup, size, n))
+        return None if row is None else float(row["val_exact_match"])
+
+    by_seed = [str(r[SEEDS_COLUMN]).split("/") for r in index.values()] if SEEDS_COLUMN in best else []
+    seeds = min((len(v) for v in by_seed), default=1)
+
+    def seed(k):
+        def lookup(arch, setup, size, n):
+            row = index.get((arch, setup, size, n))
+            return None if row is None else float(str(row[SEEDS_COLUMN]).split("/")[k])
+        return lookup
+
+    return [mean] + ([seed(k) for k in range(seeds)] if seeds > 1 else [])
+
+
+def _all(parts: list[Optional[bool]]) -> Optional[bool]:
+    """False if any part fails, else None if any is undecided, else True."""
+    return False if False in parts else (None if None in parts else True)
+
+
+def _contrast(ok: bool, setup_values: list[tuple[str, float]]) -> Optional[bool]:
+    """A comparison's outcome, or None (undecided) where every cell in it is at guessing level."""
+    return None if all(guessing(s, v) for s, v in setup_values) else ok
+
+
+class _Check:
+    """One unit of a finding (a size, a setup): `judge(em)` gives its outcome under a
+    lookup and `describe(em)` the cells behind it."""
+
+    def __init__(self, judge: Callable[[Lookup], Optional[bool]], describe: Callable[[Lookup], str]):
+        self.judge, self.describe = judge, describe
+
+    def outcome(self, lookups: list[Lookup]) -> tuple[Optional[bool], str]:
+        mean, seeds = lookups[0], lookups[1:]
+        verdict, text = self.judge(mean), self.describe(mean)
+        if verdict and any(self.judge(em) is not True for em in seeds):
+            verdict = None
+            text += " (seeds disagree: " + "; ".join(f"seed #{k + 1}: {self.describe(em)}" for k, em in enumerate(seeds)) + ")"
+        elif verdict is None:
+            text += f" (all at guessing level: exact match within {GUESS_BAND:g} of chance)"
+        return verdict, text
+
+
+def _verdict(name: str, checks: list[_Check], lookups: list[Lookup], seeds: int, untestable: str) -> str:
+    if not checks:
+        return f"- **Not testable here**: {name} ({untestable})."
+    outcomes = [c.outcome(lookups) for c in checks]
+    verdict = _all([v for v, _ in outcomes])
+    head = {True: "Reproduced", False: "Not reproduced", None: "Not decided"}[verdict]
+    shown = [text for v, text in outcomes if v == verdict]
+    on = f" on {seeds} seeds" if seeds > 1 else " (1 seed)" if seeds == 1 and verdict else ""
+    return f"- **{head}**{on}: {name}. " + "; ".join(shown) + "."
 
 
 def _cells(best: pd.DataFrame, setup: str, archs: tuple) -> list[tuple[str, list[int]]]:
@@ -30,66 +103,104 @@ def _cells(best: pd.DataFrame, setup: str, archs: tuple) -> list[tuple[str, list
             ns = set(part[(part["arch"] == arch) & (part["size"] == size)]["n"])
             shared = ns if shared is None else shared & ns
         if shared and len(shared) >= 2:
-            out.append((size, sorted(shared)))
+            out.append((size, sorted(int(n) for n in shared)))
     return out
 
 
-def _verdict(name: str, checks: list[tuple[bool, str]], untestable: str) -> str:
-    if not checks:
-        return f"- **Not testable here**: {name} ({untestable})."
-    failed = [text for ok, text in checks if not ok]
-    shown = failed or [text for _, text in checks]
-    head = "Reproduced" if not failed else "Not reproduced"
-    return f"- **{head}**: {name}. " + "; ".join(shown) + "."
+def _cot_checks(best: pd.DataFrame) -> list[_Check]:
+    """With CoT the Transformer solves the largest n it trains, while Mamba falls as n grows."""
+    checks = []
+    for size, ns in _cells(best, "cot", ("transformer", "mamba")):
+        lo, hi = ns[0], ns[-1]
+
+        def judge(em, size=size, lo=lo, hi=hi):
+            t, m0, m1 = em("transformer", "cot", size, hi), em("mamba", "cot", size, lo), em("mamba", "cot", size, hi)
+            return _all([t >= SOLVED, _contrast(m0 - m1 >= FALLS, [("cot", m0), ("cot", m1)])])
+
+        def describe(em, size=size, lo=lo, hi=hi):
+            return (f"{size}: Transformer {em('transformer', 'cot', size, hi):.3f} at n={hi}, "
+                    f"Mamba {em('mamba', 'cot', size, lo):.3f} at n={lo} -> {em('mamba', 'cot', size, hi):.3f} at n={hi}")
+
+        checks.append(_Check(judge, describe))
+    return checks
+
+
+def _retrieval_checks(best: pd.DataFrame) -> list[_Check]:
+    """Retrieval lifts Mamba above its CoT to within CLOSE of the Transformer at the largest n."""
+    checks = []
+    for size, ns in _cells(best, "retrieval", ("transformer", "mamba")):
+        n = ns[-1]
+
+        def judge(em, size=size, n=n):
+            t, m, cot = em("transformer", "retrieval", size, n), em("mamba", "retrieval", size, n), em("mamba", "cot", size, n)
+            parts = [_contrast(abs(m - t) <= CLOSE, [("retrieval", m), ("retrieval", t)])]
+            if cot is not None:
+                parts.append(_contrast(m > cot, [("retrieval", m), ("cot", cot)]))
+            return _all(parts)
+
+        def describe(em, size=size, n=n):
+            cot = em("mamba", "cot", size, n)
+            return (f"{size}, n={n}: Mamba {em('mamba', 'retrieval', size, n):.3f} with retrieval"
+                    + (f" ({cot:.3f} with CoT)" if cot is not None else "")
+                    + f", Transformer {em('transformer', 'retrieval', size, n):.3f}")
+
+        checks.append(_Check(judge, describe))
+    return checks
+
+
+def _hybrid_checks(best: pd.DataFrame) -> list[_Check]:
+    """The hybrid tracks the Transformer: within CLOSE at every n where either is off guessing level."""
+    checks = []
+    for setup in sorted(best["setup"].unique()):
+        for size, ns in _cells(best, setup, ("transformer", "hybrid")):
+            def gaps(em, setup=setup, size=size, ns=ns):
+                pairs = [(em("hybrid", setup, size, n), em("transformer", setup, size, n), n) for n in ns]
+                return [(abs(h - t), n, h, t) for h, t, n in pairs if not (guessing(setup, h) and guessing(setup, t))]
+
+            def judge(em, gaps=gaps):
+                found = gaps(em)
+                return None if not found else max(found)[0] <= CLOSE
+
+            def describe(em, setup=setup, size=size, ns=ns, gaps=gaps):
+                found = gaps(em)
+                if not found:
+                    return f"{setup} {size}: hybrid and Transformer at n={', '.join(map(str, ns))}"
+                gap, n, h, t = max(found)
+                return f"{setup} {size}: largest gap {gap:.3f} at n={n} (hybrid {h:.3f}, Transformer {t:.3f})"
+
+            checks.append(_Check(judge, describe))
+    return checks
+
+
+def _vanilla_checks(best: pd.DataFrame) -> list[_Check]:
+    """The answer alone is hard for every architecture at the largest n (no contrast: no floor)."""
+    vanilla = best[best["setup"] == "vanilla"]
+    if vanilla.empty:
+        return []
+    n = int(vanilla["n"].max())
+    checks = []
+    for _, r in vanilla[vanilla["n"] == n].iterrows():
+        arch, size = r["arch"], r["size"]
+        checks.append(_Check(lambda em, arch=arch, size=size: em(arch, "vanilla", size, n) < SOLVED,
+                             lambda em, arch=arch, size=size: f"{arch} {size} {em(arch, 'vanilla', size, n):.3f} at n={n}"))
+    return checks
 
 
 def findings(best: pd.DataFrame) -> list[str]:
     """Markdown lines, one per finding."""
-    lines = []
-    # (a) With CoT the Transformer solves the largest n it trains, while Mamba falls as n grows.
-    checks = []
-    for size, ns in _cells(best, "cot", ("transformer", "mamba")):
-        t, m0, m1 = _em(best, "transformer", "cot", size, ns[-1]), _em(best, "mamba", "cot", size, ns[0]), \
-            _em(best, "mamba", "cot", size, ns[-1])
-        checks.append((t >= SOLVED and m0 - m1 >= FALLS,
-                       f"{size}: Transformer {t:.3f} at n={ns[-1]}, Mamba {m0:.3f} at n={ns[0]} -> {m1:.3f} at n={ns[-1]}"))
-    lines.append(_verdict("with CoT the Transformer solves the largest n it trains (exact match >= "
-                          f"{SOLVED:g}) while Mamba falls as n grows (by >= {FALLS:g})", checks,
-                          "needs the Transformer and Mamba with CoT at two or more n"))
-    # (b) Retrieval lifts Mamba close to the Transformer.
-    checks = []
-    for size, ns in _cells(best, "retrieval", ("transformer", "mamba")):
-        n = ns[-1]
-        t, m, cot = _em(best, "transformer", "retrieval", size, n), _em(best, "mamba", "retrieval", size, n), \
-            _em(best, "mamba", "cot", size, n)
-        lifted = cot is None or m > cot
-        checks.append((abs(m - t) <= CLOSE and lifted,
-                       f"{size}, n={n}: Mamba {m:.3f} with retrieval" + (f" ({cot:.3f} with CoT)" if cot is not None else "")
-                       + f", Transformer {t:.3f}"))
-    lines.append(_verdict(f"retrieval lifts Mamba (above its CoT) to within {CLOSE:g} of the Transformer at the "
-                          "largest n", checks,
-                          "needs the Transformer and Mamba with retrieval at two or more n"))
-    # (c) The hybrid tracks the Transformer.
-    checks = []
-    for setup in sorted(best["setup"].unique()):
-        for size, ns in _cells(best, setup, ("transformer", "hybrid")):
-            gaps = [(abs(_em(best, "hybrid", setup, size, n) - _em(best, "transformer", setup, size, n)), n) for n in ns]
-            gap, n = max(gaps)
-            checks.append((gap <= CLOSE, f"{setup} {size}: largest gap {gap:.3f} at n={n} (hybrid "
-                                         f"{_em(best, 'hybrid', setup, size, n):.3f}, Transformer "
-                                         f"{_em(best, 'transformer', setup, size, n):.3f})"))
-    lines.append(_verdict(f"the hybrid tracks the Transformer (within {CLOSE:g} in every cell)", checks,
-                          "needs the hybrid and the Transformer at two or more n"))
-    # (d) Vanilla is hard for all.
-    vanilla = best[best["setup"] == "vanilla"]
-    checks = []
-    if not vanilla.empty:
-        n = int(vanilla["n"].max())
-        for _, r in vanilla[vanilla["n"] == n].iterrows():
-            checks.append((r["val_exact_match"] < SOLVED, f"{r['arch']} {r['size']} {r['val_exact_match']:.3f} at n={n}"))
-    lines.append(_verdict(f"the answer alone (vanilla) is hard for every architecture (below {SOLVED:g} at the largest n)",
-                          checks, "needs the vanilla setup"))
-    return lines
+    lookups = _lookups(best)
+    seeds = int(best["seeds"].min()) if "seeds" in best and len(best) else 0  # 0: not known
+    return [
+        _verdict(f"with CoT the Transformer solves the largest n it trains (exact match >= {SOLVED:g}) while Mamba "
+                 f"falls as n grows (by >= {FALLS:g})", _cot_checks(best), lookups, seeds,
+                 "needs the Transformer and Mamba with CoT at two or more n"),
+        _verdict(f"retrieval lifts Mamba (above its CoT) to within {CLOSE:g} of the Transformer at the largest n",
+                 _retrieval_checks(best), lookups, seeds, "needs the Transformer and Mamba with retrieval at two or more n"),
+        _verdict(f"the hybrid tracks the Transformer (within {CLOSE:g} in every cell off guessing level)",
+                 _hybrid_checks(best), lookups, seeds, "needs the hybrid and the Transformer at two or more n"),
+        _verdict(f"the answer alone (vanilla) is hard for every architecture (below {SOLVED:g} at the largest n)",
+                 _vanilla_checks(best), lookups, seeds, "needs the vanilla setup"),
+    ]
 
 
 def at_guessing(best: pd.DataFrame) -> list[str]:
