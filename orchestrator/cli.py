@@ -476,7 +476,7 @@ def plan(
             name = cell_name(cell)
             rows.append(dict(name=name, arch=arch, setup=setup, size=size, n=n, **_task_columns(s),
                              lr=", ".join(f"{v:g}" for v in fixed) if fixed else f"{d.distribution}({d.low:g}, {d.high:g})",
-                             seed=seed, trials=budget, samples=s.training.samples * budget))
+                             seed=seed, trials=budget, samples=shape.train.samples * budget))
             shares[name] = gpu_share(s.resources, shape) if on_gpu else None
     if on_gpu:
         for row in rows:

@@ -215,6 +215,24 @@ TrainingSpec = create_model(
 )
 
 
+def _optional(info):
+    """A copy of a field's info that defaults to None (an override that leaves it as it is)."""
+    info = copy(info)
+    info.default = None
+    return info
+
+
+# A rule of `training_overrides`: the trials it applies to (the archs and setups
+# named; all where a list is left out) and the training fields it sets for them.
+TrainingOverride = create_model(
+    "TrainingOverride", __base__=_Spec,
+    __doc__="Training fields for some archs and setups (later rules win over earlier ones, all over `training`).",
+    archs=(Optional[list[Arch]], Field(None, min_length=1, description="the archs it applies to (all: leave it out)")),
+    setups=(Optional[list[str]], Field(None, min_length=1, description="the setups it applies to (all: leave it out)")),
+    **{name: (Optional[info.annotation], _optional(info)) for name, info in TrainingSpec.model_fields.items()},
+)
+
+
 class ResourcesSpec(_Spec):
     cpus_per_trial: float = Field(1.0, gt=0)
     gpus_per_trial: Union[float, Literal["auto"]] = Field(
@@ -305,6 +323,9 @@ class SweepSpec(_Spec):
     axes: AxesSpec = AxesSpec()
     lr: LearningRateSpec = LearningRateSpec()
     training: TrainingSpec = TrainingSpec()
+    training_overrides: list[TrainingOverride] = Field(
+        [], description="training fields by arch and setup, e.g. fewer samples for retrieval than for CoT: "
+        "[{setups: [retrieval], samples: 30000}]; rules apply in order, the later winning")
     resources: ResourcesSpec = ResourcesSpec()
     search: SearchSpec = SearchSpec()
     tracking: TrackingSpec = TrackingSpec()
@@ -366,6 +387,7 @@ class SweepSpec(_Spec):
             raise ValueError("search.storage keeps Optuna's studies; set search.method: optuna or remove it")
         if self.training.warmup_samples >= self.training.samples:
             raise ValueError(f"training.warmup_samples ({self.training.warmup_samples}) must be below training.samples")
+        self._check_overrides()
         unswept = [arch for arch in self.axes.model if isinstance(self.axes.model[arch], dict) and arch not in self.axes.archs]
         if unswept:
             raise ValueError(f"axes.model names {', '.join(unswept)}, which axes.archs does not sweep "
@@ -400,6 +422,34 @@ class SweepSpec(_Spec):
                 raise ValueError(f"{where}: {'.'.join(map(str, first['loc'])) or self.task}: "
                                  f"{first['msg'].removeprefix('Value error, ')} (task {self.task}, setup {label}, n {n})") from None
         return self
+
+    def _check_overrides(self) -> None:
+        for i, rule in enumerate(self.training_overrides):
+            where = f"training_overrides[{i}]"
+            for key, swept in (("archs", self.axes.archs), ("setups", self.axes.setups)):
+                bad = [v for v in getattr(rule, key) or [] if v not in swept]
+                if bad:
+                    raise ValueError(f"{where}.{key}: {', '.join(bad)} not swept (axes.{key}: {', '.join(swept)})")
+            if not rule.model_dump(exclude={"archs", "setups"}, exclude_none=True):
+                raise ValueError(f"{where}: sets no training field (`icr-sweep schema` lists them under TrainingSpec)")
+        for arch, setup in itertools.product(self.axes.archs, self.axes.setups):
+            try:
+                t = self.training_for(arch, setup)
+            except ValidationError as e:
+                msg = e.errors()[0]["msg"].removeprefix("Value error, ")
+                raise ValueError(f"training_overrides: for {arch} with {setup}: {msg}") from None
+            if t.warmup_samples >= t.samples:
+                raise ValueError(f"training_overrides: for {arch} with {setup}, warmup_samples ({t.warmup_samples}) "
+                                 f"must be below samples ({t.samples})")
+
+    def training_for(self, arch: str, setup: str) -> "TrainingSpec":
+        """The training protocol of the trials of `arch` in `setup`: `training` with
+        the overrides that name them (or leave archs or setups out) applied in order."""
+        fields = self.training.model_dump()
+        for rule in self.training_overrides:
+            if (rule.archs is None or arch in rule.archs) and (rule.setups is None or setup in rule.setups):
+                fields.update(rule.model_dump(exclude={"archs", "setups"}, exclude_none=True))
+        return TrainingSpec.model_validate(fields) if self.training_overrides else self.training
 
     def storage_uri(self) -> str:
         """The storage path as Ray Tune takes it: a URI as given, a local path made absolute."""
@@ -472,10 +522,13 @@ def _allowed_keys(loc) -> list[str]:
     """The field names of the spec model at `loc` (for unknown-key errors)."""
     model = SweepSpec
     for part in loc[:-1]:
+        if isinstance(part, int):
+            continue  # an item of a list of sections: the section's model
         field = model.model_fields.get(part) if isinstance(part, str) else None
-        if field is None or not (isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)):
+        section = _section(field.annotation) if field is not None else None  # a section, or a list of them
+        if section is None:
             return []
-        model = field.annotation
+        model = section
     return list(model.model_fields)
 
 

@@ -63,6 +63,20 @@ def test_learning_rate_lists_multiply_the_grid_and_override_per_arch():
     assert {t.train.lr for t in trials if t.model.arch == "hybrid"} == {5e-4}
 
 
+def test_training_overrides_set_each_trials_protocol_by_arch_and_setup_the_later_rule_winning():
+    spec = SweepSpec.model_validate(dict(
+        name="x", axes=dict(archs=["transformer", "mamba"], setups=["cot", "retrieval"], sizes=["tiny"], n=[4]),
+        training=dict(samples=4000, warmup_samples=500, eval_every=2000),
+        training_overrides=[dict(setups=["retrieval"], samples=2000, eval_every=1000),
+                            dict(archs=["transformer"], samples=8000), dict(archs=["transformer"], setups=["retrieval"], samples=3000)]))
+    got = {(t.model.arch, t.setup): (t.train.samples, t.train.eval_every, t.train.warmup_samples) for t in expand(spec)}
+    assert got == {("transformer", "cot"): (8000, 2000, 500), ("transformer", "retrieval"): (3000, 1000, 500),
+                   ("mamba", "cot"): (4000, 2000, 500), ("mamba", "retrieval"): (2000, 1000, 500)}
+    again = SweepSpec.model_validate(json.loads(spec.model_dump_json()))  # as a run stores it and resume reads it
+    assert [t.name for t in expand(again)] == [t.name for t in expand(spec)]
+    assert [t.train.samples for t in expand(again)] == [t.train.samples for t in expand(spec)]
+
+
 def test_optuna_spec_has_one_cell_per_axis_combination():
     spec = load_spec(SWEEPS / "istree_lr_optuna.yaml")
     assert len(cells(spec)) == 3 * 2 * 1 * 2 * 1
@@ -138,6 +152,19 @@ BAD_SPECS = {
     "invalid task variant": ("name: x\ntask: mqar\naxes: {setups: [vanilla], n: [4, 16], task: {seq_len: [32, 64], vocab: [128]}}\n",
                              ["axes.task", "seq_len (32) must hold the n = 16 pairs", "setup vanilla-seqlen32-vocab128, n 16"]),
     "wrong type": ("name: x\ntraining: {samples: lots}\n", ["training.samples", "integer", "lots"]),
+    "override of an arch not swept": ("name: x\naxes: {archs: [mamba]}\ntraining_overrides: [{archs: [transformer], samples: 10}]\n",
+                                      ["training_overrides[0].archs: transformer not swept", "axes.archs: mamba"]),
+    "override of a setup not swept": ("name: x\naxes: {setups: [cot]}\ntraining_overrides: [{setups: [vanilla], samples: 10}]\n",
+                                      ["training_overrides[0].setups: vanilla not swept", "axes.setups: cot"]),
+    "override that sets nothing": ("name: x\ntraining_overrides: [{setups: [cot]}]\n",
+                                   ["training_overrides[0]: sets no training field"]),
+    "override of a field not trained": ("name: x\ntraining_overrides: [{setups: [cot], lr: 0.1}]\n",
+                                        ["training_overrides[0].lr", "unknown key", "samples, batch_size"]),
+    "override with a bad value": ("name: x\ntraining_overrides: [{samples: 0}]\n",
+                                  ["training_overrides[0].samples", "greater than 0"]),
+    "override below the warm-up": ("name: x\ntraining: {warmup_samples: 500}\naxes: {archs: [mamba], setups: [cot, retrieval]}\n"
+                                   "training_overrides: [{setups: [retrieval], samples: 400}]\n",
+                                   ["training_overrides: for mamba with retrieval", "warmup_samples (500) must be below samples (400)"]),
     "missing name": ("axes: {n: [8]}\n", ["name", "required"]),
     "distribution without optuna": ("name: x\nlr: {mamba: {distribution: loguniform, low: 1.0e-4, high: 1.0e-3}}\n", ["optuna"]),
     "metric against its direction": ("name: x\nlr: {mamba: {distribution: loguniform, low: 1.0e-4, high: 1.0e-3}}\n"
