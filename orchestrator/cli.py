@@ -19,14 +19,25 @@ app = typer.Typer(
     help="Sweeps of in-context retrieval experiments (first: the ICLR 2025 paper 'RNNs are not Transformers (Yet)') on Ray Tune.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
     # Help texts are plain text: "[default: ...]" must not be read as rich markup and vanish.
     rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 
+def _version(asked: bool) -> None:
+    if asked:
+        from importlib.metadata import version
+
+        typer.echo(f"icr-sweep {version('icr-sweep')}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="print the installed version and exit"),
+) -> None:
     """Sweeps of in-context retrieval experiments (first: the ICLR 2025 paper 'RNNs are not Transformers (Yet)') on Ray Tune."""
 
 
@@ -69,8 +80,8 @@ def _protocol_option(field: str):
 
 FAMILY_OPTION = typer.Option(None, help="the graphs' family, for a task that has one (istree: binary or random) "
                              "[default: the task's]")
-SET_OPTION = typer.Option([], "--set", help="another field of the task's config, FIELD=VALUE (e.g. ar: keys=64); repeatable")
-DIM_OPTION = typer.Option([], "--dim", help="a model dimension beyond the preset, FIELD=VALUE (d_model, n_layers, the "
+SET_OPTION = typer.Option([], "--set", metavar="FIELD=VALUE", help="another field of the task's config, FIELD=VALUE (e.g. ar: keys=64); repeatable")
+DIM_OPTION = typer.Option([], "--dim", metavar="FIELD=VALUE", help="a model dimension beyond the preset, FIELD=VALUE (d_model, n_layers, the "
                           "attention layers' n_heads and d_mlp, the mixer's fields: d_state, expand, heads, ...), "
                           "as a spec's axes.model; repeatable")
 
@@ -437,7 +448,7 @@ def schema():
 
 
 @app.command("validate")
-def validate(spec: Path = typer.Argument(..., help="sweep spec (YAML)")):
+def validate(spec: Path = typer.Argument(..., metavar="SPEC", help="sweep spec (YAML)")):
     """Check a sweep spec; exit 0 when it is valid."""
     s = _spec(spec)
     typer.echo(f"{spec}: valid ({s.search.method}, results in {s.run_dir()})")
@@ -445,7 +456,7 @@ def validate(spec: Path = typer.Argument(..., help="sweep spec (YAML)")):
 
 @app.command("plan")
 def plan(
-    spec: Path = typer.Argument(..., help="sweep spec (YAML)"),
+    spec: Path = typer.Argument(..., metavar="SPEC", help="sweep spec (YAML)"),
     format: ListFormat = typer.Option("table", "--format"),
     device_name: Optional[str] = typer.Option(
         None, help="the device to project the wall time on, as bench/bench_sweep.py names it (cpu, or a GPU's "
@@ -593,6 +604,10 @@ def _start_ray(opts: dict, spec):
         resources, note = sweep.trial_resources(spec, attached=opts["address"] is not None)
     except sweep.ClusterError as e:
         _fail(str(e))
+    except Exception as e:  # Ray's own start failed (a timeout, a daemon that died): one line, not its traceback
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        _fail(f"Ray did not start ({type(e).__name__}: {first}); its logs are under --temp-dir "
+              f"(default /tmp/ray/session_latest/logs)")
     typer.echo(f"Trials: {note}.", err=True)
     return resources
 
@@ -663,7 +678,7 @@ RAY_OPTIONS = dict(
 
 @app.command("launch")
 def launch(
-    spec: Path = typer.Argument(..., help="sweep spec (YAML)"),
+    spec: Path = typer.Argument(..., metavar="SPEC", help="sweep spec (YAML)"),
     storage: Optional[str] = typer.Option(None, help="override the spec's storage path"),
     address: Optional[str] = RAY_OPTIONS["address"],
     temp_dir: Optional[str] = RAY_OPTIONS["temp_dir"],
@@ -763,7 +778,7 @@ def _preflight(s, on_this_cpu: bool, cpus: Optional[int] = None) -> None:
         _fail("no trial was started; these could not run:\n  " + "\n  ".join(problems[:10]) + more)
 
 
-RUN_DIR = typer.Argument(..., help="the sweep's run directory: a path, or a URI such as s3://bucket/prefix/name")
+RUN_DIR = typer.Argument(..., metavar="RUN_DIR", help="the sweep's run directory: a path, or a URI such as s3://bucket/prefix/name")
 
 
 def _run_location(run_dir: str) -> str:
@@ -848,7 +863,7 @@ def _require_local_run(run_dir: str) -> None:
 
 
 @app.command("status")
-def status(run_dir: str = RUN_DIR):
+def status(run_dir: str = RUN_DIR, format: ListFormat = typer.Option("table", help="table, or json: one object per trial")):
     """Trials of a sweep with their state and latest metrics (during or after it)."""
     df, spec, notes = _read_run(_run_location(run_dir))
     if df.empty:
@@ -859,10 +874,17 @@ def status(run_dir: str = RUN_DIR):
 
     generates = TASKS[spec.task][1].generates if spec and spec.task in TASKS else True
     shown = [m for m in PLOTTED if generates or not METRICS[m].generation]
+    columns = ["trial", "state", "samples", "train_loss", *shown, "error"]
+    trials = df.sort_values("trial")
+    if format == "json":  # every value as stored: numbers as numbers, null where not measured
+        records = [{c: (None if isinstance(r[c], float) and r[c] != r[c] else r[c]) for c in columns}
+                   for r in trials.to_dict("records")]
+        typer.echo(json.dumps(records, indent=1, default=float))
+        return
     rows = [
         dict(trial=r["trial"], state=r["state"], samples=_int(r["samples"]), train_loss=_f(r["train_loss"]),
              **{m: _f(r[m]) for m in shown}, error=r["error"][:60])
-        for _, r in df.sort_values("trial").iterrows()
+        for _, r in trials.iterrows()
     ]
     _print_table(rows)
     typer.echo(", ".join(f"{v} {k}" for k, v in sorted(df["state"].value_counts().items())))

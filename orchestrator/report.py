@@ -439,6 +439,9 @@ def plot_frontier(table: pd.DataFrame, out_dir: Path, solved: float, sample_leng
         ax.yaxis.set_major_locator(matplotlib.ticker.FixedLocator([floor, *ns]))
         ax.yaxis.set_major_formatter(matplotlib.ticker.FixedFormatter(["none", *map(str, ns)]))
         ax.yaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        # Ticks at 1, 2 and 5 of each decade: a panel's points may span less than one.
+        ax.xaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1, 2, 5)))
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         lo, hi = part["x"].min(), part["x"].max()
         ax.set_xlim(lo / 2, hi * 2)

@@ -25,3 +25,25 @@ def test_spec_commands_import_no_heavy_module(args):
     out = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=ROOT, capture_output=True, text=True, check=True)
     result = json.loads(out.stdout.splitlines()[-1])
     assert result["heavy"] == [] and result["exit"] in (0, 2)
+
+
+def test_the_cli_keeps_the_conventions_of_a_command_line_tool():
+    """Issue 30: --version from the package's metadata, -h beside --help, typer's shell
+    completion, and metavars in words."""
+    from importlib.metadata import version
+
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    runner = CliRunner()
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.strip() == f"icr-sweep {version('icr-sweep')}"
+    short = runner.invoke(app, ["launch", "-h"])
+    assert short.exit_code == 0 and short.output == runner.invoke(app, ["launch", "--help"]).output
+    top = runner.invoke(app, ["-h"]).output
+    assert "--install-completion" in top and "--show-completion" in top
+    assert "SPEC" in short.output and "{spec}" not in short.output
+    train = runner.invoke(app, ["train", "-h"]).output
+    assert "--set FIELD=VALUE" in train and "--dim FIELD=VALUE" in train and "list[str]" not in train
+    assert "RUN_DIR" in runner.invoke(app, ["status", "-h"]).output

@@ -18,7 +18,6 @@ from workloads.config import trial_config
 from workloads.models.config import PRESETS
 from workloads.preflight import check_models
 from workloads.tasks import IsTreeConfig
-from tests.workloads.test_train import thread_pools  # noqa: F401  (train --cpus sets the process's pools)
 
 runner = CliRunner()
 

@@ -129,6 +129,11 @@ def test_report_writes_every_trial_tables_csv_and_plots(tmp_path):
     assert len((run / "results.csv").read_text().splitlines()) == len(trials) + 1
     status = CliRunner().invoke(app, ["status", str(run)])
     assert status.exit_code == 0 and "1 error" in status.output
+    as_json = CliRunner().invoke(app, ["status", str(run), "--format", "json"])  # issue 30: for scripts
+    records = json.loads(as_json.stdout)
+    assert sorted(r["trial"] for r in records) == sorted(trials) and [r["state"] for r in records].count("error") == 1
+    finished = [r for r in records if r["state"] == "finished"]
+    assert finished and all(isinstance(r["samples"], (int, float)) and 0 <= r["val_exact_match"] <= 1 for r in finished)
 
 
 def test_report_of_an_empty_directory_is_a_clear_error(tmp_path):

@@ -13,7 +13,6 @@ from typer.testing import CliRunner
 
 from orchestrator.cli import app
 from orchestrator.rundir import RunDirError, RunLock, check_storage, driver_is_live
-from tests.workloads.test_train import thread_pools  # noqa: F401  (train --cpus sets the process's pools)
 
 ROOT = Path(__file__).parents[2]
 MICRO = str(ROOT / "sweeps" / "istree_micro.yaml")
@@ -223,3 +222,18 @@ def test_resume_sets_a_row_cut_short_aside_so_the_next_rows_are_read(tmp_path):
             f.write(json.dumps({"samples": 2048, "evaluated": True}) + "\n")
         assert [r["samples"] for r in parse_rows(results.read_text())] == [1024, 2048]
     assert restore_rows(str(tmp_path / "run")) == {}  # an intact file is left alone
+
+
+def test_a_ray_start_that_fails_is_one_line_and_leaves_no_run_directory(tmp_path, monkeypatch):
+    """Issue 30: a Ray start that timed out printed a full traceback."""
+    from orchestrator import tune
+
+    def timed_out(*args, **kwargs):
+        raise TimeoutError("The current node timed out during startup. This could happen because ...\nmore lines")
+
+    monkeypatch.setattr(tune, "start_ray", timed_out)
+    result = CliRunner().invoke(app, ["launch", MICRO, "--storage", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert "error: Ray did not start (TimeoutError: The current node timed out during startup." in result.output
+    assert "Traceback" not in result.output and "more lines" not in result.output
+    assert not (tmp_path / "istree_micro").exists()

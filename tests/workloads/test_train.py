@@ -192,21 +192,6 @@ def test_train_command_writes_metrics_and_resumes(tmp_path, thread_pools):
     assert "its results stay: give this trial another --out" in other.output
 
 
-@pytest.fixture
-def thread_pools():
-    """Restores the process's thread pools after a test that runs `train --cpus`."""
-    import numba
-
-    from workloads.threads import THREAD_VARS
-
-    saved = torch.get_num_threads(), numba.get_num_threads(), {v: os.environ.get(v) for v in THREAD_VARS}
-    yield
-    torch.set_num_threads(saved[0])
-    numba.set_num_threads(saved[1])
-    for var, value in saved[2].items():
-        os.environ.pop(var, None) if value is None else os.environ.__setitem__(var, value)
-
-
 TRAIN = ["train", "--arch", "transformer", "--size", "tiny", "--setup", "vanilla", "--n", "4", "--val-samples", "32"]
 
 

@@ -89,7 +89,7 @@ def _verdict(name: str, checks: list[_Check], lookups: list[Lookup], seeds: int,
     verdict = _all([v for v, _ in outcomes])
     head = {True: "Reproduced", False: "Not reproduced", None: "Not decided"}[verdict]
     shown = [text for v, text in outcomes if v == verdict]
-    on = f" on {seeds} seeds" if seeds > 1 else " (1 seed)" if seeds == 1 and verdict else ""
+    on = f" on {seeds} seeds" if seeds > 1 else " (1 seed)" if seeds == 1 else ""
     return f"- **{head}**{on}: {name}. " + "; ".join(shown) + "."
 
 

@@ -21,6 +21,17 @@ def test_presets_match_the_paper_parameter_counts(arch, size):
     assert abs(params / PAPER_PARAMS[arch, size] - 1) < 0.02
 
 
+def test_the_tiny_paper_architectures_match_in_parameters_and_the_transformer_keeps_pytorchs_init():
+    """tiny is ours (README, Fidelity): the three compared at about one parameter count,
+    as the paper's sizes are, and the Transformer at PyTorch's init, which learns at width 32."""
+    counts = {arch: build_model(preset(arch, "tiny"), VOCAB).num_params() for arch in ("transformer", "mamba", "hybrid")}
+    assert max(counts.values()) / min(counts.values()) < 1.05, counts
+    assert preset("transformer", "tiny").attn_init == "torch" and preset("transformer", "0.5M").attn_init == "normal"
+    torch.manual_seed(0)
+    q = build_model(preset("transformer", "tiny"), VOCAB).layers[0].attn.q_proj.weight
+    assert q.std().item() == pytest.approx(_uniform_std(1 / 32**0.5), rel=0.1)  # kaiming-uniform bound 1/sqrt(fan_in)
+
+
 NEW_ARCHS = ("mamba2", "mamba2_hybrid", "gated_deltanet", "gated_deltanet_hybrid")
 
 

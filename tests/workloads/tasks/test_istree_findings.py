@@ -97,3 +97,5 @@ def test_a_finding_is_reproduced_only_where_each_seed_shows_it():
 def test_one_seed_says_so():
     lines = findings(table(paper_shape).assign(seeds=1))
     assert all(line.startswith("- **Reproduced** (1 seed)") for line in lines), lines
+    lines = findings(table(lambda a, s, n: 0.0 if a == "transformer" else paper_shape(a, s, n)).assign(seeds=1))
+    assert lines[0].startswith("- **Not reproduced** (1 seed)"), lines[0]
