@@ -286,7 +286,8 @@ def markdown_tables(best: pd.DataFrame, selected_by: str = f"{HEADLINE} max") ->
             first = metric == HEADLINE
             out.append(f"### {size} models: {title}\n")
             if first:
-                out.append(f"Mean ± std over seeds at the last evaluation; per cell the lr chosen by {selected_by}.\n")
+                out.append(f"Mean ± std over seeds at the last evaluation (a cell of one seed: its value, no spread); "
+                           f"per cell the lr chosen by {selected_by}.\n")
             out.append("| setup | arch | " + " | ".join(f"n={n}" for n in ns) + " |")
             out.append("|---|---|" + "---|" * len(ns))
             for (setup, arch), rows in part.groupby(["setup", "arch"], sort=True):

@@ -131,7 +131,7 @@ def test_report_writes_every_trial_tables_csv_and_plots(tmp_path):
     assert status.exit_code == 0 and "1 error" in status.output
     as_json = CliRunner().invoke(app, ["status", str(run), "--format", "json"])  # issue 30: for scripts
     records = json.loads(as_json.stdout)
-    assert sorted(r["trial"] for r in records) == sorted(trials) and [r["state"] for r in records].count("error") == 1
+    assert sorted(r["trial"] for r in records) == sorted(t.name for t in trials) and [r["state"] for r in records].count("error") == 1
     finished = [r for r in records if r["state"] == "finished"]
     assert finished and all(isinstance(r["samples"], (int, float)) and 0 <= r["val_exact_match"] <= 1 for r in finished)
 
@@ -327,7 +327,7 @@ def test_a_task_without_generation_gets_no_generation_tables_and_its_token_accur
     result = CliRunner().invoke(app, ["report", str(run)])
     assert result.exit_code == 0, result.output
     report = (run / "report.md").read_text()
-    assert "tiny models: teacher-forced accuracy per supervised token" in report and "0.800 ± 0.000" in report
+    assert "tiny models: teacher-forced accuracy per supervised token" in report and "0.800 (1 seed)" in report
     assert "generation accuracy" not in report and "gen_accuracy" not in report
     assert "| val_exact_match | val_token_accuracy | val_loss |" in report
     assert (run / "token_accuracy_tiny.png").exists() and not (run / "gen_accuracy_tiny.png").exists()
