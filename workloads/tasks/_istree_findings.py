@@ -10,13 +10,16 @@ seeds shows it and so does each seed on its own; where seeds disagree it is Not
 decided. The thresholds are fixed here, not tuned per run.
 """
 
-from typing import Callable, Optional
+from __future__ import annotations
 
-import pandas as pd
+from typing import TYPE_CHECKING, Callable, Optional
 
-from workloads.tasks.istree import IsTreeTask
+if TYPE_CHECKING:
+    import pandas as pd
 
-CHANCE = IsTreeTask.exact_match_chance  # by setup: the answer alone is balanced; a trace is never guessed whole
+# Exact match of a model that guesses, by setup (IsTreeTask.exact_match_chance): the
+# answer alone is balanced; a trace is never guessed whole.
+CHANCE = {"vanilla": 0.5, "cot": 0.0, "retrieval": 0.0}
 GUESS = CHANCE["vanilla"]
 SOLVED = 0.9  # exact match at which a model solves a cell
 CLOSE = 0.1  # exact match apart that still counts as close

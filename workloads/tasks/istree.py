@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Literal, Sequence
 
 from pydantic import Field
 
+from workloads.tasks._istree_findings import CHANCE
 from workloads.tasks.base import Batch, TaskBase, TaskConfigBase
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ class IsTreeTask(TaskBase):
     generates = True  # has a generation protocol: the answer after the trace
     # Exact match of a model that guesses, by setup: vanilla supervises the answer
     # alone (classes balanced); a trace is never guessed whole. The report marks it.
-    exact_match_chance = {"vanilla": 0.5, "cot": 0.0, "retrieval": 0.0}
+    exact_match_chance = CHANCE
     generation_chance = 0.5  # the answer guessed: a model that fails still scores this in generation
 
     @staticmethod
