@@ -337,11 +337,13 @@ def plot(best: pd.DataFrame, out_dir: Path, task: str = DEFAULT_TASK) -> list[Pa
                 if metric == "gen_accuracy" and guess is not None:
                     # Rows that never write an answer count as wrong: below chance is possible.
                     ax.set_ylim(min(guess - 0.1, part[metric].min() - 0.05), 1.02)
-                    ax.axhline(guess, color="grey", lw=0.5, ls="--")  # guessing the answer
+                    ax.axhline(guess, color="grey", lw=0.5, ls="--")
+                    ax.annotate("guessing the answer", xy=(0.02, guess), xycoords=("axes fraction", "data"),
+                                xytext=(0, 2), textcoords="offset points", fontsize=7, color="grey")
                 else:
                     ax.set_ylim(-0.02, 1.02)
                 ax.grid(alpha=0.3)
-            axes[0][0].set_ylabel(metric)
+            axes[0][0].set_ylabel(METRICS[metric].short)  # in words, from the registry
             axes[0][-1].legend(loc="best", fontsize=8)
             short, name = METRICS[metric].short, METRICS[metric].plot
             fig.suptitle(f"{task_cls.title or task}, {size} models: {short}")

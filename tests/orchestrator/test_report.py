@@ -494,3 +494,28 @@ def test_a_cell_of_one_seed_prints_no_spread_and_each_cell_keeps_its_seeds_value
     assert "| cot | mamba | 0.600 ± 0.141 (lr 1e-03, 2 seeds) |" in text
     assert "0.578 (1 seed)" in text.split("generation accuracy")[1] and "± 0.000" not in text
     assert best.set_index("arch")["val_exact_match_by_seed"].to_dict() == {"transformer": "0.578", "mamba": "0.5/0.7"}
+
+
+def test_figures_label_their_axes_in_words_and_every_chance_line(tmp_path, monkeypatch):
+    """Issue 30: y labels were column names (val_exact_match); the 0.5 guessing line
+    of generation accuracy had no label."""
+    import matplotlib.pyplot as plt
+
+    from orchestrator.report import plot
+    from workloads.metrics import METRICS
+
+    best = best_by_cell(pd.concat([_trials([("transformer", n, 1e-3, 0, 0.5), ("mamba", n, 1e-3, 0, 0.5)]).assign(
+        setup=setup) for setup in ("vanilla", "cot") for n in (4, 6)]))
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    paths = plot(best, tmp_path)
+    assert len(figures) == len(paths) >= 2
+    assert sum(line.get_linestyle() == "--" for fig in figures for ax in fig.axes for line in ax.get_lines()) >= 3
+    for fig, path in zip(figures, paths):
+        metric = next(m for m in METRICS.values() if m.plot and path.name.startswith(m.plot + "_"))
+        assert fig.axes[0].get_ylabel() == metric.short
+        for ax in fig.axes:
+            dashed = [line for line in ax.get_lines() if line.get_linestyle() == "--"]
+            labels = [t.get_text() for t in ax.texts]
+            assert len([t for t in labels if "guessing" in t]) == len(dashed), (path.name, ax.get_title(), labels)
+        plt.close(fig)
