@@ -424,12 +424,14 @@ class SweepSpec(_Spec):
         return self
 
     def _check_overrides(self) -> None:
+        setups = TASKS[self.task][0].setups()
         for i, rule in enumerate(self.training_overrides):
+            # Archs are checked by their type; a known arch or setup the axes leave out is
+            # no error (a rule then applies to nothing: a spec narrowed keeps its rules).
             where = f"training_overrides[{i}]"
-            for key, swept in (("archs", self.axes.archs), ("setups", self.axes.setups)):
-                bad = [v for v in getattr(rule, key) or [] if v not in swept]
-                if bad:
-                    raise ValueError(f"{where}.{key}: {', '.join(bad)} not swept (axes.{key}: {', '.join(swept)})")
+            bad = [v for v in rule.setups or [] if v not in setups]
+            if bad:
+                raise ValueError(f"{where}.setups: {', '.join(bad)} is not a setup of {self.task} ({', '.join(setups)})")
             if not rule.model_dump(exclude={"archs", "setups"}, exclude_none=True):
                 raise ValueError(f"{where}: sets no training field (`icr-sweep schema` lists them under TrainingSpec)")
         for arch, setup in itertools.product(self.axes.archs, self.axes.setups):

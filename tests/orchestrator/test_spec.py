@@ -72,6 +72,9 @@ def test_training_overrides_set_each_trials_protocol_by_arch_and_setup_the_later
     got = {(t.model.arch, t.setup): (t.train.samples, t.train.eval_every, t.train.warmup_samples) for t in expand(spec)}
     assert got == {("transformer", "cot"): (8000, 2000, 500), ("transformer", "retrieval"): (3000, 1000, 500),
                    ("mamba", "cot"): (4000, 2000, 500), ("mamba", "retrieval"): (2000, 1000, 500)}
+    narrowed = SweepSpec.model_validate({**json.loads(spec.model_dump_json()), "axes": dict(
+        archs=["mamba"], setups=["cot"], sizes=["tiny"], n=[4])})  # rules for what it no longer sweeps stay, apply to nothing
+    assert [t.train.samples for t in expand(narrowed)] == [4000]
     again = SweepSpec.model_validate(json.loads(spec.model_dump_json()))  # as a run stores it and resume reads it
     assert [t.name for t in expand(again)] == [t.name for t in expand(spec)]
     assert [t.train.samples for t in expand(again)] == [t.train.samples for t in expand(spec)]
@@ -152,10 +155,10 @@ BAD_SPECS = {
     "invalid task variant": ("name: x\ntask: mqar\naxes: {setups: [vanilla], n: [4, 16], task: {seq_len: [32, 64], vocab: [128]}}\n",
                              ["axes.task", "seq_len (32) must hold the n = 16 pairs", "setup vanilla-seqlen32-vocab128, n 16"]),
     "wrong type": ("name: x\ntraining: {samples: lots}\n", ["training.samples", "integer", "lots"]),
-    "override of an arch not swept": ("name: x\naxes: {archs: [mamba]}\ntraining_overrides: [{archs: [transformer], samples: 10}]\n",
-                                      ["training_overrides[0].archs: transformer not swept", "axes.archs: mamba"]),
-    "override of a setup not swept": ("name: x\naxes: {setups: [cot]}\ntraining_overrides: [{setups: [vanilla], samples: 10}]\n",
-                                      ["training_overrides[0].setups: vanilla not swept", "axes.setups: cot"]),
+    "override of no arch": ("name: x\ntraining_overrides: [{archs: [rwkv], samples: 10}]\n",
+                            ["training_overrides[0].archs[0]", "'transformer', 'mamba', 'hybrid'", "rwkv"]),
+    "override of no setup": ("name: x\ntraining_overrides: [{setups: [retreival], samples: 10}]\n",
+                             ["training_overrides[0].setups: retreival is not a setup of istree (vanilla, cot, retrieval)"]),
     "override that sets nothing": ("name: x\ntraining_overrides: [{setups: [cot]}]\n",
                                    ["training_overrides[0]: sets no training field"]),
     "override of a field not trained": ("name: x\ntraining_overrides: [{setups: [cot], lr: 0.1}]\n",
