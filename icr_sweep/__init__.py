@@ -1,5 +1,5 @@
-"""icr-sweep's Python API: `from icr_sweep import load_run` (see orchestrator.api)."""
+"""icr-sweep's Python API: `from icr_sweep import load_run, best` (see orchestrator.api)."""
 
-from orchestrator.api import load_run
+from orchestrator.api import best, load_run
 
-__all__ = ["load_run"]
+__all__ = ["best", "load_run"]

@@ -1,4 +1,5 @@
-"""A run's results as a pandas DataFrame, for notebooks: `from icr_sweep import load_run`.
+"""A run's results as pandas DataFrames, for notebooks:
+`from icr_sweep import load_run, best`.
 
 The same data `status` and `report` read (the trials' configs, states and result
 rows, the run's spec for trials not started yet), from a local run directory or a
@@ -6,6 +7,7 @@ remote one (s3://, gs://: a copy without checkpoints is read)."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pandas as pd
@@ -14,20 +16,16 @@ from workloads.metrics import METRICS, PROGRESS
 
 # What an evaluation row holds besides the trial's config: progress, then metrics.
 EVALUATION_KEYS = (*PROGRESS, "step", *METRICS, "final_eval", "tokens_per_s", "time_total_s", "timestamp")
+# The columns a table opens with, where it has them: who (the sweep, the trial, its
+# state and its swept values), when (the evaluation, its samples), then the figures.
+IDS = ("sweep", "trial", "state", "arch", "setup", "size", "n", "lr", "seed", "task_label")
+FIRST = (*IDS, "evaluation", *PROGRESS, *METRICS, "lr_at")
 
 
-def load_run(run_dir: str | Path, evaluations: bool = True) -> pd.DataFrame:
-    """The trials of the run at `run_dir` (a path or a URI; or one trial's directory,
-    as `icr-sweep train --out` writes it).
-
-    With `evaluations` (the default): one row per evaluation of each trial, in order,
-    with the trial's name, state (finished, running, interrupted, error, pending,
-    unreadable), error, its flattened config (arch, setup, size, n, lr, seed, then
-    model.*, task.*, train.*) and that evaluation's figures (samples, train_loss,
-    exact match, ...; `lr_at` the scheduled learning rate then); a trial with no
-    evaluation yet has one row with those figures empty. Without: one row per trial,
-    its latest figures, as results.csv. `attrs["notes"]` says what could not be read."""
-    from orchestrator.report import METRIC_KEYS, read_results, read_run, trials_home
+@contextlib.contextmanager
+def _opened(run_dir: str | Path):
+    """The run at `run_dir` as a local directory (a remote one copied), its name,
+    and whether it is the run's own (with its driver lock to ask)."""
     from orchestrator.storage import is_remote, local_view
 
     location = str(run_dir)
@@ -37,17 +35,62 @@ def load_run(run_dir: str | Path, evaluations: bool = True) -> pd.DataFrame:
         if not Path(location).is_dir():
             raise FileNotFoundError(f"{run_dir}: no such run directory")
     with local_view(location) as local:
-        trials, _, notes = read_run(local, locked=not remote)
+        yield Path(local), location.rstrip("/").rsplit("/", 1)[-1], not remote
+
+
+def _ordered(df: pd.DataFrame, sweep: str) -> pd.DataFrame:
+    """`df` with a sweep column, the ids and figures first, timestamps as datetimes."""
+    df.insert(0, "sweep", sweep)
+    if "timestamp" in df:  # Tune's: seconds since the epoch
+        df["timestamp"] = pd.to_datetime(pd.to_numeric(df["timestamp"]), unit="s", utc=True)
+    first = [c for c in FIRST if c in df]
+    return df[first + [c for c in df.columns if c not in first]]
+
+
+def load_run(run_dir: str | Path, evaluations: bool = True) -> pd.DataFrame:
+    """The trials of the run at `run_dir` (a path or a URI; or one trial's directory,
+    as `icr-sweep train --out` writes it).
+
+    With `evaluations` (the default): one row per evaluation of each trial, in order;
+    without: one row per trial, its latest figures, as results.csv. Each row opens
+    with the sweep's name (its run directory's, as the report's title: concatenated
+    runs stay apart), the
+    trial's name, state (finished, running, interrupted, error, pending, unreadable),
+    its swept values (arch, setup, size, n, lr, seed), the evaluation's index and
+    figures (samples, train_loss, exact match, ...; `lr_at` the scheduled learning
+    rate then), then the error and the flattened config (model.*, task.*, train.*);
+    `timestamp` is a UTC datetime. A trial with no evaluation yet has one row with
+    those figures empty. `attrs["notes"]` says what could not be read."""
+    from orchestrator.report import METRIC_KEYS, read_results, read_run, trials_home
+
+    with _opened(run_dir) as (local, name, own):
+        trials, _, notes = read_run(local, locked=own)
         if evaluations and not trials.empty:
             rows = []
-            for name in trials["trial"]:
-                for i, row in enumerate(r for r in read_results(trials_home(local) / name) if r.get("evaluated", True)):
-                    rows.append({"trial": name, "evaluation": i, "lr_at": row.get("lr"),
+            for trial in trials["trial"]:
+                for i, row in enumerate(r for r in read_results(trials_home(local) / trial) if r.get("evaluated", True)):
+                    rows.append({"trial": trial, "evaluation": i, "lr_at": row.get("lr"),
                                  **{k: row.get(k) for k in EVALUATION_KEYS}})
             evals = pd.DataFrame(rows, columns=["trial", "evaluation", "lr_at", *EVALUATION_KEYS])
             config = trials.drop(columns=[c for c in METRIC_KEYS if c in trials])
             trials = config.merge(evals, on="trial", how="left")
             for column in ("evaluation", "samples", "step"):
                 trials[column] = trials[column].astype("Int64")
+    trials = _ordered(trials, name)
     trials.attrs["notes"] = notes
     return trials
+
+
+def best(run_dir: str | Path) -> pd.DataFrame:
+    """The report's best-per-cell table (its tables and best.csv) of the run at
+    `run_dir`: per (arch, setup, size, n), the learning rate chosen by the sweep's
+    search metric over the seeds' mean, the mean and spread over seeds of each
+    metric, and the trials behind it; computed from the run as it stands now."""
+    from orchestrator.report import best_by_cell, chosen_by, read_run
+
+    with _opened(run_dir) as (local, name, own):
+        trials, spec, notes = read_run(local, locked=own)
+    table = best_by_cell(trials, *chosen_by(spec)) if not trials.empty else pd.DataFrame()
+    table = _ordered(table, name)
+    table.attrs["notes"] = notes
+    return table

@@ -510,6 +510,12 @@ def read_run(run_dir: Path, locked: bool = True):
     return df, spec, notes
 
 
+def chosen_by(spec) -> tuple[str, str]:
+    """The metric, and its mode, that choose each cell's learning rate: the sweep's
+    search.metric (the headline where the spec cannot be read)."""
+    return (spec.search.metric, spec.search.mode) if spec else (HEADLINE, METRICS[HEADLINE].mode)
+
+
 def write_report(run_dir: Path, locked: bool = True, solved: float = SOLVED) -> tuple[str, pd.DataFrame, pd.DataFrame]:
     """Writes report.md, results.csv, best.csv and the plots into `run_dir`, and for
     a sweep over two or more n, frontier.csv and frontier.png (a cell is solved at
@@ -520,7 +526,7 @@ def write_report(run_dir: Path, locked: bool = True, solved: float = SOLVED) -> 
     df, spec, notes = read_run(run_dir, locked)
     if df.empty:
         raise FileNotFoundError(f"{run_dir}: no trial results (no */params.json)")
-    metric, mode = (spec.search.metric, spec.search.mode) if spec else (HEADLINE, METRICS[HEADLINE].mode)
+    metric, mode = chosen_by(spec)
     df.to_csv(run_dir / "results.csv", index=False)
     best = best_by_cell(df, metric, mode)
     best.to_csv(run_dir / "best.csv", index=False)

@@ -5,7 +5,8 @@ import json
 import pandas as pd
 import pytest
 
-from icr_sweep import load_run
+from icr_sweep import best, load_run
+from orchestrator.report import write_report
 from tests.orchestrator.test_report import accuracy, fake_run
 
 
@@ -39,3 +40,46 @@ def test_load_run_gives_every_evaluation_of_finished_interrupted_and_failed_tria
 def test_load_run_of_a_path_that_is_not_a_run_says_so(tmp_path):
     with pytest.raises(FileNotFoundError, match="no such run directory"):
         load_run(tmp_path / "nothing")
+
+
+def test_a_run_opens_with_its_sweep_ids_and_figures_and_its_times_are_datetimes(tmp_path):
+    run, _ = fake_run(tmp_path, accuracy)
+    trial = run / "transformer-cot-0.5M-n16-lr3e-3-s0" / "result.json"
+    rows = [json.loads(line) for line in trial.read_text().splitlines()]
+    trial.write_text("".join(json.dumps(dict(r, timestamp=1_790_000_000 + 60 * i)) + "\n" for i, r in enumerate(rows)))
+    (tmp_path / "again").mkdir()
+    other, _ = fake_run(tmp_path / "again", accuracy)
+    other = other.rename(other.parent / "fake-2")  # the same spec run twice
+    both = pd.concat([load_run(run), load_run(other)])
+    # Concatenated, the two runs stay apart by their run directories' names.
+    assert both.groupby("sweep")["trial"].nunique().to_dict() == {"fake": 18, "fake-2": 18}
+    df = load_run(run)
+    assert list(df.columns[:16]) == ["sweep", "trial", "state", "arch", "setup", "size", "n", "lr", "seed", "task_label",
+                                     "evaluation", "samples", "train_loss", "samples_per_s", "val_exact_match",
+                                     "gen_accuracy"]
+    assert df.columns.get_loc("error") > df.columns.get_loc("val_loss")  # the figures before the config
+    stamps = df[df["trial"] == "transformer-cot-0.5M-n16-lr3e-3-s0"]["timestamp"]
+    assert isinstance(stamps.dtype, pd.DatetimeTZDtype) and str(stamps.dtype.tz) == "UTC"
+    assert stamps.tolist() == [pd.Timestamp(1_790_000_000, unit="s", tz="UTC"), pd.Timestamp(1_790_000_060, unit="s", tz="UTC")]
+    latest = load_run(run, evaluations=False)
+    assert list(latest.columns[:3]) == ["sweep", "trial", "state"] and (latest["sweep"] == "fake").all()
+
+
+def test_best_is_the_reports_table_per_cell(tmp_path):
+    run, _ = fake_run(tmp_path, accuracy)
+    table = best(run)
+    write_report(run)
+    written = pd.read_csv(run / "best.csv")
+    assert (table["sweep"] == "fake").all() and len(table) == len(written) == 4
+    key = ["arch", "setup", "size", "n"]
+    ours = table.drop(columns="sweep").sort_values(key).reset_index(drop=True)
+    theirs = written.sort_values(key).reset_index(drop=True)
+    for column in ("lr", "seeds", "val_exact_match", "val_exact_match_std", "val_loss"):
+        assert ours[column].tolist() == pytest.approx(theirs[column].tolist()), column
+    # The transformer's cells: lr 3e-3 has the best mean exact match over seeds.
+    assert set(table[table["arch"] == "transformer"]["lr"]) == {3e-3}
+
+
+def test_best_of_a_run_with_no_trial_results_is_an_empty_table(tmp_path):
+    (tmp_path / "empty").mkdir()
+    assert best(tmp_path / "empty").empty
