@@ -16,6 +16,7 @@ import pandas as pd
 from orchestrator.rundir import driver_is_live, tune_trials
 from workloads.metrics import HEADLINE, METRICS, PLOTTED, PROGRESS
 from workloads.models.config import SIZES
+from workloads.naming import significant
 from workloads.tasks import DEFAULT_TASK, TASKS
 
 GROUP = ["arch", "setup", "size", "n"]
@@ -220,10 +221,11 @@ BY_SEED = f"{HEADLINE}_by_seed"  # each seed's value of the headline, by seed, "
 SUMMARIES = tuple(METRICS)  # best.csv: mean and std of each
 
 
-def best_by_cell(df: pd.DataFrame, metric: str = HEADLINE, mode: str = "max") -> pd.DataFrame:
+def best_by_cell(df: pd.DataFrame, metric: str = HEADLINE, mode: str = "max", tie_break: str = "val_loss") -> pd.DataFrame:
     """Per (arch, setup, size, n): the learning rate whose mean final `metric` over
-    seeds is best (highest for mode max, lowest for min), with the mean and spread
-    over seeds of exact match, token accuracy, generation accuracy and validation loss.
+    seeds is best (highest for mode max, lowest for min; where rates tie, the best
+    mean `tie_break` in its own direction decides), with the mean and spread over
+    seeds of exact match, token accuracy, generation accuracy and validation loss.
 
     Only a learning rate that finished on every seed of its cell competes, so that one
     lucky seed never stands for the cell. Where none did (an Optuna search: each seed
@@ -234,25 +236,33 @@ def best_by_cell(df: pd.DataFrame, metric: str = HEADLINE, mode: str = "max") ->
     done = df[df["state"] == "finished"]
     if done.empty:
         return pd.DataFrame(columns=columns)
-    key = done[metric].fillna(-math.inf if mode == "max" else math.inf)  # a metric never measured never wins
-    done = done.assign(_key=key, _cell_seeds=done.groupby(GROUP)["seed"].transform("nunique"))
+    tie_mode = METRICS[tie_break].mode
+
+    def key(m, how):  # higher is better, whatever the metric's direction; never measured never wins
+        values = done[m] if m in done else pd.Series(math.nan, index=done.index)
+        return (values if how == "max" else -values).fillna(-math.inf)
+
+    done = done.assign(_key=key(metric, mode), _tie=key(tie_break, tie_mode),
+                       _cell_seeds=done.groupby(GROUP)["seed"].transform("nunique"))
+    ranked = dict(by=["_key", "_tie"], ascending=False, kind="stable")
     shared = done.groupby(GROUP + ["lr"])["seed"].transform("nunique") == done["_cell_seeds"]
     per_seed = done[~done.set_index(GROUP).index.isin(done[shared].set_index(GROUP).index)]
-    per_seed = per_seed.sort_values("_key", ascending=mode == "min", kind="stable").groupby(GROUP + ["seed"]).head(1)
+    per_seed = per_seed.sort_values(**ranked).groupby(GROUP + ["seed"]).head(1)
     chosen = pd.concat([done[shared].assign(_pick=lambda d: d["lr"]), per_seed.assign(_pick=math.nan)])
     rows = []
     for cell, trials in chosen.groupby(GROUP + ["_pick"], dropna=False, sort=False):
         lrs = sorted(trials["lr"])
         lr = lrs[0] if lrs[0] == lrs[-1] else math.exp(sum(map(math.log, lrs)) / len(lrs))
         by_seed = trials.sort_values("seed")
-        row = dict(zip(GROUP, cell), lr=float(lr), lrs="/".join(f"{v:.0e}" for v in by_seed["lr"]), seeds=len(trials),
-                   trials=";".join(by_seed["trial"]), _key=trials["_key"].mean(),
+        row = dict(zip(GROUP, cell), lr=float(lr), lrs="/".join(significant(v, 3) for v in by_seed["lr"]),
+                   seeds=len(trials), trials=";".join(by_seed["trial"]), _key=trials["_key"].mean(),
+                   _tie=trials["_tie"].mean(),
                    **{BY_SEED: "/".join(f"{v:.4g}" for v in by_seed[HEADLINE])})
         for m in SUMMARIES:
             row[m], row[f"{m}_std"] = trials[m].mean(), trials[m].std()
         rows.append(row)
     by_pick = pd.DataFrame(rows)
-    best = by_pick.sort_values("_key", ascending=mode == "min", kind="stable").groupby(GROUP).head(1)
+    best = by_pick.sort_values(**ranked).groupby(GROUP).head(1)
     std_columns = [c for c in columns if c.endswith("_std")]
     best[std_columns] = best[std_columns].fillna(0.0)
     order = {label: i for i, label in enumerate(sorted(best["size"].unique(), key=size_key))}
@@ -269,7 +279,7 @@ def _fmt(row, metric: str, with_lr: bool) -> str:
     if with_lr:
         lrs = row.get("lrs")
         by_seed = isinstance(lrs, str) and len(set(lrs.split("/"))) > 1
-        rate = f"lr {lrs} by seed" if by_seed else f"lr {row['lr']:.0e}"
+        rate = f"lr {lrs} by seed" if by_seed else f"lr {significant(row['lr'], 3)}"
         text += f" ({rate}, {int(row['seeds'])} seed{'s' if row['seeds'] > 1 else ''})"
     return text
 
@@ -510,10 +520,12 @@ def read_run(run_dir: Path, locked: bool = True):
     return df, spec, notes
 
 
-def chosen_by(spec) -> tuple[str, str]:
-    """The metric, and its mode, that choose each cell's learning rate: the sweep's
-    search.metric (the headline where the spec cannot be read)."""
-    return (spec.search.metric, spec.search.mode) if spec else (HEADLINE, METRICS[HEADLINE].mode)
+def chosen_by(spec) -> tuple[str, str, str]:
+    """The metric, its mode and the tie-break that choose each cell's learning rate:
+    the sweep's search (the headline and validation loss where the spec cannot be read)."""
+    if spec is None:
+        return HEADLINE, METRICS[HEADLINE].mode, "val_loss"
+    return spec.search.metric, spec.search.mode, spec.search.ties_by
 
 
 def write_report(run_dir: Path, locked: bool = True, solved: float = SOLVED) -> tuple[str, pd.DataFrame, pd.DataFrame]:
@@ -526,16 +538,17 @@ def write_report(run_dir: Path, locked: bool = True, solved: float = SOLVED) -> 
     df, spec, notes = read_run(run_dir, locked)
     if df.empty:
         raise FileNotFoundError(f"{run_dir}: no trial results (no */params.json)")
-    metric, mode = chosen_by(spec)
+    metric, mode, tie_break = chosen_by(spec)
     df.to_csv(run_dir / "results.csv", index=False)
-    best = best_by_cell(df, metric, mode)
+    best = best_by_cell(df, metric, mode, tie_break)
     best.to_csv(run_dir / "best.csv", index=False)
     task = spec.task if spec is not None else DEFAULT_TASK
     for stale in (p for pattern in PLOT_FILES for p in run_dir.glob(pattern)):
         stale.unlink()  # the report owns these names: a plot of a metric no longer measured must not linger
     plots = plot(best, run_dir, task) if not best.empty else []
     counts = df["state"].value_counts().to_dict()
-    selected_by = f"{metric} ({'highest' if mode == 'max' else 'lowest'} mean over seeds)"
+    selected_by = (f"{metric} ({'highest' if mode == 'max' else 'lowest'} mean over seeds; ties by "
+                   f"{'highest' if METRICS[tie_break].mode == 'max' else 'lowest'} {tie_break})")
     lines = [f"# Sweep report: {run_dir.name}", "",
              f"{len(df)} trials: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + ".", "",
              *[f"**Note:** {note}\n" for note in notes],

@@ -264,10 +264,19 @@ class SearchSpec(_Spec):
     num_samples: int = Field(8, gt=0, description="optuna: trials per grid cell")
     metric: Literal[tuple(METRICS)] = Field(HEADLINE, description="what picks each cell's learning rate")
     mode: Literal["max", "min"] = Field("max", description="max or min: the metric's own direction")
+    tie_break: Optional[Literal[tuple(METRICS)]] = Field(
+        None, description="what decides between learning rates whose metric ties (in its own direction), e.g. "
+        "every rate at exact match 0; default: val_loss (val_exact_match where the metric is val_loss)")
     storage: Optional[str] = Field(
         None, pattern=r"^[a-z][a-z0-9+]*://", description="optuna: where the studies are kept, an Optuna storage URL "
         "(sqlite:////abs/path.db, postgresql://user@host/db); default: optuna.db in a local run directory "
         "(optuna-dashboard opens either)")
+
+    @property
+    def ties_by(self) -> str:
+        """The tie-break in use: the one given, else validation loss (exact match
+        where validation loss is the metric)."""
+        return self.tie_break or ("val_loss" if self.metric != "val_loss" else HEADLINE)
 
 
 class WandbSpec(_Spec):
@@ -380,9 +389,14 @@ class SweepSpec(_Spec):
         if self.search.mode != metric.mode:
             raise ValueError(f"search.mode: {metric.name} is better {'higher' if metric.mode == 'max' else 'lower'}; "
                              f"set mode: {metric.mode}")
-        if metric.generation and not getattr(TASKS[self.task][1], "generates", False):
-            raise ValueError(f"search.metric: {self.task} has no generation protocol, so no {metric.name}; "
-                             f"choose one of {', '.join(m for m, d in METRICS.items() if not d.generation)}")
+        for field, name in (("metric", self.search.metric), ("tie_break", self.search.ties_by)):
+            chosen = METRICS[name]
+            if chosen.generation and not getattr(TASKS[self.task][1], "generates", False):
+                raise ValueError(f"search.{field}: {self.task} has no generation protocol, so no {chosen.name}; "
+                                 f"choose one of {', '.join(m for m, d in METRICS.items() if not d.generation)}")
+        if self.search.tie_break == self.search.metric:
+            raise ValueError(f"search.tie_break: {self.search.metric} is search.metric already and breaks no tie of "
+                             f"its own; choose another of {', '.join(m for m in METRICS if m != self.search.metric)}")
         if self.search.storage and self.search.method != "optuna":
             raise ValueError("search.storage keeps Optuna's studies; set search.method: optuna or remove it")
         if self.training.warmup_samples >= self.training.samples:

@@ -29,7 +29,8 @@ from orchestrator.packing import gpu_share, gpu_shares
 from orchestrator.spec import SPEC_FILE, SweepSpec
 from orchestrator.storage import is_remote, write_file
 from workloads.config import TrialConfig
-from workloads.metrics import METRICS, PLOTTED
+from workloads.metrics import METRICS, PLOTTED, PROGRESS
+from workloads.naming import significant
 from workloads.threads import bound_threads, thread_env
 from workloads.train import CheckpointError, first_intact, run_trial
 
@@ -233,8 +234,10 @@ def _cost(trial: TrialConfig) -> float:
 
 
 def _trial_name(trial) -> str:
+    if trial.config.get("name"):  # an Optuna trial: named by CellwiseOptuna
+        return trial.config["name"]
     name = TrialConfig.model_validate(trial.config["trial"]).name
-    # Optuna's learning rates can round to the same name: keep directories apart.
+    # An Optuna trial of an earlier version: its directory is named with Tune's id.
     return name if trial.config.get("grid", True) else f"{name}-{trial.trial_id}"
 
 
@@ -278,6 +281,30 @@ class _CellStudy(OptunaSearch):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._evaluated: dict[str, dict] = {}  # each running trial's last evaluation
+        self._name_objective()
+
+    def _name_objective(self) -> None:
+        """The objective is named after the metric (optuna-dashboard shows it)."""
+        if self._ot_study is not None and self._ot_study.metric_names != [self.metric]:
+            import warnings
+
+            import optuna
+
+            with warnings.catch_warnings():  # "experimental" since Optuna 3.2, and stable in use
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                self._ot_study.set_metric_names([self.metric])
+
+    def tag(self, trial_id: str, **attrs) -> None:
+        """User attributes of the Optuna trial behind Tune's `trial_id`."""
+        ot_trial = self._ot_trials.get(trial_id)
+        if ot_trial is not None:
+            for key, value in attrs.items():
+                ot_trial.set_user_attr(key, value)
+
+    def _tag_figures(self, trial_id: str, result: dict) -> None:
+        # The evaluation's other figures beside the objective: what a trial reached.
+        self.tag(trial_id, **{k: result[k] for k in (*PROGRESS, *METRICS) if k != self.metric
+                              and isinstance(result.get(k), (int, float)) and math.isfinite(result[k])})
 
     def _finished_in_storage(self, trial_id: str) -> bool:
         ot_trial = self._ot_trials.get(trial_id)
@@ -290,6 +317,7 @@ class _CellStudy(OptunaSearch):
             return
         self._evaluated[trial_id] = result
         if not self._finished_in_storage(trial_id):
+            self._tag_figures(trial_id, result)
             super().on_trial_result(trial_id, result)
 
     def on_trial_complete(self, trial_id: str, result: Optional[dict] = None, error: bool = False) -> None:
@@ -299,6 +327,8 @@ class _CellStudy(OptunaSearch):
         if self._finished_in_storage(trial_id):
             self._completed_trials.add(trial_id)
             return
+        if result is not None:
+            self._tag_figures(trial_id, result)
         super().on_trial_complete(trial_id, result, error)
 
     def __getstate__(self):
@@ -322,6 +352,7 @@ class _CellStudy(OptunaSearch):
         study = optuna.load_study(study_name=self._study_name, storage=storage, sampler=self._sampler)
         self._ot_study, self._storage = study, storage
         self._ot_trials = {tid: optuna.trial.Trial(study, _trial_id(t)) for tid, t in self._ot_trials.items()}
+        self._name_objective()
 
 
 def _trial_id(trial) -> int:
@@ -346,6 +377,7 @@ class CellwiseOptuna(Searcher):
         super().__init__(metric=search.metric, mode=search.mode)
         self.spec = spec
         self.studies, self.used, self.owner = {}, {}, {}
+        self.names: dict = {}  # cell -> the names of its trials so far
         self.storage = storage
         self.own_storage = storage is not None and spec.search.storage is None  # the run directory's optuna.db
         rdb = None
@@ -380,7 +412,20 @@ class CellwiseOptuna(Searcher):
             self.owner[trial_id] = cell
         self.used[cell] += 1
         trial = trial_for(self.spec, *cell, lr)
-        return {"trial": trial.model_dump(mode="json"), "grid": False}
+        name = self._name(cell, trial)
+        if cell not in self.fixed:
+            run_dir = _RESUMING.get("run_dir") or self.spec.run_dir()
+            self.studies[cell].tag(trial_id, trial=name, trial_dir=f"{str(run_dir).rstrip('/')}/{name}")
+        return {"trial": trial.model_dump(mode="json"), "grid": False, "name": name}
+
+    def _name(self, cell, trial: TrialConfig) -> str:
+        """The trial's name, its rate to three significant digits: more where an
+        earlier trial of the cell has the name already."""
+        taken = self.names.setdefault(cell, [])
+        name = next((n for n in (trial.named(significant(trial.train.lr, d)) for d in range(3, 18)) if n not in taken),
+                    f"{trial.name}-{len(taken)}")  # the very same rate twice
+        taken.append(name)
+        return name
 
     def _attach(self) -> None:
         """Opens the studies in their storage where they were restored detached: the
@@ -409,14 +454,15 @@ class CellwiseOptuna(Searcher):
 
     def save(self, checkpoint_path: str) -> None:
         # OptunaSearch's own save() persists its __dict__ (the in-memory study with it).
-        state = {"used": self.used, "owner": self.owner, "studies": {c: s.__getstate__() for c, s in self.studies.items()}}
+        state = {"used": self.used, "owner": self.owner, "names": self.names,
+                 "studies": {c: s.__getstate__() for c, s in self.studies.items()}}
         with open(checkpoint_path, "wb") as f:
             pickle.dump(state, f)
 
     def restore(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "rb") as f:
             state = pickle.load(f)
-        self.used, self.owner = state["used"], state["owner"]
+        self.used, self.owner, self.names = state["used"], state["owner"], state.get("names", {})
         for cell, study_state in state["studies"].items():
             self.studies[cell].__dict__.update(study_state)
         self._attach()

@@ -79,8 +79,13 @@ class TrialConfig(BaseModel):
     def name(self) -> str:
         """A readable id (workloads/naming.py), e.g. transformer-cot-0.5M-n32-lr1e-3-s0
         (IsTree, the paper's task) or ar-mamba-retrieval-0.5M-n64-lr3e-4-s0 (any other task)."""
+        return self.named(self.train.lr)
+
+    def named(self, lr: float | str) -> str:
+        """The name with the learning rate written as `lr` (text: an Optuna trial's rate
+        to three significant digits)."""
         return trial_name(self.task.name, self.model.arch, self.setup, self.model.size, self.task.n, self.train.seed,
-                          self.train.lr, paper_task=DEFAULT_TASK)
+                          lr, paper_task=DEFAULT_TASK)
 
 
 def trial_config(arch: str, size: str, task: TaskConfig, lr: Optional[float] = None, dims: Optional[dict] = None,

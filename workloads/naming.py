@@ -29,12 +29,22 @@ def short_float(value: float) -> str:
     return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
 
 
+def significant(value: float, digits: int) -> str:
+    """`value` rounded to `digits` significant digits, written as short_float writes
+    (3.54e-3, 1e-3): an Optuna trial's rate in its name."""
+    mantissa, exponent = f"{value:.{digits - 1}e}".split("e")
+    if "." in mantissa:
+        mantissa = mantissa.rstrip("0").rstrip(".")
+    return f"{mantissa}e{int(exponent)}"
+
+
 def cell_name(arch: str, setup: str, size: str, n: int, seed: int) -> str:
     """A grid cell: mamba-cot-0.5M-n16-s0 (`plan`'s list, an Optuna study's name)."""
     return f"{arch}-{setup}-{size}-n{n}-s{seed}"
 
 
-def trial_name(task: str, arch: str, setup: str, size: str, n: int, seed: int, lr: float, paper_task: str) -> str:
-    """A trial: its cell with the learning rate, and the task unless it is the paper's."""
+def trial_name(task: str, arch: str, setup: str, size: str, n: int, seed: int, lr: float | str, paper_task: str) -> str:
+    """A trial: its cell with the learning rate (a float written exactly, or the text
+    given), and the task unless it is the paper's."""
     prefix = "" if task == paper_task else f"{task}-"
-    return f"{prefix}{arch}-{setup}-{size}-n{n}-lr{short_float(lr)}-s{seed}"
+    return f"{prefix}{arch}-{setup}-{size}-n{n}-lr{lr if isinstance(lr, str) else short_float(lr)}-s{seed}"

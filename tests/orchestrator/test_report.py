@@ -88,7 +88,7 @@ def test_report_command_uses_the_specs_metric_and_mode(tmp_path):
     transformer = best[best["arch"] == "transformer"]
     assert set(transformer["lr"]) == {1e-3}
     assert transformer["val_loss"].max() == pytest.approx(0.21)  # the lowest mean loss over seeds
-    assert "lr chosen by val_loss (lowest mean over seeds)" in (run / "report.md").read_text()
+    assert "lr chosen by val_loss (lowest mean over seeds; ties by highest val_exact_match)" in (run / "report.md").read_text()
 
 
 def test_states_and_errors_come_from_the_trial_files(tmp_path):
@@ -121,7 +121,7 @@ def test_report_writes_every_trial_tables_csv_and_plots(tmp_path):
     assert headline < beside < text.index("## Every trial")
     best = pd.read_csv(run / "best.csv")
     cell = best[(best["arch"] == "mamba") & (best["n"] == 16)].iloc[0]
-    assert f"{cell['val_exact_match']:.3f} ± {cell['val_exact_match_std']:.3f} (lr 3e-04" in text[headline:beside]
+    assert f"{cell['val_exact_match']:.3f} ± {cell['val_exact_match_std']:.3f} (lr 3e-4" in text[headline:beside]
     assert f"{cell['gen_accuracy']:.3f} ± {cell['gen_accuracy_std']:.3f} |" in text[beside:]
     for name in ("exact_match_0.5M.png", "gen_accuracy_0.5M.png"):
         assert (run / name).stat().st_size > 10_000
@@ -424,10 +424,28 @@ def test_a_search_with_rates_of_its_own_per_seed_reports_each_seeds_best_not_the
                   ("transformer", 5, 2e-3, 1, 1.0), ("transformer", 5, 5e-3, 1, 0.29)])
     row = best_by_cell(df).iloc[0]
     assert row["seeds"] == 2 and row["val_exact_match"] == pytest.approx(0.93)
-    assert row["lrs"] == "4e-03/2e-03" and row["trials"] == "transformer-n5-lr0.0035-s0;transformer-n5-lr0.002-s1"
+    assert row["lrs"] == "3.5e-3/2e-3" and row["trials"] == "transformer-n5-lr0.0035-s0;transformer-n5-lr0.002-s1"
     assert row["lr"] == pytest.approx(math.sqrt(3.5e-3 * 2e-3))
     text = markdown_tables(best_by_cell(df))
-    assert "0.930 ± 0.099 (lr 4e-03/2e-03 by seed, 2 seeds)" in text
+    assert "0.930 ± 0.099 (lr 3.5e-3/2e-3 by seed, 2 seeds)" in text
+
+
+def test_rates_that_tie_on_the_metric_are_decided_by_the_tie_break_and_printed_to_three_digits():
+    # Every rate at exact match 0 (a budget too short): the lowest validation loss
+    # decides, not the order the trials happen to be in (issue 30, item 2).
+    df = _trials([("transformer", 5, 1e-3, 0, 0.0), ("transformer", 5, 3.538453590906551e-3, 0, 0.0),
+                  ("transformer", 5, 1e-3, 1, 0.0), ("transformer", 5, 3.538453590906551e-3, 1, 0.0)])
+    df["val_loss"] = [2.06, 1.55, 2.10, 1.60]
+    row = best_by_cell(df).iloc[0]
+    assert row["lr"] == 3.538453590906551e-3 and row["val_loss"] == pytest.approx(1.575)
+    assert "(lr 3.54e-3, 2 seeds)" in markdown_tables(best_by_cell(df))
+    # Another tie-break in its own direction: the highest token accuracy.
+    df["val_token_accuracy"] = [0.7, 0.5, 0.7, 0.5]
+    assert best_by_cell(df, tie_break="val_token_accuracy").iloc[0]["lr"] == 1e-3
+    # Per seed (Optuna: rates of their own), each seed's tie is decided alike.
+    per_seed = _trials([("mamba", 5, 1e-3, 0, 0.0), ("mamba", 5, 2e-3, 0, 0.0), ("mamba", 5, 4e-3, 1, 0.0),
+                        ("mamba", 5, 5e-3, 1, 0.0)]).assign(val_loss=[2.0, 1.0, 1.5, 3.0])
+    assert best_by_cell(per_seed).iloc[0]["lrs"] == "2e-3/4e-3"
 
 
 def test_a_rate_that_finished_on_some_seeds_only_does_not_stand_for_the_cell():
@@ -490,8 +508,8 @@ def test_a_cell_of_one_seed_prints_no_spread_and_each_cell_keeps_its_seeds_value
     """Issue 29: a cell of one seed printed "0.578 ± 0.000", a spread never measured."""
     best = best_by_cell(_trials([("transformer", 5, 1e-3, 0, 0.578), ("mamba", 5, 1e-3, 0, 0.5), ("mamba", 5, 1e-3, 1, 0.7)]))
     text = markdown_tables(best)
-    assert "| cot | transformer | 0.578 (lr 1e-03, 1 seed) |" in text
-    assert "| cot | mamba | 0.600 ± 0.141 (lr 1e-03, 2 seeds) |" in text
+    assert "| cot | transformer | 0.578 (lr 1e-3, 1 seed) |" in text
+    assert "| cot | mamba | 0.600 ± 0.141 (lr 1e-3, 2 seeds) |" in text
     assert "0.578 (1 seed)" in text.split("generation accuracy")[1] and "± 0.000" not in text
     assert best.set_index("arch")["val_exact_match_by_seed"].to_dict() == {"transformer": "0.578", "mamba": "0.5/0.7"}
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
@@ -480,3 +481,12 @@ def test_a_spec_with_trackers_at_their_defaults_validates_again_from_its_dump():
     MLflow section at its defaults holds tracking_uri None, which must stay valid."""
     spec = SweepSpec(name="t", tracking=dict(mlflow={}, wandb=dict(project="p")))
     assert SweepSpec.model_validate(spec.model_dump()) == spec
+
+
+def test_a_tie_break_that_is_the_metric_itself_is_refused_and_the_default_follows_the_metric():
+    base = dict(name="x", lr=dict(mamba=dict(distribution="loguniform", low=1e-4, high=1e-3)))
+    with pytest.raises(ValidationError, match=r"search.tie_break: val_exact_match is search.metric already.*val_loss"):
+        SweepSpec(**base, search=dict(method="optuna", tie_break="val_exact_match"))
+    assert SweepSpec(**base, search=dict(method="optuna")).search.ties_by == "val_loss"
+    assert SweepSpec(**base, search=dict(method="optuna", metric="val_loss", mode="min")).search.ties_by == "val_exact_match"
+    assert SweepSpec(**base, search=dict(method="optuna", tie_break="val_token_accuracy")).search.ties_by == "val_token_accuracy"

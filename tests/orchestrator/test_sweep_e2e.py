@@ -282,6 +282,15 @@ def test_an_optuna_sweep_runs_its_trial_budget_per_cell(tmp_path, ray_temp):
         study = optuna.load_study(study_name=f"optuna_micro/transformer-cot-tiny-n{n}-s0", storage=url)
         values = sorted((t.params["lr"], t.value) for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE)
         assert values == sorted(zip(cell["lr"], cell["val_exact_match"]))
+        # Each Optuna trial leads to its trial (named by its rate to three digits) and
+        # its directory, with the other figures; the objective has the metric's name.
+        assert study.metric_names == ["val_exact_match"]
+        for t in study.trials:
+            trial_dir = Path(t.user_attrs["trial_dir"])
+            assert trial_dir.name == t.user_attrs["trial"] and trial_dir.parent == (storage / "optuna_micro").resolve()
+            assert (trial_dir / "params.json").is_file() and t.user_attrs["samples"] == 1024
+            assert re.fullmatch(r"transformer-cot-tiny-n\d-lr\d(\.\d{1,2})?e-\d-s0", t.user_attrs["trial"])
+            assert t.user_attrs["val_loss"] == pytest.approx(cell.set_index("trial").loc[trial_dir.name, "val_loss"])
     # A second launch under the same name into the same storage would mix into these studies: refused.
     spec["search"]["storage"] = url
     spec_path.write_text(yaml.safe_dump(spec))

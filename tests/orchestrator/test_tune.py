@@ -171,3 +171,41 @@ def test_a_deleted_checkpoint_that_tune_hands_over_falls_back_to_an_older_one(tm
     chosen = first_intact(sweep._checkpoints(str(tmp_path / "work")), config, said.append)
     assert chosen is not None and torch.load(chosen / "checkpoint.pt", weights_only=True)["samples"] == 30
     assert "checkpoint_000001 cannot be fetched" in said[0] and "continuing from the older checkpoint" in said[1], said
+
+
+def test_an_optuna_study_names_its_objective_and_ties_each_trial_to_its_run(tmp_path):
+    """optuna-dashboard shows the metric's name, and each Optuna trial leads to its
+    Tune trial, its directory and the figures beside the objective (issue 30, item 2)."""
+    import optuna
+
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    spec = optuna_spec(num_samples=1)
+    searcher = CellwiseOptuna(spec, storage)
+    proposal = searcher.suggest("a")
+    searcher.on_trial_result("a", {"val_exact_match": 0.4, "val_loss": 0.8, "gen_accuracy": float("nan"),
+                                   "samples": 100, "training_iteration": 1, "evaluated": True})
+    searcher.on_trial_complete("a", {"val_exact_match": 0.5, "val_loss": 0.6, "samples": 200, "training_iteration": 2})
+    arch = TrialConfig.model_validate(proposal["trial"]).model.arch
+    study = optuna.load_study(study_name=f"o/{arch}-cot-tiny-n5-s0", storage=storage)
+    assert study.metric_names == ["val_exact_match"]
+    (trial,) = study.trials
+    assert trial.user_attrs["trial"] == proposal["name"]
+    assert trial.user_attrs["trial_dir"] == f"{spec.run_dir()}/{proposal['name']}"
+    assert trial.user_attrs["val_loss"] == 0.6 and trial.user_attrs["samples"] == 200
+    assert "gen_accuracy" not in trial.user_attrs and "val_exact_match" not in trial.user_attrs  # never measured; the objective
+
+
+def test_an_optuna_trial_is_named_by_its_rate_to_three_digits_and_more_only_where_names_would_collide(monkeypatch):
+    spec = optuna_spec(num_samples=3)
+    searcher = CellwiseOptuna(spec)
+    study = searcher.studies[next(c for c in searcher.studies if c.arch == "transformer")]
+    rates = iter([3.538453590906551e-3, 3.5412e-3, 3.5384e-3])
+    monkeypatch.setattr(study, "suggest", lambda trial_id: {"lr": next(rates)})
+    proposals = [searcher.suggest(f"t{i}") for i in range(6)]
+    transformer = [p for p in proposals if TrialConfig.model_validate(p["trial"]).model.arch == "transformer"]
+    assert [p["name"] for p in transformer] == ["transformer-cot-tiny-n5-lr3.54e-3-s0",
+                                                "transformer-cot-tiny-n5-lr3.541e-3-s0",  # 3.54e-3 is taken
+                                                "transformer-cot-tiny-n5-lr3.538e-3-s0"]
+    assert [TrialConfig.model_validate(p["trial"]).train.lr for p in transformer] == \
+        [3.538453590906551e-3, 3.5412e-3, 3.5384e-3]  # the name rounds; the rate trained does not
+    assert len({p["name"] for p in proposals}) == 6
