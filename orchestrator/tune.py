@@ -28,6 +28,7 @@ from orchestrator.grid import cell_budget, cell_name, cell_rates, cells, expand,
 from orchestrator.packing import gpu_share, gpu_shares
 from orchestrator.spec import SPEC_FILE, SweepSpec
 from orchestrator.storage import is_remote, write_file
+from orchestrator.trackers import trackers
 from workloads.config import TrialConfig
 from workloads.metrics import METRICS, PLOTTED, PROGRESS
 from workloads.naming import significant
@@ -666,7 +667,7 @@ def _tuner_parts(spec: SweepSpec, resources: dict):
         storage_path=spec.storage_uri(),
         failure_config=tune.FailureConfig(max_failures=spec.resources.max_failures),
         checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
-        callbacks=[StopAtStep(spec.run_dir()), *trackers(spec)],
+        callbacks=[StopAtStep(spec.run_dir()), *trackers(spec, spec.tracking.mlflow and mlflow_uri(spec))],
         verbose=1,
     )
     return trainable, run_config
@@ -677,35 +678,6 @@ def mlflow_uri(spec: SweepSpec) -> Optional[str]:
     file in a local run directory (MLflow's file store is in maintenance mode and
     refuses to open by default); None for a remote run without one."""
     return spec.tracking.mlflow.tracking_uri or _sqlite_in(spec.run_dir(), "mlflow.db")
-
-
-def trackers(spec: SweepSpec) -> list:
-    """Ray Tune's logger callbacks for the trackers `spec.tracking` turns on."""
-    tracking, run_dir = spec.tracking, spec.run_dir()
-    out = []
-    if not tracking.tensorboard:
-        # Tune adds its JSON, CSV and TensorBoard loggers unless told not to: keep the first two.
-        from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
-
-        os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
-        out += [JsonLoggerCallback(), CSVLoggerCallback()]
-    if tracking.wandb:
-        from ray.air.integrations.wandb import WandbLoggerCallback
-
-        w = tracking.wandb
-        if w.mode == "offline":
-            os.environ["WANDB_MODE"] = "offline"  # the callback asks for no API key then
-        where = w.dir or (None if is_remote(run_dir) else str(Path(run_dir).resolve()))
-        options = {k: v for k, v in dict(entity=w.entity, dir=where).items() if v}
-        out.append(WandbLoggerCallback(project=w.project, group=w.group or spec.name, mode=w.mode, log_config=False,
-                                       **options))
-    if tracking.mlflow:
-        from ray.air.integrations.mlflow import MLflowLoggerCallback
-
-        out.append(MLflowLoggerCallback(tracking_uri=mlflow_uri(spec),
-                                        experiment_name=tracking.mlflow.experiment or spec.name,
-                                        tags={"sweep": spec.name}))
-    return out
 
 
 @contextlib.contextmanager

@@ -70,6 +70,10 @@ def finished_wandb_logs(folder: Path, count: int, timeout_s: float = 120) -> lis
 
 @pytest.mark.slow
 def test_every_tracker_holds_each_trials_config_and_every_evaluation(tmp_path, ray_temp):  # noqa: F811
+    """Each tracker, read back with its own library: one run per trial, named after
+    it, its config as one flat parameter space (the swept values first, only what
+    the model has), every evaluation under its short name at its training samples,
+    and none of Tune's bookkeeping (issue 30, item 1)."""
     import mlflow
     from tensorboardX.proto.event_pb2 import Event
 
@@ -82,54 +86,75 @@ def test_every_tracker_holds_each_trials_config_and_every_evaluation(tmp_path, r
     assert len(trials) == 2
     # val_loss: a figure that differs at every evaluation (exact match is often 0 this early).
     expected = {t.name: [r["val_loss"] for r in _evaluations(t)] for t in trials}
-    assert all(len(v) == 2 for v in expected.values())  # evaluations at 1024 and 2048 samples
+    samples = {t.name: [r["samples"] for r in _evaluations(t)] for t in trials}
+    assert all(len(v) == 2 for v in expected.values()) and all(v == [1024, 2048] for v in samples.values())
+    bookkeeping = {"done", "pid", "hostname", "node_ip", "should_checkpoint", "iterations_since_restore",
+                   "timestamp", "training_iteration", "time_this_iter_s", "evaluated", "date"}
 
-    # W&B: one offline run per trial, named after it, with its config and each evaluation.
+    # W&B: one offline run per trial, found by its name, with the flat config and each evaluation.
     logs = finished_wandb_logs(run / "wandb", count=2)
     seen = {}
     for log in logs:
-        name, history, config = None, [], {}
+        name, history, config, steps = None, [], {}, []
         for record in wandb_records(log):
             if record.HasField("run"):
                 name = record.run.display_name
                 config.update({_key(item): json.loads(item.value_json) for item in record.run.config.update})
             elif record.HasField("history"):
                 items = {_key(item): json.loads(item.value_json) for item in record.history.item}
-                if "val_loss" in items:
-                    history.append(items["val_loss"])
+                assert not bookkeeping & set(items) and not any(k.startswith("config") for k in items), sorted(items)
+                if "val/loss" in items:
+                    history.append(items["val/loss"])
+                    steps.append(items["samples"])
             elif record.HasField("config"):
                 config.update({_key(item): json.loads(item.value_json) for item in record.config.update})
-        trial = next((t for t in expected if name and name.startswith(t)), None)
+        trial = next((t for t in expected if name == t), None)
         assert trial is not None, f"{log}: run named {name!r}, trials {sorted(expected)}"
+        assert trial.replace(".", "_") in log.parent.name  # the offline folder is found by the trial's name
         seen[trial] = history
-        assert config["trial"]["model"]["arch"] == trial.split("-")[0]
+        params = {k: v for k, v in config.items() if not k.startswith("_") and k != "trial_log_path"}
+        assert list(params)[:6] == ["arch", "setup", "size", "n", "lr", "seed"], list(params)
+        assert params["arch"] == trial.split("-")[0] and steps == samples[trial]
+        assert not bookkeeping & set(params) and "trial" not in params
+        has_mixer = params["arch"] != "transformer"
+        assert any(k.startswith("model.mixer.") for k in params) == has_mixer
     assert seen.keys() == expected.keys()
     for trial, values in expected.items():
         assert seen[trial] == pytest.approx(values)
 
-    # MLflow: one run per trial in the sweep's experiment, each evaluation a step of the metric.
+    # MLflow: one run per trial in the sweep's experiment, each evaluation a step (its samples).
     client = mlflow.tracking.MlflowClient(f"sqlite:///{run / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("tracked")
     runs = client.search_runs([experiment.experiment_id])
     assert len(runs) == 2
     for r in runs:
-        trial = next(t for t in expected if r.info.run_name.startswith(t))
-        history = client.get_metric_history(r.info.run_id, "val_loss")
-        assert [m.value for m in sorted(history, key=lambda m: m.step)] == pytest.approx(expected[trial])
-        assert r.data.params["trial/model/arch"] == trial.split("-")[0]
+        trial = r.info.run_name
+        history = sorted(client.get_metric_history(r.info.run_id, "val/loss"), key=lambda m: m.step)
+        assert [m.value for m in history] == pytest.approx(expected[trial])
+        assert [m.step for m in history] == samples[trial]
+        assert r.data.params["arch"] == trial.split("-")[0] and r.data.params["n"] == trial.split("-n")[1].split("-")[0]
+        metrics = set(r.data.metrics)
+        assert {"val/loss", "val/exact_match", "train/loss"} <= metrics, metrics
+        assert not any(m.startswith("config") for m in metrics) and not bookkeeping & metrics, metrics
+        assert not any(p.startswith("trial/") for p in r.data.params)
 
-    # TensorBoard: Tune's event file in each trial's directory.
+    # TensorBoard: an event file in each trial's directory, tags by short names at the samples.
     for trial in trials:
         (events,) = trial.glob("events.out.tfevents.*")
-        values = []
+        values, steps, tags = [], [], set()
         data, pos = events.read_bytes(), 0
         while pos < len(data):  # TFRecord framing: length, its CRC, the record, its CRC
             (length,) = struct.unpack("<Q", data[pos:pos + 8])
             event = Event()
             event.ParseFromString(data[pos + 12:pos + 12 + length])
             pos += 12 + length + 4
-            values += [v.simple_value for v in event.summary.value if v.tag == "ray/tune/val_loss"]
-        assert values == pytest.approx(expected[trial.name], rel=1e-6)
+            tags |= {v.tag for v in event.summary.value}
+            for v in event.summary.value:
+                if v.tag == "val/loss":
+                    values.append(v.simple_value)
+                    steps.append(event.step)
+        assert values == pytest.approx(expected[trial.name], rel=1e-6) and steps == samples[trial.name]
+        assert not any(t.startswith("ray/tune") for t in tags), sorted(tags)
 
 
 def test_a_tracker_whose_package_is_missing_or_needs_a_uri_is_refused_before_anything_starts(tmp_path):
@@ -143,18 +168,38 @@ def test_a_tracker_whose_package_is_missing_or_needs_a_uri_is_refused_before_any
 
 
 def test_tensorboard_off_keeps_tunes_json_and_csv_results(tmp_path, monkeypatch):
-    from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
+    from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
     from orchestrator.spec import SweepSpec
-    from orchestrator.tune import trackers
+    from orchestrator.trackers import TensorBoard, trackers
 
     monkeypatch.delenv("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", raising=False)
     spec = SweepSpec(name="quiet", storage=str(tmp_path), tracking=dict(tensorboard=False))
-    kinds = {type(c) for c in trackers(spec)}
+    kinds = [type(c) for c in trackers(spec, None)]
     # result.json is what status, report and load_run read: it must stay.
-    assert kinds == {JsonLoggerCallback, CSVLoggerCallback} and TBXLoggerCallback not in kinds
-    assert __import__("os").environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] == "1"
-    assert trackers(SweepSpec(name="default", storage=str(tmp_path))) == []  # Tune adds its own three
+    assert kinds == [JsonLoggerCallback, CSVLoggerCallback]
+    assert __import__("os").environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] == "1"  # Tune adds none of its own
+    assert [type(c) for c in trackers(SweepSpec(name="default", storage=str(tmp_path)), None)] == \
+        [JsonLoggerCallback, CSVLoggerCallback, TensorBoard]
+
+
+def test_a_trials_parameters_are_flat_swept_values_first_and_only_what_its_model_has():
+    from orchestrator.grid import expand
+    from orchestrator.spec import SweepSpec
+    from orchestrator.trackers import swept_fields, tracked_metrics, tracked_params
+
+    spec = SweepSpec(name="p", axes=dict(archs=["transformer", "mamba"], setups=["cot"], sizes=["tiny"], n=[5],
+                                         seeds=[0], model=dict(mamba=dict(d_state=[4]))))
+    by_arch = {t.model.arch: tracked_params(t.model_dump(mode="json"), swept_fields(spec)) for t in expand(spec)}
+    mamba, transformer = by_arch["mamba"], by_arch["transformer"]
+    assert list(mamba)[:7] == ["arch", "setup", "size", "n", "lr", "seed", "model.mixer.d_state"]
+    assert mamba["model.mixer.d_state"] == 4 and mamba["size"] == "tiny-dstate4"
+    assert not any(k.startswith("model.mixer") for k in transformer) and "model.n_heads" in transformer
+    assert "model.n_heads" not in mamba and "model.attn_init" not in mamba  # no attention layer
+    assert all(isinstance(v, (str, int, float, bool, type(None))) for p in by_arch.values() for v in p.values())
+    row = {"samples": 2048, "train_loss": 0.5, "val_exact_match": 0.25, "gen_accuracy": float("nan"),
+           "val_loss": None, "done": False, "pid": 7, "training_iteration": 3, "config": {"trial": {}}}
+    assert tracked_metrics(row) == {"samples": 2048, "train/loss": 0.5, "val/exact_match": 0.25}
 
 
 @pytest.mark.parametrize("case, tracking, env, message", [

@@ -1,0 +1,200 @@
+"""What W&B, MLflow and TensorBoard show of a sweep: Ray Tune's logger callbacks,
+subclassed only where a filter is needed, so that every tracker shows one run the
+same way:
+
+- one flat parameter space: the swept values first (arch, setup, size, n, lr,
+  seed, then the task's and model's fields the spec sweeps), then the rest of
+  the config, only the fields the trial's model really has (a Transformer has no
+  recurrent mixer, a Mamba no attention heads);
+- the metrics under short names (`val/exact_match`, `train/loss`), with the
+  training samples as the step; Tune's bookkeeping (`done`, `pid`,
+  `training_iteration`, the config repeated in every row ...) is not logged.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import pandas as pd
+from ray.air.integrations.mlflow import MLflowLoggerCallback
+from ray.air.integrations.wandb import WandbLoggerCallback, _WandbLoggingActor
+from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
+from ray.tune.logger.tensorboardx import TBXLoggerCallback
+from ray.tune.result import TRAINING_ITERATION
+
+from orchestrator.spec import SweepSpec
+from orchestrator.storage import is_remote
+from workloads.config import TrialConfig
+from workloads.metrics import METRICS
+
+STEP = "samples"  # training samples: the x axis of every chart
+IDS = {"model.arch": "arch", "task.setup": "setup", "model.size": "size", "task.n": "n", "train.lr": "lr",
+       "train.seed": "seed"}
+
+
+def metric_name(key: str) -> str:
+    """A result key's name in the trackers: val_exact_match -> val/exact_match,
+    gen_accuracy -> val/gen_accuracy, train_loss -> train/loss."""
+    if key in METRICS:
+        return f"val/{key.removeprefix('val_')}"
+    return f"train/{key.removeprefix('train_')}"
+
+
+TRACKED = {key: metric_name(key) for key in ("train_loss", "samples_per_s", "tokens_per_s", *METRICS)}
+
+
+def tracked_metrics(result: dict) -> dict:
+    """The figures of a result row under their short names, with the samples (the
+    step); what was not measured (NaN, None) is left out."""
+    out = {STEP: result[STEP]} if isinstance(result.get(STEP), (int, float)) else {}
+    for key, name in TRACKED.items():
+        value = result.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            out[name] = value
+    return out
+
+
+def tracked_params(trial: dict, swept: tuple[str, ...] = ()) -> dict:
+    """The trial's config (TrialConfig's JSON) as one flat dict: the ids, then the
+    fields of `swept` (field names, the spec's task and model axes), then the rest;
+    a model's recurrent mixer only where it has recurrent layers, attention's fields
+    only where it has attention layers."""
+    config = TrialConfig.model_validate(trial)
+    model = config.model
+    dump = config.model_dump(mode="json")
+    if not model.n_recurrent_layers:
+        dump["model"].pop("mixer")
+    if not model.attn_layer_idx:
+        for field in ("d_mlp", "n_heads", "rope_theta", "attn_init", "attn_layer_idx"):
+            dump["model"].pop(field, None)
+    flat = pd.json_normalize(dump, sep=".").iloc[0].to_dict()
+    flat = {k: (list(v) if isinstance(v, tuple) else v) for k, v in flat.items()}
+    out = {short: flat.pop(key) for key, short in IDS.items()}
+    if config.task_label:
+        out["setup"] = config.setup
+    for field in swept:
+        for key in [k for k in flat if k.rsplit(".", 1)[-1] == field]:
+            out[key] = flat.pop(key)
+    out.update(flat)
+    out.pop("task_label", None)
+    return {k: (str(v) if isinstance(v, list) else v) for k, v in out.items()}
+
+
+def swept_fields(spec: SweepSpec) -> tuple[str, ...]:
+    """The task's and model's field names that the spec's axes sweep."""
+    model = []
+    for key, value in spec.axes.model.items():
+        model += list(value) if isinstance(value, dict) else [key]
+    return tuple(dict.fromkeys([*spec.axes.task, *model]))
+
+
+def _params(trial, swept) -> dict:
+    return tracked_params(trial.config["trial"], swept)
+
+
+class _WandbActor(_WandbLoggingActor):
+    """W&B's logging actor: samples as the step of every metric (W&B's own
+    define_metric), each row's figures under their short names."""
+
+    def _handle_result(self, result: dict) -> tuple[dict, dict]:
+        if not getattr(self, "_defined", False):
+            self._wandb.define_metric(STEP)
+            self._wandb.define_metric("train/*", step_metric=STEP)
+            self._wandb.define_metric("val/*", step_metric=STEP)
+            self._defined = True
+        return tracked_metrics(result), {}
+
+
+class Wandb(WandbLoggerCallback):
+    """One W&B run per trial, named after it (its id too: an offline run's folder,
+    offline-run-<time>-<trial>-<tune id>, is found by the trial's name), with the
+    flat config."""
+
+    _logger_actor_cls = _WandbActor
+
+    def __init__(self, *args, swept: tuple[str, ...] = (), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.swept = swept
+
+    def log_trial_start(self, trial) -> None:
+        name = str(trial)
+        run_id = f"{name.replace('.', '_')}-{trial.trial_id}"  # W&B ids take no dots
+        self._start_logging_actor(trial, [], id=run_id, name=name, resume=False, reinit=True, allow_val_change=True,
+                                  group=self.group or trial.experiment_dir_name, project=self.project,
+                                  config=_params(trial, self.swept), **self.kwargs)
+
+
+class MLflow(MLflowLoggerCallback):
+    """One MLflow run per trial: the flat config as its params, each row's figures
+    as metrics at its samples."""
+
+    def __init__(self, *args, swept: tuple[str, ...] = (), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.swept = swept
+
+    def log_trial_start(self, trial) -> None:
+        if trial not in self._trial_runs:
+            run = self.mlflow_util.start_run(tags={**self.tags, "trial_name": str(trial)}, run_name=str(trial))
+            self._trial_runs[trial] = run.info.run_id
+            self.mlflow_util.log_params(run_id=self._trial_runs[trial], params_to_log=_params(trial, self.swept))
+
+    def log_trial_result(self, iteration: int, trial, result: dict) -> None:
+        if trial not in self._trial_runs:
+            self.log_trial_start(trial)
+        figures = tracked_metrics(result)
+        step = int(figures.pop(STEP, 0))
+        self.mlflow_util.log_metrics(run_id=self._trial_runs[trial], metrics_to_log=figures, step=step)
+
+    def log_trial_end(self, trial, failed: bool = False) -> None:
+        self.mlflow_util.end_run(run_id=self._trial_runs[trial], status="FAILED" if failed else "FINISHED")
+
+
+class TensorBoard(TBXLoggerCallback):
+    """TensorBoard files in each trial's directory (Tune's writer): the figures under
+    their short names at the trial's samples, and HParams over the flat config."""
+
+    def __init__(self, swept: tuple[str, ...] = ()):
+        super().__init__()
+        self.swept = swept
+
+    def log_trial_result(self, iteration: int, trial, result: dict) -> None:
+        if trial not in self._trial_writer:
+            self.log_trial_start(trial)
+        figures = tracked_metrics(result)
+        step = int(figures.pop(STEP, result[TRAINING_ITERATION]))
+        for name, value in figures.items():
+            self._trial_writer[trial].add_scalar(name, value, global_step=step)
+        self._trial_result[trial] = {**self._trial_result[trial], **figures}  # HParams' metrics: the latest of each
+        self._trial_writer[trial].flush()
+
+    def _try_log_hparams(self, trial, result: dict) -> None:
+        from tensorboardX.summary import hparams
+
+        params = {k: v for k, v in _params(trial, self.swept).items() if v is not None}  # TensorBoard takes no None
+        for summary in hparams(hparam_dict=params, metric_dict=result):
+            self._trial_writer[trial].file_writer.add_summary(summary)
+
+
+def trackers(spec: SweepSpec, mlflow_uri) -> list:
+    """Ray Tune's logger callbacks for the trackers `spec.tracking` turns on, and
+    Tune's JSON and CSV results (what status and report read) always."""
+    tracking, run_dir, swept = spec.tracking, spec.run_dir(), swept_fields(spec)
+    # Tune adds its own JSON, CSV and TensorBoard loggers unless told not to.
+    os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
+    out = [JsonLoggerCallback(), CSVLoggerCallback()]
+    if tracking.tensorboard:
+        out.append(TensorBoard(swept))
+    if tracking.wandb:
+        w = tracking.wandb
+        if w.mode == "offline":
+            os.environ["WANDB_MODE"] = "offline"  # the callback asks for no API key then
+        where = w.dir or (None if is_remote(run_dir) else str(Path(run_dir).resolve()))
+        options = {k: v for k, v in dict(entity=w.entity, dir=where).items() if v}
+        out.append(Wandb(project=w.project, group=w.group or spec.name, mode=w.mode, log_config=False, swept=swept,
+                         **options))
+    if tracking.mlflow:
+        out.append(MLflow(tracking_uri=mlflow_uri, experiment_name=tracking.mlflow.experiment or spec.name,
+                          tags={"sweep": spec.name}, swept=swept))
+    return out
