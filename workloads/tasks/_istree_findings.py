@@ -12,6 +12,7 @@ decided. The thresholds are fixed here, not tuned per run.
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING, Callable, Optional
 
 if TYPE_CHECKING:
@@ -96,33 +97,54 @@ def _verdict(name: str, checks: list[_Check], lookups: list[Lookup], seeds: int,
     return f"- **{head}**{on}: {name}. " + "; ".join(shown) + "."
 
 
-def _cells(best: pd.DataFrame, setup: str, archs: tuple) -> list[tuple[str, list[int]]]:
-    """(size, sorted n) for each size where every arch of `archs` has the setup at 2+ shared n."""
-    out = []
+class _Cells:
+    """The cells one check compares: each arch's size (a variant of one base size,
+    e.g. a Transformer at tiny beside a Mamba at tiny-dstate1) and the n they share."""
+
+    def __init__(self, sizes: dict[str, str], ns: list[int]):
+        self.sizes, self.ns = sizes, ns
+        shown = sorted(set(sizes.values()))
+        self.label = shown[0] if len(shown) == 1 else ", ".join(f"{arch} {size}" for arch, size in sizes.items())
+
+    def __call__(self, arch: str) -> str:
+        return self.sizes[arch]
+
+
+def _cells(best: pd.DataFrame, setup: str, archs: tuple) -> list[_Cells]:
+    """For each base size (tiny, 0.5M, ...), each choice of one variant of it per arch
+    of `archs` (tiny, tiny-dstate1, ...) where they have the setup at 2+ shared n."""
     part = best[best["setup"] == setup]
-    for size in sorted(part["size"].unique()):
-        shared = None
-        for arch in archs:
-            ns = set(part[(part["arch"] == arch) & (part["size"] == size)]["n"])
-            shared = ns if shared is None else shared & ns
-        if shared and len(shared) >= 2:
-            out.append((size, sorted(int(n) for n in shared)))
+    variants = {}  # (base, arch) -> its sizes of that base
+    for arch, size in {(r["arch"], r["size"]) for _, r in part.iterrows()}:
+        variants.setdefault((str(size).split("-")[0], arch), set()).add(size)
+    out = []
+    for base in sorted({b for b, _ in variants}):
+        if any((base, arch) not in variants for arch in archs):
+            continue
+        for choice in itertools.product(*(sorted(variants[(base, arch)]) for arch in archs)):
+            sizes = dict(zip(archs, choice))
+            shared = None
+            for arch, size in sizes.items():
+                ns = set(part[(part["arch"] == arch) & (part["size"] == size)]["n"])
+                shared = ns if shared is None else shared & ns
+            if shared and len(shared) >= 2:
+                out.append(_Cells(sizes, sorted(int(n) for n in shared)))
     return out
 
 
 def _cot_checks(best: pd.DataFrame) -> list[_Check]:
     """With CoT the Transformer solves the largest n it trains, while Mamba falls as n grows."""
     checks = []
-    for size, ns in _cells(best, "cot", ("transformer", "mamba")):
-        lo, hi = ns[0], ns[-1]
+    for cells in _cells(best, "cot", ("transformer", "mamba")):
+        lo, hi, t_size, m_size = cells.ns[0], cells.ns[-1], cells("transformer"), cells("mamba")
 
-        def judge(em, size=size, lo=lo, hi=hi):
-            t, m0, m1 = em("transformer", "cot", size, hi), em("mamba", "cot", size, lo), em("mamba", "cot", size, hi)
+        def judge(em, lo=lo, hi=hi, t_size=t_size, m_size=m_size):
+            t, m0, m1 = em("transformer", "cot", t_size, hi), em("mamba", "cot", m_size, lo), em("mamba", "cot", m_size, hi)
             return _all([t >= SOLVED, _contrast(m0 - m1 >= FALLS, [("cot", m0), ("cot", m1)])])
 
-        def describe(em, size=size, lo=lo, hi=hi):
-            return (f"{size}: Transformer {em('transformer', 'cot', size, hi):.3f} at n={hi}, "
-                    f"Mamba {em('mamba', 'cot', size, lo):.3f} at n={lo} -> {em('mamba', 'cot', size, hi):.3f} at n={hi}")
+        def describe(em, lo=lo, hi=hi, t_size=t_size, m_size=m_size, label=cells.label):
+            return (f"{label}: Transformer {em('transformer', 'cot', t_size, hi):.3f} at n={hi}, "
+                    f"Mamba {em('mamba', 'cot', m_size, lo):.3f} at n={lo} -> {em('mamba', 'cot', m_size, hi):.3f} at n={hi}")
 
         checks.append(_Check(judge, describe))
     return checks
@@ -131,21 +153,21 @@ def _cot_checks(best: pd.DataFrame) -> list[_Check]:
 def _retrieval_checks(best: pd.DataFrame) -> list[_Check]:
     """Retrieval lifts Mamba above its CoT to within CLOSE of the Transformer at the largest n."""
     checks = []
-    for size, ns in _cells(best, "retrieval", ("transformer", "mamba")):
-        n = ns[-1]
+    for cells in _cells(best, "retrieval", ("transformer", "mamba")):
+        n, t_size, m_size = cells.ns[-1], cells("transformer"), cells("mamba")
 
-        def judge(em, size=size, n=n):
-            t, m, cot = em("transformer", "retrieval", size, n), em("mamba", "retrieval", size, n), em("mamba", "cot", size, n)
+        def judge(em, n=n, t_size=t_size, m_size=m_size):
+            t, m, cot = em("transformer", "retrieval", t_size, n), em("mamba", "retrieval", m_size, n), em("mamba", "cot", m_size, n)
             parts = [_contrast(abs(m - t) <= CLOSE, [("retrieval", m), ("retrieval", t)])]
             if cot is not None:
                 parts.append(_contrast(m > cot, [("retrieval", m), ("cot", cot)]))
             return _all(parts)
 
-        def describe(em, size=size, n=n):
-            cot = em("mamba", "cot", size, n)
-            return (f"{size}, n={n}: Mamba {em('mamba', 'retrieval', size, n):.3f} with retrieval"
+        def describe(em, n=n, t_size=t_size, m_size=m_size, label=cells.label):
+            cot = em("mamba", "cot", m_size, n)
+            return (f"{label}, n={n}: Mamba {em('mamba', 'retrieval', m_size, n):.3f} with retrieval"
                     + (f" ({cot:.3f} with CoT)" if cot is not None else "")
-                    + f", Transformer {em('transformer', 'retrieval', size, n):.3f}")
+                    + f", Transformer {em('transformer', 'retrieval', t_size, n):.3f}")
 
         checks.append(_Check(judge, describe))
     return checks
@@ -155,21 +177,23 @@ def _hybrid_checks(best: pd.DataFrame) -> list[_Check]:
     """The hybrid tracks the Transformer: within CLOSE at every n where either is off guessing level."""
     checks = []
     for setup in sorted(best["setup"].unique()):
-        for size, ns in _cells(best, setup, ("transformer", "hybrid")):
-            def gaps(em, setup=setup, size=size, ns=ns):
-                pairs = [(em("hybrid", setup, size, n), em("transformer", setup, size, n), n) for n in ns]
+        for cells in _cells(best, setup, ("transformer", "hybrid")):
+            h_size, t_size = cells("hybrid"), cells("transformer")
+
+            def gaps(em, setup=setup, h_size=h_size, t_size=t_size, ns=cells.ns):
+                pairs = [(em("hybrid", setup, h_size, n), em("transformer", setup, t_size, n), n) for n in ns]
                 return [(abs(h - t), n, h, t) for h, t, n in pairs if not (guessing(setup, h) and guessing(setup, t))]
 
             def judge(em, gaps=gaps):
                 found = gaps(em)
                 return None if not found else max(found)[0] <= CLOSE
 
-            def describe(em, setup=setup, size=size, ns=ns, gaps=gaps):
+            def describe(em, setup=setup, ns=cells.ns, gaps=gaps, label=cells.label):
                 found = gaps(em)
                 if not found:
-                    return f"{setup} {size}: hybrid and Transformer at n={', '.join(map(str, ns))}"
+                    return f"{setup} {label}: hybrid and Transformer at n={', '.join(map(str, ns))}"
                 gap, n, h, t = max(found)
-                return f"{setup} {size}: largest gap {gap:.3f} at n={n} (hybrid {h:.3f}, Transformer {t:.3f})"
+                return f"{setup} {label}: largest gap {gap:.3f} at n={n} (hybrid {h:.3f}, Transformer {t:.3f})"
 
             checks.append(_Check(judge, describe))
     return checks

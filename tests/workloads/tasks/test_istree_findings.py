@@ -99,3 +99,17 @@ def test_one_seed_says_so():
     assert all(line.startswith("- **Reproduced** (1 seed)") for line in lines), lines
     lines = findings(table(lambda a, s, n: 0.0 if a == "transformer" else paper_shape(a, s, n)).assign(seeds=1))
     assert lines[0].startswith("- **Not reproduced** (1 seed)"), lines[0]
+
+
+def test_a_small_state_mamba_is_compared_with_the_transformer_of_its_base_size():
+    # The laptop's scale-down: Mamba with d_state 1 (tiny-dstate1) beside the tiny
+    # Transformer and hybrid; each finding pairs the variants of one base size.
+    rows = table(paper_shape)
+    rows.loc[rows["arch"] == "mamba", "size"] = "tiny-dstate1"
+    lines = findings(rows)
+    assert all(line.startswith("- **Reproduced**") for line in lines), lines
+    assert "transformer tiny, mamba tiny-dstate1: Transformer 0.980 at n=8, Mamba 0.950 at n=4 -> 0.100 at n=8" in lines[0]
+    # Two Mamba variants: each is its own check, and the verdict needs both.
+    other = rows[rows["arch"] == "mamba"].assign(size="tiny-dstate16", val_exact_match=0.97)
+    lines = findings(pd.concat([rows, other]))
+    assert lines[0].startswith("- **Not reproduced**") and "mamba tiny-dstate16" in lines[0], lines[0]
