@@ -13,7 +13,6 @@ same way:
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from ray.tune.result import TRAINING_ITERATION
 from orchestrator.spec import SweepSpec
 from orchestrator.storage import is_remote
 from workloads.config import TrialConfig
-from workloads.metrics import METRICS
+from workloads.metrics import METRICS, measured
 
 STEP = "samples"  # training samples: the x axis of every chart
 IDS = {"model.arch": "arch", "task.setup": "setup", "model.size": "size", "task.n": "n", "train.lr": "lr",
@@ -48,12 +47,8 @@ TRACKED = {key: metric_name(key) for key in ("train_loss", "samples_per_s", "tok
 def tracked_metrics(result: dict) -> dict:
     """The figures of a result row under their short names, with the samples (the
     step); what was not measured (NaN, None) is left out."""
-    out = {STEP: result[STEP]} if isinstance(result.get(STEP), (int, float)) else {}
-    for key, name in TRACKED.items():
-        value = result.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            out[name] = value
-    return out
+    figures = measured(result, (STEP, *TRACKED))
+    return {TRACKED.get(key, key): value for key, value in figures.items()}
 
 
 def tracked_params(trial: dict, swept: tuple[str, ...] = ()) -> dict:
@@ -69,8 +64,7 @@ def tracked_params(trial: dict, swept: tuple[str, ...] = ()) -> dict:
     if not model.attn_layer_idx:
         for field in ("d_mlp", "n_heads", "rope_theta", "attn_init", "attn_layer_idx"):
             dump["model"].pop(field, None)
-    flat = pd.json_normalize(dump, sep=".").iloc[0].to_dict()
-    flat = {k: (list(v) if isinstance(v, tuple) else v) for k, v in flat.items()}
+    flat = pd.json_normalize(dump, sep=".").iloc[0].to_dict()  # JSON: a tuple is a list here
     out = {short: flat.pop(key) for key, short in IDS.items()}
     if config.task_label:
         out["setup"] = config.setup

@@ -30,7 +30,7 @@ from orchestrator.spec import SPEC_FILE, SweepSpec
 from orchestrator.storage import is_remote, write_file
 from orchestrator.trackers import trackers
 from workloads.config import TrialConfig
-from workloads.metrics import METRICS, PLOTTED, PROGRESS
+from workloads.metrics import METRICS, PLOTTED, PROGRESS, measured
 from workloads.naming import significant
 from workloads.threads import bound_threads, thread_env
 from workloads.train import CheckpointError, first_intact, run_trial
@@ -304,8 +304,7 @@ class _CellStudy(OptunaSearch):
 
     def _tag_figures(self, trial_id: str, result: dict) -> None:
         # The evaluation's other figures beside the objective: what a trial reached.
-        self.tag(trial_id, **{k: result[k] for k in (*PROGRESS, *METRICS) if k != self.metric
-                              and isinstance(result.get(k), (int, float)) and math.isfinite(result[k])})
+        self.tag(trial_id, **measured(result, [k for k in (*PROGRESS, *METRICS) if k != self.metric]))
 
     def _finished_in_storage(self, trial_id: str) -> bool:
         ot_trial = self._ot_trials.get(trial_id)

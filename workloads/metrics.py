@@ -4,6 +4,7 @@ is computed. The spec's `search.metric`, Tune's progress table, `status`, `train
 progress bar, the evaluation, the report and best.csv all read this registry; a new
 metric is one entry here."""
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Optional
 
@@ -54,3 +55,10 @@ HEADLINE = "val_exact_match"  # the paper's metric: heads every table and figure
 PLOTTED = tuple(name for name, m in METRICS.items() if m.plot)  # the accuracies, drawn and tabled
 # Progress, in every result row (between evaluations too), beside the metrics.
 PROGRESS = ("samples", "train_loss", "samples_per_s")
+
+
+def measured(row: dict, keys) -> dict:
+    """The figures of `row` among `keys` that were measured: finite numbers (a
+    metric never measured is None or NaN), in the order of `keys`."""
+    return {k: row[k] for k in keys if isinstance(row.get(k), (int, float)) and not isinstance(row[k], bool)
+            and math.isfinite(row[k])}

@@ -21,12 +21,8 @@ def joined(*parts: str) -> str:
 def short_float(value: float) -> str:
     """1e-3, 3e-4, 1.2345e-3: the fewest digits (at least three) that give `value`
     back exactly, so that two learning rates never share a trial name."""
-    for digits in range(2, 17):
-        text = f"{value:.{digits}e}"
-        if float(text) == value:
-            break
-    mantissa, exponent = text.split("e")
-    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+    return next((text for text in (significant(value, d) for d in range(3, 18)) if float(text) == value),
+                significant(value, 17))
 
 
 def significant(value: float, digits: int) -> str:
