@@ -90,6 +90,24 @@ def test_gated_deltanet_count_is_what_its_chunked_form_keeps(arch, size, dims):
     assert measured <= predicted <= (1.12 if cfg.mixer.heads == 1 else 1.01) * measured, (measured, predicted)
 
 
+@pytest.mark.parametrize("arch, size, dims", [("rwkv7", "tiny", {}), ("rwkv7", "0.5M", {}), ("rwkv7_hybrid", "1M", {}),
+                                             ("rwkv7", "tiny", {"chunk": 32, "head_dim": 16}),
+                                             ("gated_deltaproduct", "tiny", {}), ("gated_deltaproduct", "0.5M", {}),
+                                             ("gated_deltaproduct_hybrid", "1M", {}),
+                                             ("gated_deltaproduct", "0.5M", {"householder": 3, "chunk": 16})])
+def test_the_newest_rnns_counts_are_what_their_chunked_forms_keep(arch, size, dims):
+    """RWKV-7 and Gated DeltaProduct train on our chunked forms wherever fla is not
+    installed: their counts never fall below what autograd keeps, and stay within
+    a quarter above it (at width 32; a twentieth at 64 and up)."""
+    cfg = preset(arch, size).with_fields(scan="chunked", **dims)
+    torch.manual_seed(0)
+    model = build_model(cfg, vocab_size=81)
+    batch, length = 2, 128
+    measured = saved_bytes(model, torch.randint(0, 81, (batch, length)))
+    predicted = batch * length * activation_floats_per_token(cfg) * 4
+    assert measured <= predicted <= 1.25 * measured, (measured, predicted)
+
+
 @pytest.mark.parametrize("setup", ["vanilla", "cot", "retrieval"])
 def test_the_longest_sample_is_every_trees_and_bounds_every_batch(setup):
     for n in (4, 5, 16, 37, 64):

@@ -16,6 +16,7 @@ to add a mixer.
 from __future__ import annotations
 
 import importlib
+import inspect
 import math
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal, Optional, get_args
@@ -49,11 +50,16 @@ class MixerConfigBase(BaseModel):
         module, cls = self.layer.split(":")
         return getattr(importlib.import_module(module), cls)
 
-    def build(self, d_model: int, n_layers: int, norm_eps: float):
+    def build(self, d_model: int, n_layers: int, norm_eps: float, layer_idx: int = 0):
         """The mixer module; n_layers, the recurrent layers of the model, scales
-        its output projection at init (GPT-2's rule, as mamba-ssm applies it)."""
+        its output projection at init (GPT-2's rule, as mamba-ssm applies it). A
+        layer whose init depends on its depth (RWKV-7's) takes `layer_idx`, its
+        place among them; the others do not declare it."""
         fields = self.model_dump(exclude={"name"})
-        return self._layer_class()(d_model, n_layers=n_layers, norm_eps=norm_eps, **fields)
+        layer = self._layer_class()
+        if "layer_idx" in inspect.signature(layer).parameters:
+            fields["layer_idx"] = layer_idx
+        return layer(d_model, n_layers=n_layers, norm_eps=norm_eps, **fields)
 
     def check_device(self, device) -> None:
         """Refuses to run where the mixer would crawl: its layer class's

@@ -28,7 +28,8 @@ class RecurrentLayer(nn.Module):
         super().__init__()
         self.layer_idx = layer_idx
         self.norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
-        self.mixer = cfg.mixer.build(cfg.d_model, cfg.n_recurrent_layers, cfg.norm_eps)
+        depth = cfg.layers[:layer_idx].count(cfg.mixer.name)  # its place among the recurrent layers
+        self.mixer = cfg.mixer.build(cfg.d_model, cfg.n_recurrent_layers, cfg.norm_eps, depth)
 
     def new_cache(self, batch: int, max_length: int, like: torch.Tensor):
         return self.mixer.new_cache(batch, like)

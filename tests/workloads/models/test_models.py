@@ -41,7 +41,19 @@ def test_newer_rnn_presets_are_within_5_percent_of_their_size(arch, size, nomina
     assert abs(build_model(preset(arch, size), VOCAB).num_params() / nominal - 1) < 0.05
 
 
-@pytest.mark.parametrize("arch", NEW_ARCHS)
+NEWEST = ("rwkv7", "gated_deltaproduct")
+
+
+@pytest.mark.parametrize("mixer", NEWEST)
+@pytest.mark.parametrize("size", ["tiny", "0.5M", "1M", "2M"])
+def test_the_newest_rnns_are_within_1_percent_of_the_papers_mamba_and_hybrid(mixer, size):
+    """The paper's counts (the tiny ones: our tiny Mamba's and hybrid's), built."""
+    for arch, paper in ((mixer, "mamba"), (f"{mixer}_hybrid", "hybrid")):
+        target = PAPER_PARAMS.get((paper, size)) or preset(paper, size).n_params
+        assert abs(build_model(preset(arch, size), VOCAB).num_params() / target - 1) < 0.01, arch
+
+
+@pytest.mark.parametrize("arch", NEW_ARCHS + NEWEST + tuple(f"{m}_hybrid" for m in NEWEST))
 def test_newer_rnn_hybrids_are_their_stack_with_one_llama_layer_on_top(arch):
     for size in ("tiny", "0.5M", "1M", "2M"):
         cfg = preset(arch, size)
