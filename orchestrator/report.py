@@ -20,6 +20,7 @@ from workloads.naming import significant
 from workloads.tasks import DEFAULT_TASK, TASKS
 
 GROUP = ["arch", "setup", "size", "n"]
+SOLVED = 0.9  # exact match at which a cell counts as solved (the frontier, the rates that solve)
 SIZE_ORDER = {size: i for i, size in enumerate(SIZES)}
 
 
@@ -258,15 +259,68 @@ def best_by_cell(df: pd.DataFrame, metric: str = HEADLINE, mode: str = "max", ti
                    seeds=len(trials), trials=";".join(by_seed["trial"]), _key=trials["_key"].mean(),
                    _tie=trials["_tie"].mean(),
                    **{BY_SEED: "/".join(f"{v:.4g}" for v in by_seed[HEADLINE])})
-        for m in SUMMARIES:
-            row[m], row[f"{m}_std"] = trials[m].mean(), trials[m].std()
+        for m in SUMMARIES:  # (a frame of an older run may lack a newer metric: NaN)
+            values = trials[m] if m in trials else pd.Series(math.nan, index=trials.index)
+            row[m], row[f"{m}_std"] = values.mean(), values.std()
         rows.append(row)
     by_pick = pd.DataFrame(rows)
     best = by_pick.sort_values(**ranked).groupby(GROUP).head(1)
+    best = best.merge(robust_by_cell(done, ranked), on=GROUP, how="left")
+    columns += list(ROBUST)
     std_columns = [c for c in columns if c.endswith("_std")]
     best[std_columns] = best[std_columns].fillna(0.0)
     order = {label: i for i, label in enumerate(sorted(best["size"].unique(), key=size_key))}
     return best[columns].sort_values(GROUP, key=lambda c: c.map(order) if c.name == "size" else c).reset_index(drop=True)
+
+
+# The score robust to the learning rate (README, "Robust to the learning rate"): per
+# cell, each seed picks its rate on validation (as best_by_cell ranks) and is scored
+# on the held-out set; beside it, how much of the rate grid solves the cell.
+ROBUST = ("robust_exact_match", "robust_exact_match_std", "rates_solving", "rates")
+
+
+def robust_by_cell(done: pd.DataFrame, ranked: dict, solved: float = SOLVED) -> pd.DataFrame:
+    """Per cell of finished trials `done` (ranked by their `_key` and `_tie`
+    columns, as best_by_cell ranks): robust_exact_match, the mean over seeds of the
+    held-out exact match at the rate each seed's validation picked (NaN where the
+    held-out set was not measured: runs of earlier versions), its spread over
+    seeds, and rates_solving of rates: the learning rates tried whose mean
+    validation exact match over their seeds reaches `solved`."""
+    picked = done.sort_values(**ranked).groupby(GROUP + ["seed"]).head(1)
+    held_out = picked["test_exact_match"] if "test_exact_match" in picked else pd.Series(math.nan, index=picked.index)
+    score = picked.assign(_held_out=held_out).groupby(GROUP)["_held_out"].agg(["mean", "std"])
+    by_rate = done.groupby(GROUP + ["lr"])[HEADLINE].mean().reset_index()
+    grid = by_rate.assign(_solves=by_rate[HEADLINE] >= solved).groupby(GROUP)["_solves"].agg(["sum", "count"])
+    out = pd.DataFrame({"robust_exact_match": score["mean"], "robust_exact_match_std": score["std"],
+                        "rates_solving": grid["sum"].astype(int), "rates": grid["count"].astype(int)})
+    return out.reset_index()
+
+
+def robust_tables(best: pd.DataFrame) -> str:
+    """Per size, the robust score's table (rows setup x arch, columns n), where the
+    held-out set was measured."""
+    if "robust_exact_match" not in best or best["robust_exact_match"].isna().all():
+        return ""
+    out = []
+    for size in sorted(best["size"].unique(), key=size_key):
+        part = best[best["size"] == size]
+        ns = sorted(part["n"].unique())
+        out += [f"### {size} models: held-out exact match at each seed's rate, and the rates that solve\n",
+                "| setup | arch | " + " | ".join(f"n={n}" for n in ns) + " |", "|---|---|" + "---|" * len(ns)]
+        for (setup, arch), rows in part.groupby(["setup", "arch"], sort=True):
+            cells = {r["n"]: _fmt_robust(r) for _, r in rows.iterrows()}
+            out.append(f"| {setup} | {arch} | " + " | ".join(cells.get(n, "-") for n in ns) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+def _fmt_robust(row) -> str:
+    score = row["robust_exact_match"]
+    if score != score:
+        return "-"
+    one = int(row.get("seeds", 2)) == 1
+    text = f"{score:.3f}" + ("" if one else f" ± {row['robust_exact_match_std']:.3f}")
+    return text + f" ({int(row['rates_solving'])}/{int(row['rates'])} rates solve)"
 
 
 def _fmt(row, metric: str, with_lr: bool) -> str:
@@ -365,9 +419,6 @@ def plot(best: pd.DataFrame, out_dir: Path, task: str = DEFAULT_TASK) -> list[Pa
     return paths
 
 
-SOLVED = 0.9  # exact match at which a cell counts as solved in the frontier
-
-
 def _longest_sample(spec, setup: str, n: int) -> int:
     """The longest sample of a cell's task (the frontier figure's length axis)."""
     from orchestrator.grid import cell_task
@@ -375,9 +426,10 @@ def _longest_sample(spec, setup: str, n: int) -> int:
     return cell_task(spec, setup, n).longest_sample
 
 
-def frontier(best: pd.DataFrame, solved: float = SOLVED, model_of=None) -> pd.DataFrame:
-    """Per (setup, arch, size): the largest n whose exact match (mean over seeds, at
-    the cell's best lr) reaches `solved`, beside the model's state: the recurrent
+def frontier(best: pd.DataFrame, solved: float = SOLVED, model_of=None, metric: str = HEADLINE) -> pd.DataFrame:
+    """Per (setup, arch, size): the largest n whose `metric` (by default exact
+    match, mean over seeds at the cell's best lr; robust_exact_match: the robust
+    score) reaches `solved`, beside the model's state: the recurrent
     state a sequence carries (state_floats) and attention's KV cache per token.
     largest_solved is NaN where no n is solved; solves_all where every n tried is.
     `model_of(arch, size)` gives the model config (the preset by default)."""
@@ -387,7 +439,7 @@ def frontier(best: pd.DataFrame, solved: float = SOLVED, model_of=None) -> pd.Da
     rows = []
     for (setup, arch, size), cell in best.groupby(["setup", "arch", "size"], sort=False):
         cfg = model_of(arch, size)
-        ok = cell.loc[cell[HEADLINE] >= solved, "n"]
+        ok = cell.loc[cell[metric] >= solved, "n"]
         rows.append(dict(setup=setup, arch=arch, size=size, state_floats=cfg.state_floats,
                          kv_floats_per_token=cfg.kv_floats_per_token,
                          largest_solved=int(ok.max()) if len(ok) else math.nan, largest_tried=int(cell["n"].max()),
@@ -400,14 +452,16 @@ def frontier(best: pd.DataFrame, solved: float = SOLVED, model_of=None) -> pd.Da
                            ignore_index=True)
 
 
-def plot_frontier(table: pd.DataFrame, out_dir: Path, solved: float, sample_length=None) -> Path:
+def plot_frontier(table: pd.DataFrame, out_dir: Path, solved: float, sample_length=None,
+                  robust: bool = False) -> Path:
     """frontier.png: largest n solved against state size, log-log, a panel per setup
     and a marker per arch; models with attention carry a KV cache instead of (or
     beside) a fixed state, and are drawn at their recurrent state, or, without
     one, at the cache they hold at the largest n tried. A line of slope 1 (n
     proportional to state: the paper's linear bound) runs through the recurrent
     models' points. `sample_length(setup, n)` gives the tokens of a sample (the default
-    task's), for the cache of models without a recurrent state."""
+    task's), for the cache of models without a recurrent state. `robust`: the table
+    was decided by the robust score (frontier_robust.png)."""
     import matplotlib
     import matplotlib.ticker
 
@@ -461,15 +515,16 @@ def plot_frontier(table: pd.DataFrame, out_dir: Path, solved: float, sample_leng
         ax.set_title(setup)
         ax.set_xlabel("state (floats; attention only: KV cache at the largest n)")
         ax.grid(alpha=0.3, which="both")
-    axes[0][0].set_ylabel(f"largest n solved (exact match >= {solved:g}; none: no n)")
+    score = "held-out exact match at each seed's rate" if robust else "exact match"
+    axes[0][0].set_ylabel(f"largest n solved ({score} >= {solved:g}; none: no n)")
     shown = {}  # every panel's entries, once each (the arrow may be drawn in one panel only)
     for ax in axes[0]:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             shown.setdefault(label, handle)
     axes[0][-1].legend(shown.values(), shown.keys(), fontsize=8, loc="best")
-    fig.suptitle("How far each model retrieves against its state")
+    fig.suptitle("How far each model retrieves against its state" + (", robust to the learning rate" if robust else ""))
     fig.tight_layout()
-    path = out_dir / "frontier.png"
+    path = out_dir / ("frontier_robust.png" if robust else "frontier.png")
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
@@ -556,6 +611,13 @@ def write_report(run_dir: Path, locked: bool = True, solved: float = SOLVED) -> 
              "## Best learning rate per cell", "",
              markdown_tables(best, selected_by) if not best.empty else "No finished trial yet.\n"]
     lines += [f"![{p.stem}]({p.name})" for p in plots]
+    robust = robust_tables(best) if not best.empty else ""
+    if robust:
+        lines += ["", "## Robust to the learning rate", "",
+                  "Per cell, each seed's learning rate is the one its validation picks (as above), and the score is "
+                  "teacher-forced exact match on a held-out set (as many samples, a stream of their own) at that rate, "
+                  f"mean ± std over seeds; beside it, how many of the rates tried reach exact match >= {solved:g} "
+                  "on validation (mean over their seeds). A cell solved at one lucky rate shows 1/k.", "", robust]
     task_cls = TASKS[task][1]
     lines_found = task_cls.findings(best) if not best.empty else []
     if lines_found:
@@ -580,6 +642,17 @@ def write_report(run_dir: Path, locked: bool = True, solved: float = SOLVED) -> 
             lines.append(f"| {r['setup']} | {r['arch']} | {r['size']} | {r['state_floats']:,} | "
                          f"{r['kv_floats_per_token']:,} | {got}{' (all)' if r['solves_all'] else ''} | {r['largest_tried']} |")
         lines += ["", "![frontier](frontier.png)"]
+        if robust:
+            robust_table = frontier(best, solved, partial(cell_model, spec) if spec else None, "robust_exact_match")
+            robust_table.to_csv(run_dir / "frontier_robust.csv", index=False)
+            plot_frontier(robust_table, run_dir, solved, partial(_longest_sample, spec) if spec else None, robust=True)
+            solved_at = {(r["setup"], r["arch"], r["size"]): r for _, r in robust_table.iterrows()}
+            lines += ["", f"By the robust score (held-out exact match at each seed's rate >= {solved:g}):", "",
+                      "| setup | arch | size | largest n solved | of n up to |", "|---|---|---|---|---|"]
+            for key, r in solved_at.items():
+                got = "none" if r["largest_solved"] != r["largest_solved"] else f"{int(r['largest_solved'])}"
+                lines.append(f"| {' | '.join(key)} | {got}{' (all)' if r['solves_all'] else ''} | {r['largest_tried']} |")
+            lines += ["", "![frontier, robust](frontier_robust.png)"]
     shown = [m for m in PLOTTED if m in df and df[m].notna().any()] or [HEADLINE]
     lines += ["", "## Every trial", "", "| trial | state | samples | " + " | ".join(shown) + " | val_loss | error |",
               "|---|---|---|" + "---|" * len(shown) + "---|---|"]
@@ -609,8 +682,8 @@ def still_falling(run_dir: Path, df: pd.DataFrame, best: pd.DataFrame) -> list[s
     return out
 
 
-PLOT_FILES = tuple(f"{METRICS[m].plot}_*.png" for m in PLOTTED) + ("frontier.png",)
-REPORT_FILES = ("report.md", "results.csv", "best.csv", "frontier.csv", *PLOT_FILES)
+PLOT_FILES = tuple(f"{METRICS[m].plot}_*.png" for m in PLOTTED) + ("frontier.png", "frontier_robust.png")
+REPORT_FILES = ("report.md", "results.csv", "best.csv", "frontier.csv", "frontier_robust.csv", *PLOT_FILES)
 
 
 def _headline(best: pd.DataFrame, task: str = DEFAULT_TASK) -> str:

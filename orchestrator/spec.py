@@ -391,6 +391,9 @@ class SweepSpec(_Spec):
                              f"set mode: {metric.mode}")
         for field, name in (("metric", self.search.metric), ("tie_break", self.search.ties_by)):
             chosen = METRICS[name]
+            if chosen.held_out:
+                raise ValueError(f"search.{field}: {name} is measured on the held-out set, which no learning rate may "
+                                 f"be chosen on; choose one of {', '.join(m for m, d in METRICS.items() if not d.held_out)}")
             if chosen.generation and not getattr(TASKS[self.task][1], "generates", False):
                 raise ValueError(f"search.{field}: {self.task} has no generation protocol, so no {chosen.name}; "
                                  f"choose one of {', '.join(m for m, d in METRICS.items() if not d.generation)}")

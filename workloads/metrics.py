@@ -34,6 +34,7 @@ class Metric:
     plot: Optional[str]  # the file stem of its figure per model size; None: not drawn
     tally: Optional[Tally] = None  # a teacher-forced metric's computation (evaluate.teacher_forced)
     generation: bool = False  # measured by greedy decoding, by tasks with a generation protocol (`generates`)
+    held_out: bool = False  # measured once, at the end, on the held-out set: never what picks a learning rate
 
 
 # In the report's order: the paper's metric first, ours beside it.
@@ -50,8 +51,12 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
            tally=lambda t: ((t.right & t.supervised).sum(), t.supervised.sum())),
     Metric("val_loss", "min", "val_loss", "validation loss per supervised token", "validation loss", None,
            tally=lambda t: (t.losses.sum(), t.supervised.sum())),
+    Metric("test_exact_match", "max", "test_em",
+           "teacher-forced exact match on the held-out set (as many samples as validation's, another stream)",
+           "held-out exact match", None, held_out=True),
 )}
 HEADLINE = "val_exact_match"  # the paper's metric: heads every table and figure
+HELD_OUT = {"test_exact_match": HEADLINE}  # a held-out metric: the validation metric it is measured as
 PLOTTED = tuple(name for name, m in METRICS.items() if m.plot)  # the accuracies, drawn and tabled
 # Progress, in every result row (between evaluations too), beside the metrics.
 PROGRESS = ("samples", "train_loss", "samples_per_s")

@@ -18,9 +18,10 @@ from pydantic import ValidationError
 from workloads.batching import group_rows, overhead_tokens
 from workloads.config import TrialConfig
 from workloads.evaluate import generation_accuracy, supervised_loss, teacher_forced
+from workloads.metrics import HELD_OUT
 from workloads.models import build_model
 from workloads.tasks import Batch, build_task
-from workloads.tasks.base import TRAIN_STREAM, VALID_STREAM
+from workloads.tasks.base import HELD_OUT_STREAM, TRAIN_STREAM, VALID_STREAM
 
 CHECKPOINT_FILE = "checkpoint.pt"
 Report = Callable[[dict, Optional[Path]], None]
@@ -261,14 +262,18 @@ class Trial:
             total = loss.detach() if total is None else total + loss.detach()
         return total
 
-    def validation_batches(self):
+    def validation_batches(self, stream: int = VALID_STREAM):
+        """The validation set (or, with HELD_OUT_STREAM, the held-out one: as many
+        samples under the same seed, from a stream of their own)."""
         tc = self.config.train
         return [
-            self.task.batch(tc.val_seed, VALID_STREAM, start, min(tc.eval_batch_size, tc.val_samples - start)).to(self.device)
+            self.task.batch(tc.val_seed, stream, start, min(tc.eval_batch_size, tc.val_samples - start)).to(self.device)
             for start in range(0, tc.val_samples, tc.eval_batch_size)
         ]
 
-    def evaluate(self, batches, with_generation: bool) -> dict:
+    def evaluate(self, batches, with_generation: bool, held_out: bool = False) -> dict:
+        """The registry's metrics on `batches`; with `held_out` (the final
+        evaluation), the held-out metrics too, on the held-out set."""
         self.model.eval()
         generation = with_generation and self.task.generates
         predictions = [] if generation else None
@@ -276,6 +281,9 @@ class Trial:
         metrics["gen_accuracy"] = (
             generation_accuracy(self.model, self.task, batches, self.autocast, predictions) if generation else None
         )
+        if held_out:
+            on_held_out = teacher_forced(self.model, self.validation_batches(HELD_OUT_STREAM), self.autocast)
+            metrics.update({name: on_held_out[measured_as] for name, measured_as in HELD_OUT.items()})
         self.model.train()
         return metrics
 
@@ -395,7 +403,7 @@ def run_trial(
                 break
             continue
         final = trial.samples == tc.samples
-        metrics = progress(step, **trial.evaluate(val_batches, with_generation=final or tc.gen_every_eval),
+        metrics = progress(step, **trial.evaluate(val_batches, with_generation=final or tc.gen_every_eval, held_out=final),
                            final_eval=final, evaluated=True)
         trial.loss_sum, trial.loss_steps = 0.0, 0
         trial.history.append({k: v for k, v in metrics.items() if k != "config"})

@@ -10,7 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from orchestrator.report import best_by_cell, load_trials, markdown_tables, read_results, read_run, write_report
+from orchestrator.report import (best_by_cell, frontier, load_trials, markdown_tables, read_results, read_run,
+                                 robust_tables, write_report)
 from orchestrator.rundir import RunLock
 from orchestrator.grid import expand, planned_trials
 from orchestrator.spec import SPEC_FILE, SweepSpec
@@ -537,3 +538,34 @@ def test_figures_label_their_axes_in_words_and_every_chance_line(tmp_path, monke
             labels = [t.get_text() for t in ax.texts]
             assert len([t for t in labels if "guessing" in t]) == len(dashed), (path.name, ax.get_title(), labels)
         plt.close(fig)
+
+
+def test_the_robust_score_picks_each_seeds_rate_on_validation_and_scores_it_held_out():
+    """Two archs equally good at their best rate: the Transformer solves n=5 at every
+    rate, Mamba at one lucky rate. Best-per-cell cannot tell them apart; the robust
+    score's rates that solve can. Each seed's rate is its own validation's pick (seed
+    1 of Mamba: 1e-2, where the cell's mean picks 3e-3), scored on the held-out set."""
+    rows = []
+    for seed in (0, 1):
+        for lr in (1e-3, 3e-3, 1e-2):
+            rows.append(("transformer", lr, seed, 0.95, 0.94))
+        rows += [("mamba", 1e-3, seed, 0.10, 0.12), ("mamba", 3e-3, seed, 0.96 - 0.05 * seed, 0.90),
+                 ("mamba", 1e-2, seed, 0.20 + 0.75 * seed, 0.30)]
+    df = _trials([(arch, 5, lr, seed, em) for arch, lr, seed, em, _ in rows])
+    df["test_exact_match"] = [held_out for *_, held_out in rows]
+    best = best_by_cell(df).set_index("arch")
+    assert best.loc["transformer", "val_exact_match"] == pytest.approx(0.95)
+    assert best.loc["mamba", "val_exact_match"] == pytest.approx(0.935) and best.loc["mamba", "lr"] == 3e-3
+    assert (best.loc["transformer", "rates_solving"], best.loc["transformer", "rates"]) == (3, 3)
+    assert (best.loc["mamba", "rates_solving"], best.loc["mamba", "rates"]) == (1, 3)
+    assert best.loc["transformer", "robust_exact_match"] == pytest.approx(0.94)
+    assert best.loc["mamba", "robust_exact_match"] == pytest.approx((0.90 + 0.30) / 2)  # seed 1 picked 1e-2
+    table = frontier(best.reset_index(), metric="robust_exact_match").set_index("arch")
+    assert table.loc["transformer", "largest_solved"] == 5 and math.isnan(table.loc["mamba", "largest_solved"])
+    assert "0.600 ± 0.424 (1/3 rates solve)" in robust_tables(best.reset_index())
+
+
+def test_a_run_without_a_held_out_set_has_no_robust_table():
+    best = best_by_cell(_trials([("mamba", 5, 1e-3, 0, 0.5), ("mamba", 5, 3e-3, 0, 0.95)]))
+    assert math.isnan(best.loc[0, "robust_exact_match"]) and best.loc[0, "rates_solving"] == 1
+    assert robust_tables(best) == ""

@@ -70,8 +70,11 @@ def test_reports_carry_the_metrics_and_the_full_config():
             assert 0.0 <= r[key] <= 1.0
         # Every registered metric and progress figure is reported (the registry is what
         # the spec, Tune's table, status and the report read: none may name a missing key).
-        assert set(METRICS) | set(PROGRESS) <= r.keys()
-        assert all(math.isfinite(r[key]) for key in METRICS)
+        # A held-out metric is measured once, by the final evaluation.
+        held_out = {key for key, metric in METRICS.items() if metric.held_out}
+        assert set(METRICS) - held_out | set(PROGRESS) <= r.keys()
+        assert all(math.isfinite(r[key]) for key in set(METRICS) - held_out)
+        assert held_out.isdisjoint(r) if r is not reports[-1] else all(0.0 <= r[key] <= 1.0 for key in held_out)
     assert final == reports[-1] and final["final_eval"]
 
 
@@ -272,7 +275,11 @@ def test_each_family_learns_cot(arch, thread_pools):
 # vocabulary 64, 32 tokens; chance per queried value is 1/32. Measured on one
 # thread: after 40k samples, Mamba-2 at lr 1e-2 0.95 of the values right (0.77
 # at 3e-3), Gated DeltaNet at 3e-3 0.97; about 50 s each.
-NEWER_RNN_BUDGET = {"mamba2": 1e-2, "gated_deltanet": 3e-3}
+# RWKV-7 and Gated DeltaProduct (issue 32) at 3e-3, batch 16, 2k samples of warm-up:
+# 0.95 and 0.96 after 30k samples, 125 s and 170 s on a busy core (with 20k samples
+# and 1k of warm-up, 0.15 and 0.55: still on their plateau).
+NEWER_RNN_BUDGET = {"mamba2": (1e-2, 40_000, 32, 1000), "gated_deltanet": (3e-3, 40_000, 32, 1000),
+                    "rwkv7": (3e-3, 30_000, 16, 2000), "gated_deltaproduct": (3e-3, 30_000, 16, 2000)}
 
 
 @pytest.mark.slow
@@ -280,8 +287,9 @@ NEWER_RNN_BUDGET = {"mamba2": 1e-2, "gated_deltanet": 3e-3}
 def test_each_newer_rnn_learns_associative_recall(arch, thread_pools):
     from workloads.tasks.mqar import MQARConfig
 
-    config = trial_config(arch, "tiny", MQARConfig(n=4, vocab=64, seq_len=32), lr=NEWER_RNN_BUDGET[arch],
-                          samples=40_000, batch_size=32, warmup_samples=1000, eval_every=40_000, val_samples=500,
+    lr, samples, batch_size, warmup = NEWER_RNN_BUDGET[arch]
+    config = trial_config(arch, "tiny", MQARConfig(n=4, vocab=64, seq_len=32), lr=lr, samples=samples,
+                          batch_size=batch_size, warmup_samples=warmup, eval_every=samples, val_samples=500,
                           device="cpu")
     metrics = run_trial(config)
     assert metrics["val_token_accuracy"] > 0.9, metrics

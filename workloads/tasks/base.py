@@ -16,10 +16,13 @@ from pydantic import BaseModel, ConfigDict, model_validator
 if TYPE_CHECKING:
     import torch
 
-# Training and validation samples come from disjoint streams of per-sample seeds,
-# so a validation set never depends on how far training has gone.
+# Training, validation and held-out samples come from disjoint streams of
+# per-sample seeds, so a validation set never depends on how far training has gone,
+# and the held-out set, measured once at the end, is one no learning rate was
+# chosen on (the report's score robust to the learning rate).
 TRAIN_STREAM = 0
 VALID_STREAM = 1
+HELD_OUT_STREAM = 2
 
 
 @dataclass(frozen=True)
