@@ -515,14 +515,14 @@ def plot_frontier(table: pd.DataFrame, out_dir: Path, solved: float, sample_leng
         ax.set_title(setup)
         ax.set_xlabel("state (floats; attention only: KV cache at the largest n)")
         ax.grid(alpha=0.3, which="both")
-    score = "held-out exact match at each seed's rate" if robust else "exact match"
-    axes[0][0].set_ylabel(f"largest n solved ({score} >= {solved:g}; none: no n)")
+    score = "robust score" if robust else "exact match"  # robust: held-out, at each seed's own rate
+    axes[0][0].set_ylabel(f"largest n solved\n({score} >= {solved:g})")
     shown = {}  # every panel's entries, once each (the arrow may be drawn in one panel only)
     for ax in axes[0]:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             shown.setdefault(label, handle)
     axes[0][-1].legend(shown.values(), shown.keys(), fontsize=8, loc="best")
-    fig.suptitle("How far each model retrieves against its state" + (", robust to the learning rate" if robust else ""))
+    fig.suptitle("How far each model retrieves against its state" + ("\n(robust to the learning rate)" if robust else ""))
     fig.tight_layout()
     path = out_dir / ("frontier_robust.png" if robust else "frontier.png")
     fig.savefig(path, dpi=120)

@@ -521,8 +521,11 @@ def start_ray(spec: SweepSpec, address: Optional[str], temp_dir: Optional[str], 
     # OpenMP and numba pools: without this, a 1-CPU trial ran 3.6x slower, its
     # extra threads spinning against the other trials.
     runtime_env = {"env_vars": thread_env(max(1, int(spec.resources.cpus_per_trial)))}
+    # The dashboard's Jobs page names a job by its metadata's job_name: the sweep's.
+    job_config = ray.job_config.JobConfig(metadata={"job_name": spec.name})
     if address:
-        return ray.init(address=resolve_address(address), runtime_env=runtime_env, log_to_driver=True), []
+        return ray.init(address=resolve_address(address), runtime_env=runtime_env, job_config=job_config,
+                        log_to_driver=True), []
     notes = []
     port = _free_port(dashboard_host, dashboard_port)
     if port != dashboard_port:
@@ -530,7 +533,7 @@ def start_ray(spec: SweepSpec, address: Optional[str], temp_dir: Optional[str], 
     with _daemons_in_a_group_of_their_own():
         ctx = ray.init(
             address="local", include_dashboard=True, dashboard_host=dashboard_host, dashboard_port=port,
-            num_cpus=num_cpus, _temp_dir=temp_dir, runtime_env=runtime_env, log_to_driver=True,
+            num_cpus=num_cpus, _temp_dir=temp_dir, runtime_env=runtime_env, job_config=job_config, log_to_driver=True,
         )
     return ctx, notes
 

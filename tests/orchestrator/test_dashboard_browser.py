@@ -1,6 +1,6 @@
 """The Ray dashboard during a sweep, in a real browser (Debian's Chromium driven by
-Playwright): the token login works, the sweep is one job, and every running
-trial's actor is listed under its trial's name."""
+Playwright): the token login works, the sweep is one job named after the sweep,
+and every running trial's actor is listed under its trial's name."""
 
 import re
 import shutil
@@ -58,6 +58,8 @@ def test_the_dashboard_lists_each_running_trial_by_name(tmp_path, ray_temp):  # 
             page.get_by_text("RUNNING", exact=True).first.wait_for(timeout=30_000)
             jobs = page.get_by_text("orchestrator.cli launch", exact=False)
             assert jobs.count() == 1 and str(spec_path) in jobs.first.inner_text()
+            # The Jobs page's Name column (the job's metadata job_name) is the sweep's name.
+            page.get_by_text(spec["name"], exact=True).first.wait_for(timeout=30_000)
             browser.close()
     finally:
         launch.send_signal(signal.SIGINT)
