@@ -1,6 +1,8 @@
 """Evaluation on a fixed validation set: loss, teacher-forced exact match, and
 generation accuracy by batched greedy decoding with the incremental decoders."""
 
+from collections.abc import Iterable
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -22,7 +24,7 @@ def supervised_loss(logits: torch.Tensor, batch: Batch, reduction: str = "mean")
 
 
 @torch.no_grad()
-def teacher_forced(model, batches: list[Batch], autocast, predictions: list | None = None) -> dict:
+def teacher_forced(model, batches: Iterable[Batch], autocast, predictions: list | None = None) -> dict:
     """Every teacher-forced metric of the registry (workloads/metrics.py: the mean
     supervised loss per token, exact match, token accuracy, ...), each its tally's
     sum over the batches over its count. With `predictions` (a list), each batch's

@@ -262,14 +262,17 @@ class Trial:
             total = loss.detach() if total is None else total + loss.detach()
         return total
 
-    def validation_batches(self, stream: int = VALID_STREAM):
-        """The validation set (or, with HELD_OUT_STREAM, the held-out one: as many
-        samples under the same seed, from a stream of their own)."""
+    def batches(self, stream: int):
+        """The validation set's batches (or, with HELD_OUT_STREAM, the held-out
+        set's: as many samples under the same seed, from a stream of their own),
+        each moved to the device as it is reached."""
         tc = self.config.train
-        return [
-            self.task.batch(tc.val_seed, stream, start, min(tc.eval_batch_size, tc.val_samples - start)).to(self.device)
-            for start in range(0, tc.val_samples, tc.eval_batch_size)
-        ]
+        for start in range(0, tc.val_samples, tc.eval_batch_size):
+            yield self.task.batch(tc.val_seed, stream, start, min(tc.eval_batch_size, tc.val_samples - start)).to(self.device)
+
+    def validation_batches(self) -> list:
+        """The validation set, built once and kept on the device for the whole trial."""
+        return list(self.batches(VALID_STREAM))
 
     def evaluate(self, batches, with_generation: bool, held_out: bool = False) -> dict:
         """The registry's metrics on `batches`; with `held_out` (the final
@@ -281,8 +284,8 @@ class Trial:
         metrics["gen_accuracy"] = (
             generation_accuracy(self.model, self.task, batches, self.autocast, predictions) if generation else None
         )
-        if held_out:
-            on_held_out = teacher_forced(self.model, self.validation_batches(HELD_OUT_STREAM), self.autocast)
+        if held_out:  # measured once: a batch at a time, beside the validation set kept on the device
+            on_held_out = teacher_forced(self.model, self.batches(HELD_OUT_STREAM), self.autocast)
             metrics.update({name: on_held_out[measured_as] for name, measured_as in HELD_OUT.items()})
         self.model.train()
         return metrics

@@ -78,6 +78,31 @@ def test_reports_carry_the_metrics_and_the_full_config():
     assert final == reports[-1] and final["final_eval"]
 
 
+def test_the_held_out_score_is_the_final_models_exact_match_on_draws_of_its_own(monkeypatch):
+    """test_exact_match is teacher-forced exact match on the held-out stream, measured
+    once at the end: draws of their own, not validation's or training's."""
+    from workloads.evaluate import teacher_forced
+    from workloads.tasks.base import HELD_OUT_STREAM, TRAIN_STREAM, VALID_STREAM
+
+    config = small_trial()
+    task = build_task(config.task)
+    streams = {s: task.batch(config.train.val_seed, s, 0, 64).tokens for s in (TRAIN_STREAM, VALID_STREAM, HELD_OUT_STREAM)}
+    assert not any(torch.equal(streams[HELD_OUT_STREAM], streams[s]) for s in (TRAIN_STREAM, VALID_STREAM))
+    measured = {}
+
+    def recording(model, batches, autocast, predictions=None):
+        batches = list(batches)
+        out = teacher_forced(model, batches, autocast, predictions)
+        measured[tuple(tuple(b.tokens[0].tolist()) for b in batches)] = out["val_exact_match"]
+        return out
+
+    monkeypatch.setattr(train_mod, "teacher_forced", recording)
+    final = run_trial(config)
+    held_out_first = tuple(streams[HELD_OUT_STREAM][0].tolist())
+    [on_held_out] = [v for key, v in measured.items() if key[0][: len(held_out_first)] == held_out_first]
+    assert final["test_exact_match"] == on_held_out
+
+
 def test_train_loss_is_the_plain_mean_of_the_step_losses_since_the_last_evaluation(monkeypatch, tmp_path):
     # 15 steps between evaluations, so windows straddle the 32-step NaN checks; the
     # run is cut mid-window and resumed from its last checkpoint.
