@@ -43,7 +43,7 @@ class RWKV7Config(MixerConfigBase):
     def activation_floats(self, d_model: int) -> float:
         """What our chunked form keeps per token, fitted to what autograd keeps
         across widths, heads, ranks and chunks (tests/workloads/test_memory.py),
-        never below it and up to a fifth above at width 32: 50 floats per channel
+        never below it and up to a quarter above at width 32: 50 floats per channel
         (the token-shift mixes, projections, LoRA outputs, scan inputs and their
         chunk factors, the group norm and the gate), the LoRAs' hidden rows, 4
         chunk-wide rows per head (the chunk's four score matrices) and the state
