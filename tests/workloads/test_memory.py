@@ -74,6 +74,15 @@ def test_activation_count_is_what_autograd_keeps(monkeypatch, arch, size):
     assert measured == pytest.approx(predicted, rel=0.02), (measured, predicted)
 
 
+def _chunked_form_bytes(cfg) -> tuple[int, float]:
+    """What autograd keeps for a model of `cfg` over 2 x 128 tokens, and what its count predicts."""
+    torch.manual_seed(0)
+    model = build_model(cfg, vocab_size=81)
+    batch, length = 2, 128
+    measured = saved_bytes(model, torch.randint(0, 81, (batch, length)))
+    return measured, batch * length * activation_floats_per_token(cfg) * 4
+
+
 @pytest.mark.parametrize("arch, size, dims", [("gated_deltanet", "0.5M", {}), ("gated_deltanet", "2M", {}),
                                              ("gated_deltanet_hybrid", "1M", {}),
                                              ("gated_deltanet", "tiny", {"heads": 4, "head_dim": 16, "chunk": 64}),
@@ -82,11 +91,7 @@ def test_gated_deltanet_count_is_what_its_chunked_form_keeps(arch, size, dims):
     """The form that trains wherever fla's backward does not run (GPUs included):
     the count is exact with two or more heads, and never below what is kept."""
     cfg = preset(arch, size).with_fields(scan="chunked", **dims)
-    torch.manual_seed(0)
-    model = build_model(cfg, vocab_size=81)
-    batch, length = 2, 128
-    measured = saved_bytes(model, torch.randint(0, 81, (batch, length)))
-    predicted = batch * length * activation_floats_per_token(cfg) * 4
+    measured, predicted = _chunked_form_bytes(cfg)
     assert measured <= predicted <= (1.12 if cfg.mixer.heads == 1 else 1.01) * measured, (measured, predicted)
 
 
@@ -100,11 +105,7 @@ def test_the_newest_rnns_counts_are_what_their_chunked_forms_keep(arch, size, di
     installed: their counts never fall below what autograd keeps, and stay within
     a quarter above it (at width 32; a twentieth at 64 and up)."""
     cfg = preset(arch, size).with_fields(scan="chunked", **dims)
-    torch.manual_seed(0)
-    model = build_model(cfg, vocab_size=81)
-    batch, length = 2, 128
-    measured = saved_bytes(model, torch.randint(0, 81, (batch, length)))
-    predicted = batch * length * activation_floats_per_token(cfg) * 4
+    measured, predicted = _chunked_form_bytes(cfg)
     assert measured <= predicted <= 1.25 * measured, (measured, predicted)
 
 

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.models.gated_deltanet.layer import delta_chunked, delta_recurrent, pick_kernel
+from workloads.models.gated_deltanet.layer import GatedDeltaNetMixer, delta_chunked, delta_recurrent, pick_kernel
 from workloads.models.recurrent_parts import dt_bias_init, residual_out_proj, short_conv, short_conv_step
 
 
@@ -109,10 +109,7 @@ class GatedDeltaProductMixer(nn.Module):
         beta = self.max_beta * torch.sigmoid(b.to(acc)).unflatten(-1, (self.n, self.n_heads))
         return q, k, v, g, beta
 
-    def _norm_gate_out(self, o: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-        """fla's FusedRMSNormGated: each head's output normalised, then gated."""
-        o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + self.norm_eps) * self.norm_weight
-        return self.o_proj((o.flatten(-2) * F.silu(gate)).to(gate.dtype))
+    _norm_gate_out = GatedDeltaNetMixer._norm_gate_out  # fla's FusedRMSNormGated, as Gated DeltaNet's
 
     def forward(self, h: torch.Tensor, cache: GatedDeltaProductCache | None = None) -> torch.Tensor:
         if cache is not None and cache.filled:
