@@ -2,6 +2,9 @@
 
 import json
 
+import numba
+import numpy as np
+
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -9,7 +12,7 @@ from typer.testing import CliRunner
 from orchestrator.cli import app
 from workloads.models import PAPER_PARAMS, PRESETS, build_model, preset
 from workloads.models.mamba.layer import MambaMixer, mamba_ssm_scan
-from workloads.models.mamba.selective_scan import scan_cpu, scan_reference
+from workloads.models.mamba.selective_scan import _exp, scan_cpu, scan_reference
 
 VOCAB = 27
 ARCHS = list(PRESETS)
@@ -227,6 +230,28 @@ def test_compiled_scan_equals_the_reference_in_values_and_gradients(shape):
     for name, g, g_ref in zip(("u", "dt", "A", "B", "C"), grads, grads_ref):
         scale = g_ref.abs().max()
         assert (g.double() - g_ref).abs().max() <= 1e-4 * scale + 1e-6, name
+
+
+@pytest.mark.parametrize("low, high, bound", [(-1, 0, 3e-7), (-10, -1, 8e-7), (-30, -10, 2.5e-6), (-87, -30, 5e-6)])
+def test_the_scans_exp_is_exp_to_its_stated_error(low, high, bound):
+    x = np.linspace(low, high, 100_001).astype(np.float32)
+    out = np.empty_like(x)
+    _exp_each(x, out)
+    exact = np.exp(x.astype(np.float64))
+    assert np.max(np.abs(out - exact) / exact) <= bound
+
+
+def test_the_scans_exp_is_one_at_zero_and_floors_at_exp_minus_87():
+    x = np.array([0.0, -87.0, -90.0, -1e4], np.float32)
+    out = np.empty_like(x)
+    _exp_each(x, out)
+    assert out[0] == 1.0 and np.all(out[2:] == out[1]) and out[1] == pytest.approx(np.exp(-87.0), rel=1e-5)
+
+
+@numba.njit(fastmath=True)
+def _exp_each(x, out):
+    for i in range(x.size):
+        out[i] = _exp(x[i])
 
 
 @pytest.mark.parametrize("arch", ["mamba", "hybrid"])
