@@ -105,6 +105,53 @@ class _NamedActor:
 _trainable.__mixins__ = (_NamedActor,)
 
 
+@contextlib.contextmanager
+def _trial_actors_named():
+    """Names each trial's actor after its trial, so that the Ray dashboard's Actors
+    page finds a trial by its Name column and search (the repr, `_NamedActor`, is
+    only shown once the actor runs). Tune creates the actors unnamed and has no
+    option for a name (ray-project/ray#32763), so while this is open its controller
+    gets a cache of actor classes whose `_remote` adds the trial's name (Ray 2.60's
+    `_ActorClassCache`; Ray is pinned; another Ray keeps Tune's unnamed actors). A
+    trial started again in the same driver (a retry after a failure) is named
+    `<name> (2)`, ...: the name of the actor that failed may not be free yet."""
+    from ray.tune.execution import tune_controller
+
+    real = getattr(tune_controller, "_ActorClassCache", None)
+    if real is None:
+        yield
+        return
+    starts: dict[str, int] = {}
+
+    def named(make):
+        def _remote(args=None, kwargs=None, **options):
+            storage = (kwargs or {}).get("storage")
+            trial = getattr(storage, "trial_dir_name", None)
+            if trial and "name" not in options:
+                starts[trial] = starts.get(trial, 0) + 1
+                options["name"] = trial if starts[trial] == 1 else f"{trial} ({starts[trial]})"
+            return make(args=args, kwargs=kwargs, **options)
+        return _remote
+
+    class Named(real):
+        def get(self, trainable_cls):
+            actor_cls = super().get(trainable_cls)
+            if "_remote" not in vars(actor_cls):  # the cache hands out one class per trainable
+                actor_cls._remote = named(actor_cls._remote)
+            return actor_cls
+
+    tune_controller._ActorClassCache = Named
+    try:
+        yield
+    finally:
+        tune_controller._ActorClassCache = real
+
+
+def _fit(tuner) -> None:
+    with _sigterm_as_ctrl_c(), _trial_actors_named():
+        tuner.fit()
+
+
 # A driver asked to stop (Ctrl-C, SIGTERM) first writes this file into the run
 # directory (local storage); each running trial, seeing it after its current step,
 # checkpoints that step and reports it, and the driver then lets Tune stop.
@@ -722,8 +769,7 @@ def launch(spec: SweepSpec, resources: dict) -> str:
             trial_name_creator=_trial_name, trial_dirname_creator=_trial_name,
         )
     tuner = tune.Tuner(trainable, param_space=param_space, tune_config=tune_config, run_config=run_config)
-    with _sigterm_as_ctrl_c():
-        tuner.fit()
+    _fit(tuner)
     return run_dir
 
 
@@ -747,8 +793,7 @@ def resume(run_dir: str, spec: SweepSpec, resources: dict, say=print) -> str:
             problem = f"Tune cannot restore it ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
     if problem:
         tuner = rebuild(run_dir, spec, trainable, run_config, problem, say)
-    with _sigterm_as_ctrl_c():
-        tuner.fit()
+    _fit(tuner)
     return run_dir
 
 

@@ -1,7 +1,9 @@
 """The Ray dashboard during a sweep, in a real browser (Debian's Chromium driven by
 Playwright): the token login works, the sweep is one job named after the sweep,
-and every running trial's actor is listed under its trial's name."""
+and every running trial's actor is listed under its trial's name, in the Actors
+page's Name column."""
 
+import os
 import re
 import shutil
 import signal
@@ -54,6 +56,21 @@ def test_the_dashboard_lists_each_running_trial_by_name(tmp_path, ray_temp):  # 
             for name in names:
                 page.get_by_text(name, exact=True).first.wait_for(timeout=60_000)
             assert "_trainable" not in page.inner_text("body")  # Tune's repr, the same for every trial
+            # The Name column (the actor's name, which its search filters on) holds each trial's name.
+            headers = [h.strip().split("\n")[0] for h in page.locator("table thead th").all_inner_texts()]
+            column = headers.index("Name") + 1
+            named = {c.strip() for c in page.locator(f"table tbody tr td:nth-child({column})").all_inner_texts()}
+            assert set(names) <= named, (headers, named)
+            # ... and the page's Name search finds one trial's actor alone.
+            page.get_by_role("textbox", name="Name", exact=True).fill(names[0])
+            page.keyboard.press("Enter")
+            rows = page.locator("table tbody tr")
+            deadline = time.time() + 30
+            while time.time() < deadline and rows.count() != 1:
+                time.sleep(0.5)
+            assert rows.count() == 1 and names[0] in rows.first.inner_text()
+            if os.environ.get("ICR_SCREENSHOTS"):  # evidence for a human: where to keep the page
+                page.screenshot(path=str(Path(os.environ["ICR_SCREENSHOTS"]) / "ray_actors.png"), full_page=True)
             page.goto(f"http://127.0.0.1:{port}/#/jobs")
             page.get_by_text("RUNNING", exact=True).first.wait_for(timeout=30_000)
             jobs = page.get_by_text("orchestrator.cli launch", exact=False)

@@ -1,9 +1,12 @@
-"""The per-cell Optuna searcher: budgets, configs it proposes, and save/restore for resume."""
+"""The per-cell Optuna searcher: budgets, configs it proposes, and save/restore for
+resume; the trials' actors named after their trials."""
 
+from pathlib import Path
 
 from orchestrator.grid import cells
 from orchestrator.spec import SweepSpec
 from orchestrator.tune import CellwiseOptuna
+from tests.orchestrator.test_sweep_e2e import ray_temp  # noqa: F401
 from workloads.config import TrialConfig
 
 
@@ -209,3 +212,43 @@ def test_an_optuna_trial_is_named_by_its_rate_to_three_digits_and_more_only_wher
     assert [TrialConfig.model_validate(p["trial"]).train.lr for p in transformer] == \
         [3.538453590906551e-3, 3.5412e-3, 3.5384e-3]  # the name rounds; the rate trained does not
     assert len({p["name"] for p in proposals}) == 6
+
+
+def _report_actor_name(config):
+    import ray
+    from ray import tune
+
+    marker = Path(config["marker"])
+    if config["x"] == 1 and not marker.exists():  # trial x1 fails once, then is retried
+        marker.write_text("failed once")
+        raise RuntimeError("a first failure")
+    tune.report({"actor": ray.get_runtime_context().get_actor_name()})
+
+
+def test_each_trials_actor_is_named_after_its_trial_and_a_retry_apart(tmp_path, ray_temp):  # noqa: F811
+    import ray
+    from ray import tune
+
+    from orchestrator.tune import _trial_actors_named
+
+    def name(trial):
+        return f"trial-x{trial.config['x']}"
+
+    ray.init(num_cpus=2, include_dashboard=False, _temp_dir=ray_temp)
+    try:
+        tuner = tune.Tuner(
+            _report_actor_name,
+            param_space={"x": tune.grid_search([1, 2]), "marker": str(tmp_path / "failed")},
+            tune_config=tune.TuneConfig(trial_name_creator=name, trial_dirname_creator=name),
+            run_config=tune.RunConfig(storage_path=str(tmp_path / "runs"), verbose=0,
+                                      failure_config=tune.FailureConfig(max_failures=1)),
+        )
+        with _trial_actors_named():
+            results = tuner.fit()
+    finally:
+        ray.shutdown()
+    assert sorted(r.metrics["actor"] for r in results) == ["trial-x1 (2)", "trial-x2"]
+    from ray.tune.execution import tune_controller
+    from ray.tune.execution.class_cache import _ActorClassCache
+
+    assert tune_controller._ActorClassCache is _ActorClassCache  # the patch is Tune's again afterwards
