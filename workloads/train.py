@@ -291,6 +291,105 @@ class Trial:
         return metrics
 
 
+class _Run:
+    """One run of a trial's loop (a process, from its start or a resume): its step
+    losses not yet checked, its training time and tokens, and its checkpoints and
+    reports. `run_trial` is the loop; this is what each of its steps calls."""
+
+    def __init__(self, trial: Trial, report: Optional[Report], checkpoint_dir: Optional[Path],
+                 room_in: tuple[Path, ...], clock: Callable[[], float]):
+        self.trial, self.report, self.room_in, self.clock = trial, report, room_in, clock
+        self.checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
+        self.pending = []  # this run's step losses (device tensors) not yet checked and summed
+        self.train_time, self.train_tokens, self.trained = 0.0, 0, 0
+        self.last_checkpoint = clock()
+
+    def train_step(self) -> tuple[int, bool]:
+        """One optimiser step on the next batch of the stream: the steps done so far
+        (a resumed run's included) and whether an evaluation is due after it."""
+        trial, tc = self.trial, self.trial.config.train
+        started = time.perf_counter()
+        count = min(tc.batch_size, tc.samples - trial.samples)
+        batch = trial.task.batch(tc.seed, TRAIN_STREAM, trial.samples, count)
+        batch_tokens = int(batch.lengths.sum())  # counted on the CPU copy: no GPU sync per step
+        trial.optimizer.zero_grad(set_to_none=True)
+        loss = trial.backward(batch)
+        if tc.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(trial.model.parameters(), tc.grad_clip)
+        trial.optimizer.step()
+        trial.scheduler.step()
+        step = trial.scheduler.last_epoch
+        self.pending.append(loss.detach())
+        before = trial.samples
+        trial.samples += count
+        self.trained += count
+        self.train_tokens += batch_tokens
+        eval_due = trial.samples // tc.eval_every > before // tc.eval_every or trial.samples == tc.samples
+        if len(self.pending) == _LOSS_CHECK_STEPS or eval_due:
+            self.flush_losses(step)
+        self.train_time += time.perf_counter() - started
+        return step, eval_due
+
+    def flush_losses(self, step: int) -> None:
+        """Sums the pending step losses into the trial's, raising at the first non-finite one."""
+        if not self.pending:
+            return
+        recent = torch.stack(self.pending).cpu()
+        self.pending.clear()
+        bad = (~torch.isfinite(recent)).nonzero()
+        if len(bad):
+            first = step - len(recent) + 1 + int(bad[0])
+            raise FloatingPointError(f"loss is {recent[bad[0]].item()} at step {first} ({self.trial.config.name})")
+        self.trial.loss_sum += float(recent.sum())
+        self.trial.loss_steps += len(recent)
+
+    def progress(self, step: int, **extra) -> dict:
+        trial = self.trial
+        return {
+            "samples": trial.samples,
+            "step": step,
+            "train_loss": trial.loss_sum / max(1, trial.loss_steps),
+            **extra,
+            "lr": trial.scheduler.get_last_lr()[0],
+            "samples_per_s": self.trained / max(self.train_time, 1e-9),
+            "tokens_per_s": self.train_tokens / max(self.train_time, 1e-9),
+            "config": trial.config.model_dump(mode="json"),
+        }
+
+    def checkpoint_due(self, asked: bool) -> bool:
+        """Whether a checkpoint between evaluations is due: asked for, or its interval passed."""
+        interval = self.trial.config.train.checkpoint_every_s
+        return self.checkpoint_dir is not None and (asked or self.clock() - self.last_checkpoint >= interval)
+
+    def checkpoint(self, step: int, reason: str) -> dict:
+        """A progress row (no evaluation), checkpointed with it and reported."""
+        self.flush_losses(step)
+        metrics = self.progress(step, final_eval=False, evaluated=False, checkpoint_reason=reason)
+        self.trial.row = {k: v for k, v in metrics.items() if k != "config"}
+        self._save_and_report(metrics)
+        return metrics
+
+    def evaluate(self, step: int, val_batches) -> dict:
+        """An evaluation row (the held-out set and generation at the last), kept in the
+        trial's history, checkpointed with it and reported."""
+        trial, tc = self.trial, self.trial.config.train
+        final = trial.samples == tc.samples
+        scores = trial.evaluate(val_batches, with_generation=final or tc.gen_every_eval, held_out=final)
+        metrics = self.progress(step, **scores, final_eval=final, evaluated=True)
+        trial.loss_sum, trial.loss_steps = 0.0, 0
+        trial.history.append({k: v for k, v in metrics.items() if k != "config"})
+        trial.row = trial.history[-1]
+        self._save_and_report(metrics)
+        return metrics
+
+    def _save_and_report(self, metrics: dict) -> None:
+        if self.checkpoint_dir is not None:
+            self.trial.save(self.checkpoint_dir, self.room_in)
+            self.last_checkpoint = self.clock()
+        if self.report is not None:
+            self.report(metrics, self.checkpoint_dir)
+
+
 def run_trial(
     config: dict | TrialConfig,
     report: Optional[Report] = None,
@@ -307,117 +406,46 @@ def run_trial(
     """Trains one trial to its sample budget and returns the final metrics.
 
     At every evaluation the trial is checkpointed into `checkpoint_dir` (when given)
-    and `report(metrics, checkpoint_dir)` is called; between evaluations too, once
-    `checkpoint_every_s` seconds of `clock` have passed since the last checkpoint,
-    with a progress row (`evaluated` False: samples, loss and rates, no evaluation),
+    and `report(metrics, checkpoint_dir)` is called; between evaluations too, after
+    `checkpoint_every_s` seconds of `clock`, with a progress row (`evaluated` False),
     so that a killed trial loses at most that much training. `should_stop()`, asked
-    after every step, ends the run with such a checkpoint at the current step (the
-    returned metrics then hold `stopped`: True); `checkpoint_now()`, asked likewise,
-    takes such a checkpoint and trains on (a sweep's stop: Tune ends the trial
-    once it has reported it). `resume_from` is a directory
-    holding an earlier checkpoint of the same config. `stop_after` ends the run
-    early once that many samples are done (to simulate an interruption).
-    `on_step(samples)` is called after every optimiser step (for progress bars).
-    `on_resume(rows)` is called, after a resume, with the rows reported up to the
-    checkpoint it continues from (its evaluations, then the checkpoint's own row), so
-    that the caller can store those missing (a worker killed between a checkpoint and
-    its row, a checkpoint taken at a stop, a row cut short by a full disk).
-    Every checkpoint first checks that `checkpoint_dir` and the folders `room_in`
-    have room for it (DiskSpaceError otherwise).
+    after every step, ends the run with such a checkpoint (the metrics then hold
+    `stopped`: True); `checkpoint_now()` takes one and trains on (a sweep's stop).
+    `resume_from`: a directory holding an earlier checkpoint of the same config;
+    `on_resume(rows)` then gets the rows reported up to it (its evaluations, then its
+    own row), for the caller to store those missing. `stop_after` ends the run once
+    that many samples are done (to simulate an interruption); `on_step(samples)`
+    follows every optimiser step; every checkpoint first checks that
+    `checkpoint_dir` and the folders `room_in` have room for it (DiskSpaceError).
     """
     config = TrialConfig.model_validate(config)
-    tc = config.train
     trial = Trial(config)
     if resume_from is not None and (Path(resume_from) / CHECKPOINT_FILE).exists():
         trial.restore(Path(resume_from))
         if on_resume is not None and trial.row is not None:
             on_resume([dict(r) for r in trial.history if r is not trial.row and r != trial.row] + [dict(trial.row)])
     val_batches = trial.validation_batches()
-    model, task = trial.model, trial.task
-    model.train()
-    pending = []  # this run's step losses (device tensors) not yet checked and summed
-    train_time, train_tokens, trained = 0.0, 0, 0
-    last_checkpoint = clock()
+    trial.model.train()
+    run = _Run(trial, report, checkpoint_dir, room_in, clock)
     # A trial resumed after its last evaluation trains nothing and returns that evaluation.
     metrics = {**trial.history[-1], "config": config.model_dump(mode="json")} if trial.history else {}
-
-    def flush_losses(step: int) -> None:
-        """Sums the pending step losses into the trial's, raising at the first non-finite one."""
-        if not pending:
-            return
-        recent = torch.stack(pending).cpu()
-        pending.clear()
-        bad = (~torch.isfinite(recent)).nonzero()
-        if len(bad):
-            first = step - len(recent) + 1 + int(bad[0])
-            raise FloatingPointError(f"loss is {recent[bad[0]].item()} at step {first} ({config.name})")
-        trial.loss_sum += float(recent.sum())
-        trial.loss_steps += len(recent)
-
-    def progress(step: int, **extra) -> dict:
-        return {
-            "samples": trial.samples,
-            "step": step,
-            "train_loss": trial.loss_sum / max(1, trial.loss_steps),
-            **extra,
-            "lr": trial.scheduler.get_last_lr()[0],
-            "samples_per_s": trained / max(train_time, 1e-9),
-            "tokens_per_s": train_tokens / max(train_time, 1e-9),
-            "config": config.model_dump(mode="json"),
-        }
-
-    while trial.samples < tc.samples:
-        started = time.perf_counter()
-        count = min(tc.batch_size, tc.samples - trial.samples)
-        batch = task.batch(tc.seed, TRAIN_STREAM, trial.samples, count)
-        batch_tokens = int(batch.lengths.sum())  # counted on the CPU copy: no GPU sync per step
-        trial.optimizer.zero_grad(set_to_none=True)
-        loss = trial.backward(batch)
-        if tc.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
-        trial.optimizer.step()
-        trial.scheduler.step()
-        step = trial.scheduler.last_epoch  # steps done, resumed runs included
-        pending.append(loss.detach())
-        before = trial.samples
-        trial.samples += count
-        trained += count
-        train_tokens += batch_tokens
-        eval_due = trial.samples // tc.eval_every > before // tc.eval_every or trial.samples == tc.samples
-        if len(pending) == _LOSS_CHECK_STEPS or eval_due:
-            flush_losses(step)
-        train_time += time.perf_counter() - started
+    while trial.samples < config.train.samples:
+        step, eval_due = run.train_step()
         if on_step is not None:
             on_step(trial.samples)
-        if not eval_due:
-            stop = should_stop is not None and should_stop()
-            asked = stop or (checkpoint_now is not None and checkpoint_now())
-            if checkpoint_dir is not None and (asked or clock() - last_checkpoint >= tc.checkpoint_every_s):
-                flush_losses(step)
-                metrics = progress(step, final_eval=False, evaluated=False, checkpoint_reason="stop" if asked else "time")
-                trial.row = {k: v for k, v in metrics.items() if k != "config"}
-                trial.save(Path(checkpoint_dir), room_in)
-                last_checkpoint = clock()
-                if report is not None:
-                    report(metrics, checkpoint_dir)
-            if stop:
-                return {**(metrics or progress(step, final_eval=False, evaluated=False)), "stopped": True}
+        if eval_due:
+            metrics = run.evaluate(step, val_batches)
             if stop_after is not None and trial.samples >= stop_after:
                 break
+            if should_stop is not None and should_stop() and trial.samples < config.train.samples:
+                return {**metrics, "stopped": True}
             continue
-        final = trial.samples == tc.samples
-        metrics = progress(step, **trial.evaluate(val_batches, with_generation=final or tc.gen_every_eval, held_out=final),
-                           final_eval=final, evaluated=True)
-        trial.loss_sum, trial.loss_steps = 0.0, 0
-        trial.history.append({k: v for k, v in metrics.items() if k != "config"})
-        trial.row = trial.history[-1]
-        if checkpoint_dir is not None:
-            trial.save(Path(checkpoint_dir), room_in)
-            last_checkpoint = clock()
-        if report is not None:
-            report(metrics, checkpoint_dir)
+        stop = should_stop is not None and should_stop()
+        asked = stop or (checkpoint_now is not None and checkpoint_now())
+        if run.checkpoint_due(asked):
+            metrics = run.checkpoint(step, "stop" if asked else "time")
+        if stop:
+            return {**(metrics or run.progress(step, final_eval=False, evaluated=False)), "stopped": True}
         if stop_after is not None and trial.samples >= stop_after:
             break
-        if should_stop is not None and should_stop() and trial.samples < tc.samples:
-            return {**metrics, "stopped": True}
     return metrics
