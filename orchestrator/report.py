@@ -273,7 +273,7 @@ def best_by_cell(df: pd.DataFrame, metric: str = HEADLINE, mode: str = "max", ti
     return best[columns].sort_values(GROUP, key=lambda c: c.map(order) if c.name == "size" else c).reset_index(drop=True)
 
 
-# The score robust to the learning rate (README, "Robust to the learning rate"): per
+# The score robust to the learning rate (docs/specs.md, "Robust to the learning rate"): per
 # cell, each seed picks its rate on validation (as best_by_cell ranks) and is scored
 # on the held-out set; beside it, how much of the rate grid solves the cell.
 ROBUST = ("robust_exact_match", "robust_exact_match_std", "rates_solving", "rates")
@@ -452,6 +452,48 @@ def frontier(best: pd.DataFrame, solved: float = SOLVED, model_of=None, metric: 
                            ignore_index=True)
 
 
+def _frontier_panel(ax, part: pd.DataFrame, setup: str, markers: dict, sample_length) -> None:
+    """One setup's panel of frontier.png (`part`: its rows of the frontier table)."""
+    import matplotlib.ticker
+
+    cache = part["largest_tried"].map(lambda n: sample_length(setup, int(n)))
+    part["x"] = part["state_floats"].where(part["state_floats"] > 0, part["kv_floats_per_token"] * cache)
+    floor = part["largest_tried"].min() / 2  # where models that solve no n sit
+    top = part["largest_tried"].max()
+    for arch, rows in part.groupby("arch", sort=False):
+        ax.scatter(rows["x"], rows["largest_solved"].fillna(floor), marker=markers.get(arch, "X"), s=40,
+                   label=arch, zorder=3)
+    every = part[part["solves_all"]]
+    if len(every):  # an arrow up: it might solve larger n too
+        ax.scatter(every["x"], every["largest_solved"] * 1.25, marker="^", s=18, color="black", zorder=4,
+                   label="solves every n tried")
+    if part["largest_solved"].isna().any():
+        ax.axhline(floor, color="grey", lw=0.5, ls=":")
+    recurrent = part[(part["kv_floats_per_token"] == 0) & part["largest_solved"].notna()]
+    if len(recurrent):
+        ratio = math.exp((recurrent["largest_solved"].map(math.log) - recurrent["x"].map(math.log)).mean())
+        ys = [floor, top * 1.5]
+        ax.plot([y / ratio for y in ys], ys, color="grey", lw=0.8, ls="--", label="slope 1 (n ∝ state)")
+    ax.set_xscale("log")
+    ax.set_yscale("log", base=2)
+    # Limits and ticks of its own, so that a panel where nothing is solved (every
+    # point on the floor) is drawn whole: the n values, and "none" for the floor.
+    ns = sorted({int(v) for v in pd.concat([part["largest_solved"].dropna(), part["largest_tried"]])})
+    ax.set_ylim(floor / 1.5, top * 2)
+    ax.yaxis.set_major_locator(matplotlib.ticker.FixedLocator([floor, *ns]))
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FixedFormatter(["none", *map(str, ns)]))
+    ax.yaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    # Ticks at 1, 2 and 5 of each decade: a panel's points may span less than one.
+    ax.xaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1, 2, 5)))
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    lo, hi = part["x"].min(), part["x"].max()
+    ax.set_xlim(lo / 2, hi * 2)
+    ax.set_title(setup)
+    ax.set_xlabel("state (floats; attention only: KV cache at the largest n)")
+    ax.grid(alpha=0.3, which="both")
+
+
 def plot_frontier(table: pd.DataFrame, out_dir: Path, solved: float, sample_length=None,
                   robust: bool = False) -> Path:
     """frontier.png: largest n solved against state size, log-log, a panel per setup
@@ -463,7 +505,6 @@ def plot_frontier(table: pd.DataFrame, out_dir: Path, solved: float, sample_leng
     task's), for the cache of models without a recurrent state. `robust`: the table
     was decided by the robust score (frontier_robust.png)."""
     import matplotlib
-    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -478,43 +519,7 @@ def plot_frontier(table: pd.DataFrame, out_dir: Path, solved: float, sample_leng
 
     markers = dict(zip(PRESETS, "soDv^<>ph*"))  # one per architecture, the same in every figure
     for ax, setup in zip(axes[0], setups):
-        part = table[table["setup"] == setup].copy()
-        cache = part["largest_tried"].map(lambda n: sample_length(setup, int(n)))
-        part["x"] = part["state_floats"].where(part["state_floats"] > 0, part["kv_floats_per_token"] * cache)
-        floor = part["largest_tried"].min() / 2  # where models that solve no n sit
-        top = part["largest_tried"].max()
-        for arch, rows in part.groupby("arch", sort=False):
-            ax.scatter(rows["x"], rows["largest_solved"].fillna(floor), marker=markers.get(arch, "X"), s=40,
-                       label=arch, zorder=3)
-        every = part[part["solves_all"]]
-        if len(every):  # an arrow up: it might solve larger n too
-            ax.scatter(every["x"], every["largest_solved"] * 1.25, marker="^", s=18, color="black", zorder=4,
-                       label="solves every n tried")
-        if part["largest_solved"].isna().any():
-            ax.axhline(floor, color="grey", lw=0.5, ls=":")
-        recurrent = part[(part["kv_floats_per_token"] == 0) & part["largest_solved"].notna()]
-        if len(recurrent):
-            ratio = math.exp((recurrent["largest_solved"].map(math.log) - recurrent["x"].map(math.log)).mean())
-            ys = [floor, top * 1.5]
-            ax.plot([y / ratio for y in ys], ys, color="grey", lw=0.8, ls="--", label="slope 1 (n ∝ state)")
-        ax.set_xscale("log")
-        ax.set_yscale("log", base=2)
-        # Limits and ticks of its own, so that a panel where nothing is solved (every
-        # point on the floor) is drawn whole: the n values, and "none" for the floor.
-        ns = sorted({int(v) for v in pd.concat([part["largest_solved"].dropna(), part["largest_tried"]])})
-        ax.set_ylim(floor / 1.5, top * 2)
-        ax.yaxis.set_major_locator(matplotlib.ticker.FixedLocator([floor, *ns]))
-        ax.yaxis.set_major_formatter(matplotlib.ticker.FixedFormatter(["none", *map(str, ns)]))
-        ax.yaxis.set_minor_locator(matplotlib.ticker.NullLocator())
-        # Ticks at 1, 2 and 5 of each decade: a panel's points may span less than one.
-        ax.xaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1, 2, 5)))
-        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
-        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-        lo, hi = part["x"].min(), part["x"].max()
-        ax.set_xlim(lo / 2, hi * 2)
-        ax.set_title(setup)
-        ax.set_xlabel("state (floats; attention only: KV cache at the largest n)")
-        ax.grid(alpha=0.3, which="both")
+        _frontier_panel(ax, table[table["setup"] == setup].copy(), setup, markers, sample_length)
     score = "robust score" if robust else "exact match"  # robust: held-out, at each seed's own rate
     axes[0][0].set_ylabel(f"largest n solved\n({score} >= {solved:g})")
     shown = {}  # every panel's entries, once each (the arrow may be drawn in one panel only)
@@ -612,56 +617,80 @@ def write_report(run_dir: Path, locked: bool = True, solved: float = SOLVED) -> 
              markdown_tables(best, selected_by) if not best.empty else "No finished trial yet.\n"]
     lines += [f"![{p.stem}]({p.name})" for p in plots]
     robust = robust_tables(best) if not best.empty else ""
-    if robust:
-        lines += ["", "## Robust to the learning rate", "",
-                  "Per cell, each seed's learning rate is the one its validation picks (as above), and the score is "
-                  "teacher-forced exact match on a held-out set (as many samples, a stream of their own) at that rate, "
-                  f"mean ± std over seeds; beside it, how many of the rates tried reach exact match >= {solved:g} "
-                  "on validation (mean over their seeds). A cell solved at one lucky rate shows 1/k.", "", robust]
-    task_cls = TASKS[task][1]
-    lines_found = task_cls.findings(best) if not best.empty else []
-    if lines_found:
-        lines += ["", "## What this run shows of the paper's findings", "",
-                  "Decided from the table above (teacher-forced exact match, mean over seeds):", "",
-                  *lines_found]
+    lines += _robust_section(robust, solved)
+    lines += _findings_section(best, task)
     falling = still_falling(trials_home(run_dir), df, best)
     if falling:
         lines += ["", f"**Under-trained:** the training loss of these cells fell by more than {FALLING:.0%} between "
                   "their last two evaluations, so more samples may change them: " + "; ".join(falling) + "."]
     if not best.empty and best["n"].nunique() >= 2:
-        from orchestrator.grid import cell_model
-
-        table = frontier(best, solved, partial(cell_model, spec) if spec else None)
-        table.to_csv(run_dir / "frontier.csv", index=False)
-        plot_frontier(table, run_dir, solved, partial(_longest_sample, spec) if spec else None)
-        lines += ["", f"## Frontier: the largest n each model solves (exact match >= {solved:g})", "",
-                  "| setup | arch | size | state_floats | kv_floats_per_token | largest n solved | of n up to |",
-                  "|---|---|---|---|---|---|---|"]
-        for _, r in table.iterrows():
-            got = "none" if r["largest_solved"] != r["largest_solved"] else f"{int(r['largest_solved'])}"
-            lines.append(f"| {r['setup']} | {r['arch']} | {r['size']} | {r['state_floats']:,} | "
-                         f"{r['kv_floats_per_token']:,} | {got}{' (all)' if r['solves_all'] else ''} | {r['largest_tried']} |")
-        lines += ["", "![frontier](frontier.png)"]
-        if robust:
-            robust_table = frontier(best, solved, partial(cell_model, spec) if spec else None, "robust_exact_match")
-            robust_table.to_csv(run_dir / "frontier_robust.csv", index=False)
-            plot_frontier(robust_table, run_dir, solved, partial(_longest_sample, spec) if spec else None, robust=True)
-            solved_at = {(r["setup"], r["arch"], r["size"]): r for _, r in robust_table.iterrows()}
-            lines += ["", f"By the robust score (held-out exact match at each seed's rate >= {solved:g}):", "",
-                      "| setup | arch | size | largest n solved | of n up to |", "|---|---|---|---|---|"]
-            for key, r in solved_at.items():
-                got = "none" if r["largest_solved"] != r["largest_solved"] else f"{int(r['largest_solved'])}"
-                lines.append(f"| {' | '.join(key)} | {got}{' (all)' if r['solves_all'] else ''} | {r['largest_tried']} |")
-            lines += ["", "![frontier, robust](frontier_robust.png)"]
-    shown = [m for m in PLOTTED if m in df and df[m].notna().any()] or [HEADLINE]
-    lines += ["", "## Every trial", "", "| trial | state | samples | " + " | ".join(shown) + " | val_loss | error |",
-              "|---|---|---|" + "---|" * len(shown) + "---|---|"]
-    for _, r in df.sort_values("trial").iterrows():
-        lines.append(f"| {r['trial']} | {r['state']} | {_num(r['samples'], '{:,.0f}')} | "
-                     + "".join(f"{_num(r[m])} | " for m in shown) + f"{_num(r['val_loss'])} | {r['error']} |")
+        lines += _frontier_section(best, spec, run_dir, solved, robust=bool(robust))
+    lines += _trials_section(df)
     text = "\n".join(lines) + "\n"
     (run_dir / "report.md").write_text(text)
     return text, best, df
+
+
+def _robust_section(robust: str, solved: float) -> list[str]:
+    if not robust:
+        return []
+    return ["", "## Robust to the learning rate", "",
+            "Per cell, each seed's learning rate is the one its validation picks (as above), and the score is "
+            "teacher-forced exact match on a held-out set (as many samples, a stream of their own) at that rate, "
+            f"mean ± std over seeds; beside it, how many of the rates tried reach exact match >= {solved:g} "
+            "on validation (mean over their seeds). A cell solved at one lucky rate shows 1/k.", "", robust]
+
+
+def _findings_section(best: pd.DataFrame, task: str) -> list[str]:
+    found = TASKS[task][1].findings(best) if not best.empty else []
+    if not found:
+        return []
+    return ["", "## What this run shows of the paper's findings", "",
+            "Decided from the table above (teacher-forced exact match, mean over seeds):", "", *found]
+
+
+def _frontier_section(best: pd.DataFrame, spec, run_dir: Path, solved: float, robust: bool) -> list[str]:
+    """frontier.csv and .png (and their robust twins), and the report's tables of them."""
+    from orchestrator.grid import cell_model
+
+    model_of = partial(cell_model, spec) if spec else None
+    longest = partial(_longest_sample, spec) if spec else None
+    table = frontier(best, solved, model_of)
+    table.to_csv(run_dir / "frontier.csv", index=False)
+    plot_frontier(table, run_dir, solved, longest)
+    lines = ["", f"## Frontier: the largest n each model solves (exact match >= {solved:g})", "",
+             "| setup | arch | size | state_floats | kv_floats_per_token | largest n solved | of n up to |",
+             "|---|---|---|---|---|---|---|"]
+    for _, r in table.iterrows():
+        lines.append(f"| {r['setup']} | {r['arch']} | {r['size']} | {r['state_floats']:,} | "
+                     f"{r['kv_floats_per_token']:,} | {_solved_upto(r)} | {r['largest_tried']} |")
+    lines += ["", "![frontier](frontier.png)"]
+    if not robust:
+        return lines
+    robust_table = frontier(best, solved, model_of, "robust_exact_match")
+    robust_table.to_csv(run_dir / "frontier_robust.csv", index=False)
+    plot_frontier(robust_table, run_dir, solved, longest, robust=True)
+    lines += ["", f"By the robust score (held-out exact match at each seed's rate >= {solved:g}):", "",
+              "| setup | arch | size | largest n solved | of n up to |", "|---|---|---|---|---|"]
+    for _, r in robust_table.iterrows():
+        lines.append(f"| {r['setup']} | {r['arch']} | {r['size']} | {_solved_upto(r)} | {r['largest_tried']} |")
+    return lines + ["", "![frontier, robust](frontier_robust.png)"]
+
+
+def _solved_upto(row) -> str:
+    """A frontier row's largest n solved, 'none', and '(all)' where it solves every n tried."""
+    got = "none" if row["largest_solved"] != row["largest_solved"] else f"{int(row['largest_solved'])}"
+    return got + (" (all)" if row["solves_all"] else "")
+
+
+def _trials_section(df: pd.DataFrame) -> list[str]:
+    shown = [m for m in PLOTTED if m in df and df[m].notna().any()] or [HEADLINE]
+    lines = ["", "## Every trial", "", "| trial | state | samples | " + " | ".join(shown) + " | val_loss | error |",
+             "|---|---|---|" + "---|" * len(shown) + "---|---|"]
+    for _, r in df.sort_values("trial").iterrows():
+        lines.append(f"| {r['trial']} | {r['state']} | {_num(r['samples'], '{:,.0f}')} | "
+                     + "".join(f"{_num(r[m])} | " for m in shown) + f"{_num(r['val_loss'])} | {r['error']} |")
+    return lines
 
 
 FALLING = 0.05  # a relative drop of the training loss between the last two evaluations that counts as falling
