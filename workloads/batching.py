@@ -30,7 +30,7 @@ import numpy as np
 # measured on two cores, a tiny Transformer's (21k parameters) extra group cost
 # about 1.3 ms, the time of ~170 of its tokens (2.1e7 flops); 4e7 keeps a margin.
 # At 0.5M parameters that is ~13 tokens a group. CUDA: not yet measured (no GPU in
-# the session that wrote this): a few ms of launches at the ~10 TFLOP/s of README's
+# the session that wrote this): a few ms of launches at the ~10 TFLOP/s of docs/gpu.md's
 # GPU table, 2e10, to be replaced by what bench_step.py --device cuda shows.
 OVERHEAD_FLOPS = {"cpu": 4e7, "cuda": 2e10}
 
