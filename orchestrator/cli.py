@@ -9,7 +9,8 @@ from typing import Literal, Optional
 import typer
 
 from workloads.config import Device, Precision, TrainConfig
-from workloads.models.config import Arch
+from workloads.models.config import DEFAULT_LR, Arch
+from workloads.naming import significant
 from workloads.tasks import DEFAULT_TASK, TASKS, task_config
 
 Format = Literal["text", "jsonl"]
@@ -252,7 +253,8 @@ def train(
     dims: list[str] = DIM_OPTION,
     family: Optional[str] = FAMILY_OPTION,
     samples: int = _protocol_option("samples"),
-    lr: Optional[float] = typer.Option(None, help="peak learning rate [default: 1e-3 transformer, 3e-4 others]"),
+    lr: Optional[float] = typer.Option(None, help="peak learning rate [default: the architecture's, "
+                                       + ", ".join(f"{arch} {significant(rate, 3)}" for arch, rate in DEFAULT_LR.items()) + "]"),
     seed: int = _protocol_option("seed"),
     batch_size: int = _protocol_option("batch_size"),
     warmup_samples: Optional[int] = typer.Option(

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 import workloads.models
 import workloads.train  # noqa: F401  (binds the real build_model before a test patches it)
 from orchestrator.cli import app
+from workloads.naming import significant
 from orchestrator.spec import SpecError, load_spec
 from workloads.config import trial_config
 from workloads.models.config import PRESETS
@@ -99,9 +100,13 @@ def test_a_run_uri_with_a_slash_missing_is_refused():
     assert result.exit_code == 2 and "write s3://bucket/runs/x" in result.output
 
 
-def test_help_keeps_bracketed_text():
-    result = runner.invoke(app, ["train", "--help"])
-    assert "[default: 1e-3 transformer, 3e-4 others]" in " ".join(result.output.split())
+def test_help_keeps_bracketed_text_and_reads_each_architectures_rate_from_the_registry():
+    from workloads.models.config import DEFAULT_LR
+
+    text = " ".join(runner.invoke(app, ["train", "--help"]).output.split())
+    listed = ", ".join(f"{arch} {significant(rate, 3)}" for arch, rate in DEFAULT_LR.items())
+    assert f"[default: the architecture's, {listed}]" in text
+    assert "rwkv7 3e-4" in listed and "transformer 1e-3" in listed
 
 
 @pytest.fixture

@@ -6,14 +6,15 @@ input leaves earlier outputs unchanged."""
 import torch
 
 
-def cached_decoding_equals_the_full_forward(mixer, d_model: int, prompt: int, length: int = 26) -> None:
-    h = torch.randn(3, length, d_model, dtype=torch.float64)
+def cached_decoding_equals_the_full_forward(mixer, d_model: int, prompt: int, length: int = 26,
+                                            dtype=torch.float64, tol: float = 1e-10) -> None:
+    h = torch.randn(3, length, d_model, dtype=dtype)
     full = mixer(h)
     cache = mixer.new_cache(3, h)
     outs = [mixer(h[:, :prompt], cache)]
     assert cache.filled
     outs += [mixer(h[:, t : t + 1], cache) for t in range(prompt, length)]
-    torch.testing.assert_close(torch.cat(outs, dim=1), full, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(torch.cat(outs, dim=1), full, rtol=tol, atol=tol)
 
 
 def recurrent_scan_equals_the_chunked_one(mixer, d_model: int) -> None:
@@ -23,10 +24,11 @@ def recurrent_scan_equals_the_chunked_one(mixer, d_model: int) -> None:
     torch.testing.assert_close(mixer(h), chunked, rtol=1e-10, atol=1e-10)
 
 
-def future_inputs_leave_earlier_outputs_unchanged(mixer, d_model: int, cut: int = 17, length: int = 30) -> None:
-    h = torch.randn(2, length, d_model, dtype=torch.float64)
+def future_inputs_leave_earlier_outputs_unchanged(mixer, d_model: int, cut: int = 17, length: int = 30,
+                                                  dtype=torch.float64) -> None:
+    h = torch.randn(2, length, d_model, dtype=dtype)
     changed = h.clone()
-    changed[:, cut:] = torch.randn(2, length - cut, d_model, dtype=torch.float64)
+    changed[:, cut:] = torch.randn(2, length - cut, d_model, dtype=dtype)
     a, b = mixer(h), mixer(changed)
     torch.testing.assert_close(a[:, :cut], b[:, :cut], rtol=0, atol=0)
     assert not torch.allclose(a[:, cut:], b[:, cut:])

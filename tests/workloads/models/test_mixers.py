@@ -1,45 +1,73 @@
-"""What every chunked recurrent mixer must do, run on each (float64, small
-shapes): cached decoding equals the full forward for any prompt length, the
-step-by-step scan runs the same mixer as the chunked one, and a future input
-never changes an earlier output. A new mixer adds its factory here."""
+"""What every registered recurrent mixer must do, run on each at its 0.5M preset's
+width, on short sequences: cached decoding equals the full forward for any prompt
+length, a future input never changes an earlier output, and where the mixer has a
+chunked form and a step-by-step one (`scan: chunked | recurrent`), both run the
+same mixer. The mixers come from the registry: a mixer dropped into
+workloads/models/ is checked here without a line added. Mixers with both forms run
+in float64 (pure PyTorch); the others (Mamba's compiled scan computes in float32)
+in float32 at float32's tolerance."""
+
+from pathlib import Path
+from typing import get_args
 
 import pytest
 import torch
 
 from tests.workloads.models import mixer_checks
-from workloads.models.gated_deltanet.layer import GatedDeltaNetMixer
-from workloads.models.gated_deltaproduct.layer import GatedDeltaProductMixer
-from workloads.models.mamba2.layer import Mamba2Mixer
-from workloads.models.rwkv7.layer import RWKV7Mixer
+from workloads import models
+from workloads.models import preset
+from workloads.models.base import REGISTRY
 
-D_MODEL = 16
-MIXERS = {
-    "mamba2": lambda: Mamba2Mixer(D_MODEL, d_state=8, d_conv=4, expand=2, headdim=8, chunk=8),
-    "gated_deltanet": lambda: GatedDeltaNetMixer(D_MODEL, heads=2, head_dim=4, expand_v=2, chunk=8),
-    "gated_deltaproduct": lambda: GatedDeltaProductMixer(D_MODEL, heads=2, head_dim=4, householder=3, chunk=8),
-    "rwkv7": lambda: RWKV7Mixer(D_MODEL, head_dim=8, decay_rank=4, a_rank=4, gate_rank=4, chunk=8),
-}
+NAMES = sorted(REGISTRY)
+
+
+def _scans(name: str) -> tuple[str, ...]:
+    return get_args(REGISTRY[name].config.model_fields["scan"].annotation)
+
+
+def _both_forms(name: str) -> bool:
+    return {"chunked", "recurrent"} <= set(_scans(name))
 
 
 def _mixer(name: str):
+    """The mixer at its 0.5M preset (the paper's smallest size: several heads), with
+    chunks of 8 tokens where it has chunks (so that the checks' 21-30 tokens cross
+    chunk boundaries), off its init."""
+    model = preset(REGISTRY[name].arch, "0.5M")
+    config = model.mixer
+    if "chunk" in type(config).model_fields:
+        config = config.model_copy(update={"chunk": 8})
     torch.manual_seed(0)
-    mixer = MIXERS[name]().double()
+    mixer = config.build(model.d_model, n_layers=1, norm_eps=model.norm_eps)
+    mixer = mixer.double() if _both_forms(name) else mixer.float()
     for p in mixer.parameters():  # off the init (RWKV-7 zeroes its output projection)
         p.data.add_(0.1 * torch.randn_like(p))
-    return mixer
+    return mixer, model.d_model
 
 
-@pytest.mark.parametrize("name", MIXERS)
+def _precision(name: str) -> dict:
+    return dict(dtype=torch.float64, tol=1e-10) if _both_forms(name) else dict(dtype=torch.float32, tol=2e-5)
+
+
+def test_the_registry_holds_every_mixer_package():
+    packages = {p.name for p in Path(models.__file__).parent.iterdir() if (p / "__init__.py").exists()}
+    assert packages == set(NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("prompt", [1, 7, 19])
 def test_cached_decoding_equals_the_full_forward(name, prompt):
-    mixer_checks.cached_decoding_equals_the_full_forward(_mixer(name), D_MODEL, prompt)
+    mixer, d_model = _mixer(name)
+    mixer_checks.cached_decoding_equals_the_full_forward(mixer, d_model, prompt, **_precision(name))
 
 
-@pytest.mark.parametrize("name", MIXERS)
+@pytest.mark.parametrize("name", [n for n in NAMES if _both_forms(n)])
 def test_the_recurrent_scan_runs_the_same_mixer(name):
-    mixer_checks.recurrent_scan_equals_the_chunked_one(_mixer(name), D_MODEL)
+    mixer, d_model = _mixer(name)
+    mixer_checks.recurrent_scan_equals_the_chunked_one(mixer, d_model)
 
 
-@pytest.mark.parametrize("name", MIXERS)
+@pytest.mark.parametrize("name", NAMES)
 def test_changing_a_future_input_leaves_earlier_outputs_unchanged(name):
-    mixer_checks.future_inputs_leave_earlier_outputs_unchanged(_mixer(name), D_MODEL)
+    mixer, d_model = _mixer(name)
+    mixer_checks.future_inputs_leave_earlier_outputs_unchanged(mixer, d_model, dtype=_precision(name)["dtype"])
