@@ -1,13 +1,13 @@
 """Our pure-PyTorch recurrent mixers against their CUDA kernels, on one GPU.
 
-    python bench/bench_gpu_mixers.py [--archs mamba2 gated_deltanet mamba] [--size 0.5M]
+    python bench/bench_gpu_mixers.py [--archs mamba2 gated_deltanet rwkv7 ...] [--size 0.5M]
         [--lengths 200 1000 4000] [--batch 64] [--precisions tf32 bf16] [--min-seconds 3]
         [--mode train|forward] [--out bench/results/gpu_mixers_<mode>_<device>.json]
 
-Per architecture preset, two models with the same weights: one on our path (the
-chunked form of Mamba-2 and Gated DeltaNet; for Mamba, the step-by-step reference
-scan, our only path on a GPU), one on the kernel (mamba-ssm's, flash-linear-
-attention's). Per length and precision: training-step tokens/s of each, measured
+Per architecture preset (any registered mixer's), two models with the same
+weights: one on our path (the mixer's chunked form; for Mamba, which has none, the
+step-by-step reference scan, our only path on a GPU), one on the kernel (`scan:
+auto`: mamba-ssm's, flash-linear-attention's). Per length and precision: training-step tokens/s of each, measured
 in alternation (forward, cross-entropy over every position, backward, Adam;
 synchronised), peak GPU memory of a step of each, and how far the kernel's
 logits and gradients are from ours (largest absolute logit difference; largest
@@ -24,27 +24,36 @@ import json
 import statistics
 import time
 from pathlib import Path
+from typing import get_args
 
 import torch
 import torch.nn.functional as F
 from bench_gpu import device_name, write_rows  # bench/, the script's own folder
 
 from workloads.models import build_model, preset
+from workloads.models.base import REGISTRY
 
 VOCAB = 75  # IsTree at n=64
-OURS = {"mamba": "reference", "mamba2": "chunked", "gated_deltanet": "chunked"}
-KERNEL = {"mamba": "cuda", "mamba2": "auto", "gated_deltanet": "auto"}
+ARCHS = sorted(m.arch for m in REGISTRY.values())  # every registered mixer, alone
+
+
+def our_path(mixer: str) -> str:
+    """Our path on a GPU: the mixer's chunked form where it has one, else its
+    step-by-step reference scan (Mamba's). The kernel's is `auto`, which every
+    mixer's config resolves to its CUDA kernel on a GPU."""
+    scans = get_args(REGISTRY[mixer].config.model_fields["scan"].annotation)
+    return "chunked" if "chunked" in scans else "reference"
 
 
 def twins(arch: str, size: str, device: str):
     """(ours, kernel): the same weights, the two paths."""
     cfg = preset(arch, size)
-    mixer = cfg.mixer.name
+    path = our_path(cfg.mixer.name)
     torch.manual_seed(0)
-    ours = build_model(cfg.with_fields(scan=OURS[mixer]), VOCAB).to(device)
-    kernel = build_model(cfg.with_fields(scan=KERNEL[mixer] if device == "cuda" else OURS[mixer]), VOCAB).to(device)
-    kernel.load_state_dict(ours.state_dict())
-    return ours, kernel
+    mine = build_model(cfg.with_fields(scan=path), VOCAB).to(device)
+    kernel = build_model(cfg.with_fields(scan="auto" if device == "cuda" else path), VOCAB).to(device)
+    kernel.load_state_dict(mine.state_dict())
+    return mine, kernel
 
 
 class Stepper:
@@ -111,13 +120,13 @@ def agreement(ours, kernel, x: torch.Tensor, mode: str) -> dict:
 def measure(arch: str, size: str, length: int, batch: int, precision: str, mode: str, min_seconds: float,
             check: bool, device: str = "cuda") -> dict:
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-    ours, kernel = twins(arch, size, device)
+    mine, kernel = twins(arch, size, device)
     x = torch.randint(0, VOCAB, (batch, length + 1), device=device, generator=torch.Generator(device).manual_seed(0))
     row = dict(arch=arch, size=size, length=length, batch=batch, precision=precision, mode=mode,
-               ours=OURS[ours.cfg.mixer.name], kernel=kernel.cfg.mixer.scan)
+               ours=mine.cfg.mixer.scan, kernel=kernel.cfg.mixer.scan)
     if check:
-        row.update(agreement(ours, kernel, x, mode))
-    steppers = {"ours": Stepper(ours, x, precision, mode), "kernel": Stepper(kernel, x, precision, mode)}
+        row.update(agreement(mine, kernel, x, mode))
+    steppers = {"ours": Stepper(mine, x, precision, mode), "kernel": Stepper(kernel, x, precision, mode)}
     for name, s in steppers.items():
         try:
             peak = s.peak_gib()
@@ -138,7 +147,7 @@ def measure(arch: str, size: str, length: int, batch: int, precision: str, mode:
         row[f"{name}_steps"] = len(ts)
     if len(times) == 2:
         row["kernel_over_ours_speed"] = round(row["kernel_tokens_per_s"] / row["ours_tokens_per_s"], 2)
-    del steppers, ours, kernel
+    del steppers, mine, kernel
     if device == "cuda":
         torch.cuda.empty_cache()
     return row
@@ -146,7 +155,7 @@ def measure(arch: str, size: str, length: int, batch: int, precision: str, mode:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--archs", nargs="+", default=["mamba2", "gated_deltanet"], choices=sorted(OURS))
+    parser.add_argument("--archs", nargs="+", default=["mamba2", "gated_deltanet"], choices=ARCHS)
     parser.add_argument("--size", default="0.5M")
     parser.add_argument("--lengths", nargs="+", type=int, default=[200, 1000, 4000])
     parser.add_argument("--batch", type=int, default=64)
