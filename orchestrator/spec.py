@@ -90,7 +90,7 @@ class AxesSpec(_Spec):
     """The grid: one trial per combination (and per learning rate, see `lr`)."""
 
     archs: list[Arch] = Field(["transformer", "mamba", "hybrid"], min_length=1)
-    setups: list[str] = Field(["vanilla", "cot", "retrieval"], min_length=1, description="those the task has")
+    setups: Optional[list[str]] = Field(None, min_length=1, description="those the task has (default: all of them)")
     sizes: list[Size] = Field(["0.5M", "1M", "2M"], min_length=1)
     n: list[int] = Field([16, 32, 64], min_length=1, description="the task's size (the paper's task: vertices in "
                          "each graph); `icr-sweep tasks` says what it counts for each task and its bounds")
@@ -143,7 +143,7 @@ class AxesSpec(_Spec):
     @field_validator("archs", "setups", "sizes", "n", "seeds")
     @classmethod
     def _no_repeats(cls, values):
-        if len(set(values)) != len(values):
+        if values is not None and len(set(values)) != len(values):
             raise ValueError(f"repeated values in {values}")
         return values
 
@@ -329,7 +329,7 @@ class SweepSpec(_Spec):
                       "lists them")
     task_params: dict[str, Union[int, float, str]] = Field(
         {}, description="the task's other config fields, the same for every trial (e.g. ar: {keys: 64, values: 64})")
-    axes: AxesSpec = AxesSpec()
+    axes: AxesSpec = Field(AxesSpec(), validate_default=True)
     lr: LearningRateSpec = LearningRateSpec()
     training: TrainingSpec = TrainingSpec()
     training_overrides: list[TrainingOverride] = Field(
@@ -369,6 +369,8 @@ class SweepSpec(_Spec):
             return axes  # reported on `task`
         config_cls = TASKS[task][0]
         setups = config_cls.setups()
+        if axes.setups is None:  # the task's own setups, in its order
+            axes = axes.model_copy(update={"setups": list(setups)})
         bad = [s for s in axes.setups if s not in setups]
         if bad:
             raise ValueError(f"setups: {task} has the setups {', '.join(setups)}; got {bad}")

@@ -495,3 +495,17 @@ def test_a_tie_break_that_is_the_metric_itself_is_refused_and_the_default_follow
     assert SweepSpec(**base, search=dict(method="optuna")).search.ties_by == "val_loss"
     assert SweepSpec(**base, search=dict(method="optuna", metric="val_loss", mode="min")).search.ties_by == "val_exact_match"
     assert SweepSpec(**base, search=dict(method="optuna", tie_break="val_token_accuracy")).search.ties_by == "val_token_accuracy"
+
+
+@pytest.mark.parametrize("task", ["istree", "ar", "mqar"])
+def test_a_spec_naming_no_setups_sweeps_every_setup_of_its_task(task):
+    from workloads.tasks import TASKS
+
+    spec = SweepSpec(name="d", task=task, axes=dict(archs=["transformer"], sizes=["tiny"], n=[8]),
+                     training=dict(samples=100, warmup_samples=10, eval_every=100))
+    assert spec.axes.setups == list(TASKS[task][0].setups())
+    assert {t.task.setup for t in expand(spec)} == set(TASKS[task][0].setups())
+
+
+def test_a_spec_with_no_axes_at_all_takes_the_papers_setups():
+    assert SweepSpec(name="d").axes.setups == ["vanilla", "cot", "retrieval"]
