@@ -317,6 +317,9 @@ def studies_in_use(spec: SweepSpec, storage: str) -> list[str]:
     return [name for name in (study_name(spec, c) for c in cells(spec) if not cell_rates(spec, c)) if name in known]
 
 
+TIE_WEIGHT = 1e-9  # how far a tie-break moves the value Optuna is told (_CellStudy.ordered)
+
+
 class _CellStudy(OptunaSearch):
     """Ray's OptunaSearch for one cell, made to agree with the study's storage. A
     trial's end reaches Optuna's storage (at once) and Tune's experiment state (every
@@ -324,12 +327,30 @@ class _CellStudy(OptunaSearch):
     that Optuna has finished. Such a trial's rows and end are Optuna's already, so
     they are not told again (Optuna refuses them: UpdateFinishedTrialError).
     Optuna is told only evaluations: a checkpoint's row between them has no metric,
-    and the trial's end is told with its last evaluation, not its last row."""
+    and the trial's end is told with its last evaluation, not its last row. Where
+    trials tie on the metric, the spec's tie-break decides which Optuna calls best,
+    as it decides the report's choice (`ordered`)."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, tie_break: Optional[str] = None, **kwargs):
         super().__init__(*args, **kwargs)
+        self.tie_break = tie_break
         self._evaluated: dict[str, dict] = {}  # each running trial's last evaluation
         self._name_objective()
+
+    def ordered(self, result: dict) -> float:
+        """The value a finished trial gives Optuna: its metric, moved by at most
+        TIE_WEIGHT towards better as its tie-break is better. Optuna's best of a
+        single objective is the best value, the earliest among equal ones; this way
+        it is, like the report's, the best tie-break among equal metrics (exact
+        match moves in steps of 1/val_samples, a million times TIE_WEIGHT and more)."""
+        tie_break = getattr(self, "tie_break", None)  # None in a searcher pickled before ties were ordered
+        value = result[self.metric]
+        if tie_break is None or not measured(result, [tie_break]):
+            return value
+        better = 0.5 + math.atan(result[tie_break]) / math.pi  # in (0, 1), rising with the tie-break
+        if METRICS[tie_break].mode == "min":
+            better = 1.0 - better
+        return value + (TIE_WEIGHT if self.mode == "max" else -TIE_WEIGHT) * better
 
     def _name_objective(self) -> None:
         """The objective is named after the metric (optuna-dashboard shows it)."""
@@ -376,6 +397,9 @@ class _CellStudy(OptunaSearch):
             return
         if result is not None:
             self._tag_figures(trial_id, result)
+            if self.metric in result:  # the metric as measured, beside the value that orders ties
+                self.tag(trial_id, **measured(result, [self.metric]))
+                result = {**result, self.metric: self.ordered(result)}
         super().on_trial_complete(trial_id, result, error)
 
     def __getstate__(self):
@@ -441,6 +465,7 @@ class CellwiseOptuna(Searcher):
             dist = getattr(spec.lr, cell.arch)
             space = {"lr": FloatDistribution(dist.low, dist.high, log=dist.distribution == "loguniform")}
             self.studies[cell] = _CellStudy(space=space, metric=search.metric, mode=search.mode, seed=i,
+                                            tie_break=search.ties_by,
                                             storage=rdb, study_name=study_name(spec, cell) if rdb else None)
 
     def suggest(self, trial_id: str):

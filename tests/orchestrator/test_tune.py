@@ -3,6 +3,8 @@ resume; the trials' actors named after their trials."""
 
 from pathlib import Path
 
+import pytest
+
 from orchestrator.grid import cells
 from orchestrator.spec import SweepSpec
 from orchestrator.tune import CellwiseOptuna
@@ -195,7 +197,39 @@ def test_an_optuna_study_names_its_objective_and_ties_each_trial_to_its_run(tmp_
     assert trial.user_attrs["trial"] == proposal["name"]
     assert trial.user_attrs["trial_dir"] == f"{spec.run_dir()}/{proposal['name']}"
     assert trial.user_attrs["val_loss"] == 0.6 and trial.user_attrs["samples"] == 200
-    assert "gen_accuracy" not in trial.user_attrs and "val_exact_match" not in trial.user_attrs  # never measured; the objective
+    assert "gen_accuracy" not in trial.user_attrs  # never measured
+    assert trial.user_attrs["val_exact_match"] == 0.5 and abs(trial.value - 0.5) <= 1e-9  # as measured; as told
+
+
+@pytest.mark.parametrize("metric, mode, values, told", [
+    # the issue's case: every rate at exact match 0.5, validation loss decides (lowest)
+    ("val_exact_match", "max", [(0.5, 2.06), (0.5, 1.55), (0.5, 1.80), (0.4, 0.10)], 1),
+    # the metric is validation loss, ties decided by the highest exact match
+    ("val_loss", "min", [(0.7, 0.2), (0.7, 0.9), (0.9, 1.0), (0.7, 0.5)], 1),
+])
+def test_optunas_best_trial_is_the_reports_choice_where_the_metric_ties(tmp_path, metric, mode, values, told):
+    import optuna
+    import pandas as pd
+
+    from orchestrator.report import best_by_cell
+
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    spec = optuna_spec(num_samples=len(values), metric=metric, mode=mode)
+    searcher = CellwiseOptuna(spec, storage)
+    other = "val_loss" if metric == "val_exact_match" else "val_exact_match"
+    rows = []
+    for i, (value, tie) in enumerate(values):
+        proposal = searcher.suggest(f"t{i}")
+        while TrialConfig.model_validate(proposal["trial"]).model.arch != "transformer":
+            searcher.on_trial_complete(f"t{i}", None, error=True)  # the other arch's cell: not this test's
+            proposal = searcher.suggest(f"t{i}")
+        searcher.on_trial_complete(f"t{i}", {metric: value, other: tie, "training_iteration": 1})
+        trial = TrialConfig.model_validate(proposal["trial"])
+        rows.append(dict(arch="transformer", setup="cot", size="tiny", n=5, lr=trial.train.lr, seed=0,
+                         state="finished", trial=proposal["name"], **{metric: value, other: tie}))
+    best = optuna.load_study(study_name="o/transformer-cot-tiny-n5-s0", storage=storage).best_trial
+    chosen = best_by_cell(pd.DataFrame(rows), metric, mode, other).iloc[0]
+    assert best.user_attrs["trial"] == chosen["trials"] == rows[told]["trial"]
 
 
 def test_an_optuna_trial_is_named_by_its_rate_to_three_digits_and_more_only_where_names_would_collide(monkeypatch):
