@@ -317,9 +317,6 @@ def studies_in_use(spec: SweepSpec, storage: str) -> list[str]:
     return [name for name in (study_name(spec, c) for c in cells(spec) if not cell_rates(spec, c)) if name in known]
 
 
-TIE_WEIGHT = 1e-9  # how far a tie-break moves the value Optuna is told (_CellStudy.ordered)
-
-
 class _CellStudy(OptunaSearch):
     """Ray's OptunaSearch for one cell, made to agree with the study's storage. A
     trial's end reaches Optuna's storage (at once) and Tune's experiment state (every
@@ -327,9 +324,8 @@ class _CellStudy(OptunaSearch):
     that Optuna has finished. Such a trial's rows and end are Optuna's already, so
     they are not told again (Optuna refuses them: UpdateFinishedTrialError).
     Optuna is told only evaluations: a checkpoint's row between them has no metric,
-    and the trial's end is told with its last evaluation, not its last row. Where
-    trials tie on the metric, the spec's tie-break decides which Optuna calls best,
-    as it decides the report's choice (`ordered`)."""
+    and the trial's end is told with its last evaluation, not its last row. The
+    study names the trial the report chooses (`_name_choice`)."""
 
     def __init__(self, *args, tie_break: Optional[str] = None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -337,20 +333,27 @@ class _CellStudy(OptunaSearch):
         self._evaluated: dict[str, dict] = {}  # each running trial's last evaluation
         self._name_objective()
 
-    def ordered(self, result: dict) -> float:
-        """The value a finished trial gives Optuna: its metric, moved by at most
-        TIE_WEIGHT towards better as its tie-break is better. Optuna's best of a
-        single objective is the best value, the earliest among equal ones; this way
-        it is, like the report's, the best tie-break among equal metrics (exact
-        match moves in steps of 1/val_samples, a million times TIE_WEIGHT and more)."""
-        tie_break = getattr(self, "tie_break", None)  # None in a searcher pickled before ties were ordered
-        value = result[self.metric]
-        if tie_break is None or not measured(result, [tie_break]):
-            return value
-        better = 0.5 + math.atan(result[tie_break]) / math.pi  # in (0, 1), rising with the tie-break
-        if METRICS[tie_break].mode == "min":
-            better = 1.0 - better
-        return value + (TIE_WEIGHT if self.mode == "max" else -TIE_WEIGHT) * better
+    def _name_choice(self) -> None:
+        """The study's user attributes name the trial the report chooses for this
+        cell and seed: the best metric, ties decided by the spec's tie-break (each as
+        measured, a trial's user attributes). Optuna's own best trial is the best
+        value alone, the earliest among equal ones; optuna-dashboard shows both on
+        the study's page."""
+        tie_break = getattr(self, "tie_break", None)  # None in a searcher pickled before this was kept
+        done = [t for t in self._ot_study.trials if t.state.is_finished() and t.value is not None
+                and math.isfinite(t.value) and "trial" in t.user_attrs]
+        if tie_break is None or not done:
+            return
+
+        def rank(t):
+            tie = t.user_attrs.get(tie_break, math.nan)
+            tie = -math.inf if not math.isfinite(tie) else (tie if METRICS[tie_break].mode == "max" else -tie)
+            return (t.value if self.mode == "max" else -t.value, tie)
+
+        best = max(done, key=rank)  # the first of equal ranks, as the report's stable sort
+        self._ot_study.set_user_attr("chosen_by_report", best.user_attrs["trial"])
+        self._ot_study.set_user_attr("chosen_by", f"{self.metric} ({self.mode}), ties by {tie_break} "
+                                                  f"({METRICS[tie_break].mode})")
 
     def _name_objective(self) -> None:
         """The objective is named after the metric (optuna-dashboard shows it)."""
@@ -397,10 +400,9 @@ class _CellStudy(OptunaSearch):
             return
         if result is not None:
             self._tag_figures(trial_id, result)
-            if self.metric in result:  # the metric as measured, beside the value that orders ties
-                self.tag(trial_id, **measured(result, [self.metric]))
-                result = {**result, self.metric: self.ordered(result)}
         super().on_trial_complete(trial_id, result, error)
+        if self._ot_study is not None:
+            self._name_choice()
 
     def __getstate__(self):
         # A study kept in a storage is pickled as its trials' ids, never as a live
