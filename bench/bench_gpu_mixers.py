@@ -24,7 +24,6 @@ import json
 import statistics
 import time
 from pathlib import Path
-from typing import get_args
 
 import torch
 import torch.nn.functional as F
@@ -41,8 +40,7 @@ def our_path(mixer: str) -> str:
     """Our path on a GPU: the mixer's chunked form where it has one, else its
     step-by-step reference scan (Mamba's). The kernel's is `auto`, which every
     mixer's config resolves to its CUDA kernel on a GPU."""
-    scans = get_args(REGISTRY[mixer].config.model_fields["scan"].annotation)
-    return "chunked" if "chunked" in scans else "reference"
+    return "chunked" if "chunked" in REGISTRY[mixer].config.scans() else "reference"
 
 
 def twins(arch: str, size: str, device: str):

@@ -46,6 +46,13 @@ class MixerConfigBase(BaseModel):
     def activation_floats(self, d_model: int) -> float:
         raise NotImplementedError
 
+    @classmethod
+    def scans(cls) -> tuple[str, ...]:
+        """The values its `scan` field takes (auto, and its forms: chunked and
+        recurrent, or Mamba's cpu and reference, ...); none for a mixer without one."""
+        field = cls.model_fields.get("scan")
+        return get_args(field.annotation) if field is not None else ()
+
     def _layer_class(self):
         module, cls = self.layer.split(":")
         return getattr(importlib.import_module(module), cls)

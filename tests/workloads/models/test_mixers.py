@@ -8,7 +8,6 @@ in float64 (pure PyTorch); the others (Mamba's compiled scan computes in float32
 in float32 at float32's tolerance."""
 
 from pathlib import Path
-from typing import get_args
 
 import pytest
 import torch
@@ -21,12 +20,8 @@ from workloads.models.base import REGISTRY
 NAMES = sorted(REGISTRY)
 
 
-def _scans(name: str) -> tuple[str, ...]:
-    return get_args(REGISTRY[name].config.model_fields["scan"].annotation)
-
-
 def _both_forms(name: str) -> bool:
-    return {"chunked", "recurrent"} <= set(_scans(name))
+    return {"chunked", "recurrent"} <= set(REGISTRY[name].config.scans())
 
 
 def _mixer(name: str):
