@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.projection import format_duration, project, rates_file, spec_trials  # noqa: E402
-from orchestrator.report import read_results  # noqa: E402
+from orchestrator.rundir import read_results  # noqa: E402
 from orchestrator.spec import load_spec  # noqa: E402
 
 

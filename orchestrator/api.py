@@ -2,8 +2,8 @@
 `from icr_sweep import load_run, best`.
 
 The same data `status` and `report` read (the trials' configs, states and result
-rows, the run's spec for trials not started yet), from a local run directory or a
-remote one (s3://, gs://: a copy without checkpoints is read)."""
+rows, the plan stored at launch for trials not started yet), from a local run
+directory or a remote one (s3://, gs://: a copy without checkpoints is read)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,15 @@ EVALUATION_KEYS = (*PROGRESS, "step", *METRICS, "final_eval", "tokens_per_s", "t
 # state and its swept values), when (the evaluation, its samples), then the figures.
 IDS = ("sweep", "trial", "state", "arch", "setup", "size", "n", "lr", "seed", "task_label")
 FIRST = (*IDS, "evaluation", *PROGRESS, *METRICS, "lr_at")
+
+
+def read_stored(local: Path, locked: bool = True):
+    """The run in the local directory `local` as orchestrator.rundir reads it, for a
+    run launched before plans were stored with the plan its spec makes today."""
+    from orchestrator.rundir import read_run
+    from orchestrator.spec import plan_of_record
+
+    return read_run(local, locked, plan_of=plan_of_record)
 
 
 @contextlib.contextmanager
@@ -61,14 +70,15 @@ def load_run(run_dir: str | Path, evaluations: bool = True) -> pd.DataFrame:
     rate then), then the error and the flattened config (model.*, task.*, train.*);
     `timestamp` is a UTC datetime. A trial with no evaluation yet has one row with
     those figures empty. `attrs["notes"]` says what could not be read."""
-    from orchestrator.report import METRIC_KEYS, read_results, read_run, trials_home
+    from orchestrator.rundir import METRIC_KEYS
 
     with _opened(run_dir) as (local, name, own):
-        trials, _, notes = read_run(local, locked=own)
+        run = read_stored(local, locked=own)
+        trials, notes = run.trials, run.notes
         if evaluations and not trials.empty:
             rows = []
             for trial in trials["trial"]:
-                for i, row in enumerate(r for r in read_results(trials_home(local) / trial) if r.get("evaluated", True)):
+                for i, row in enumerate(r for r in run.rows.get(trial, []) if r.get("evaluated", True)):
                     rows.append({"trial": trial, "evaluation": i, "lr_at": row.get("lr"),
                                  **{k: row.get(k) for k in EVALUATION_KEYS}})
             evals = pd.DataFrame(rows, columns=["trial", "evaluation", "lr_at", *EVALUATION_KEYS])
@@ -86,11 +96,11 @@ def best(run_dir: str | Path) -> pd.DataFrame:
     `run_dir`: per (arch, setup, size, n), the learning rate chosen by the sweep's
     search metric over the seeds' mean, the mean and spread over seeds of each
     metric, and the trials behind it; computed from the run as it stands now."""
-    from orchestrator.report import best_by_cell, chosen_by, read_run
+    from orchestrator.report import best_by_cell
 
     with _opened(run_dir) as (local, name, own):
-        trials, spec, notes = read_run(local, locked=own)
-    table = best_by_cell(trials, *chosen_by(spec)) if not trials.empty else pd.DataFrame()
+        run = read_stored(local, locked=own)
+    table = best_by_cell(run.trials, *run.chosen_by) if not run.trials.empty else pd.DataFrame()
     table = _ordered(table, name)
-    table.attrs["notes"] = notes
+    table.attrs["notes"] = run.notes
     return table

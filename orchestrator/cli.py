@@ -247,7 +247,7 @@ def train(
     setup: str = typer.Option(..., help="vanilla, cot (istree) or retrieval"),
     n: int = typer.Option(..., help="the task's size (istree: vertices; `icr-sweep tasks` says for each)"),
     out: str = typer.Option(..., help="the trial's directory: params.json, result.json and the checkpoint, as a "
-                             "sweep's trial (status, report and load_run read it), and metrics.json at the end"),
+                             "sweep's trial (status, report and load_run read it); the final metrics go to stdout as JSON"),
     task: str = typer.Option(DEFAULT_TASK, help="a task name (`icr-sweep tasks` lists them)"),
     sets: list[str] = SET_OPTION,
     dims: list[str] = DIM_OPTION,
@@ -305,16 +305,17 @@ def train(
     bound_threads(cpus)  # before torch starts its pools
     from tqdm import tqdm
 
+    from orchestrator.rundir import TrialFiles, repair_results, rows_unstored
     from workloads.metrics import METRICS
     from workloads.train import CHECKPOINT_FILE, CheckpointError, DiskSpaceError, run_trial
 
     checkpoint = out / "checkpoint"
     resume = checkpoint if (checkpoint / CHECKPOINT_FILE).exists() else None
     typer.echo(f"{config.name}: {samples:,} samples -> {out}" + (" (resuming)" if resume else ""), err=True)
-    params = out / "params.json"
+    files = TrialFiles(out)  # the files of a sweep's trial, by the same writer
     if resume is None:  # a fresh start (a resume keeps both: its checkpoint is checked to be of this config)
-        (out / "result.json").unlink(missing_ok=True)  # rows of a run that never checkpointed
-        params.write_text(json.dumps({"trial": config.model_dump(mode="json")}, indent=1))
+        files.start_afresh()  # rows of a run that never checkpointed
+        files.write_config({"trial": config.model_dump(mode="json")})
     bar = tqdm(total=samples, unit="sample", unit_scale=True, dynamic_ncols=True)
 
     def on_step(done: int) -> None:
@@ -323,16 +324,12 @@ def train(
     def report(metrics: dict, _checkpoint) -> None:
         shown = {k: metrics[k] for k in ("train_loss", *METRICS) if metrics.get(k) is not None}
         bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items()})
-        with open(out / "result.json", "a") as f:  # one row per report, as Tune writes a sweep's trial
-            f.write(json.dumps({k: v for k, v in metrics.items() if k != "config"}) + "\n")
+        files.append({k: v for k, v in metrics.items() if k != "config"})
 
     def on_resume(rows: list[dict]) -> None:  # the rows a kill left out (as a sweep's trial)
-        from orchestrator.rundir import parse_rows, repair_results, rows_unstored
-
         if what := repair_results(out):
             typer.echo(f"{config.name}: {what}", err=True)
-        results = out / "result.json"
-        for row in rows_unstored(parse_rows(results.read_text(errors="replace") if results.exists() else ""), rows):
+        for row in rows_unstored(files.stored_rows(), rows):
             report(row, None)
 
     stop = _StopSignals()
@@ -347,13 +344,12 @@ def train(
               f"Its checkpoint, if any, is kept in {checkpoint}")
     finally:
         bar.close()
-    if not params.exists():  # a directory of an earlier version, resumed
-        params.write_text(json.dumps({"trial": config.model_dump(mode="json")}, indent=1))
+    if not files.params.exists():  # a directory of an earlier version, resumed
+        files.write_config({"trial": config.model_dump(mode="json")})
     if metrics.get("stopped"):
         typer.secho(f"Stopped by {stop.name} at {metrics['samples']:,} samples, checkpointed in {checkpoint}. "
                     "Run the same command to continue.", fg=typer.colors.YELLOW, err=True)
         raise typer.Exit(130)
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
     typer.echo(json.dumps({k: v for k, v in metrics.items() if k != "config"}))
 
 
@@ -804,8 +800,8 @@ def resume(
     num_cpus: Optional[int] = RAY_OPTIONS["num_cpus"],
 ):
     """Continue an interrupted sweep: finished trials stay, the rest continue from their checkpoints."""
-    from orchestrator.rundir import RunDirError, check_storage
-    from orchestrator.spec import SPEC_FILE, SpecError, run_spec
+    from orchestrator.rundir import RunDirError, check_storage, spec_location
+    from orchestrator.spec import SpecError, run_spec
 
     run = _run_location(run_dir)
     try:
@@ -815,7 +811,7 @@ def resume(
     except (RunDirError, OSError) as e:
         _fail(f"{run_dir}: cannot be read ({e})")
     if s is None:
-        _fail(f"{run_dir} is not a sweep run directory (no {SPEC_FILE})")
+        _fail(f"{run_dir} is not a sweep run directory (no {spec_location(run_dir).rsplit('/', 1)[-1]}, which launch writes)")
     try:
         check_storage(run, flag="place: copy the run directory somewhere writable and resume the copy")
     except RunDirError as e:
@@ -838,15 +834,15 @@ def resume(
 
 
 def _read_run(run_dir: str):
-    """The run's trials, spec and notes, read from a local copy when it is remote."""
-    from orchestrator.report import read_run
+    """The run as stored (orchestrator.rundir.Run), read from a local copy when it is remote."""
+    from orchestrator.api import read_stored
     from orchestrator.rundir import RunDirError
     from orchestrator.storage import is_remote, local_view
 
     _require_local_run(run_dir)
     try:
         with local_view(run_dir) as local:
-            return read_run(local, locked=not is_remote(run_dir))
+            return read_stored(local, locked=not is_remote(run_dir))
     except (RunDirError, OSError) as e:
         _fail(f"{run_dir}: cannot be read ({e})")
 
@@ -867,14 +863,15 @@ def _require_local_run(run_dir: str) -> None:
 @app.command("status")
 def status(run_dir: str = RUN_DIR, format: ListFormat = typer.Option("table", help="table, or json: one object per trial")):
     """Trials of a sweep with their state and latest metrics (during or after it)."""
-    df, spec, notes = _read_run(_run_location(run_dir))
+    run = _read_run(_run_location(run_dir))
+    df = run.trials
     if df.empty:
         _fail(f"{run_dir}: no trials yet")
-    for note in notes:
+    for note in run.notes:
         typer.secho(f"note: {note}", fg=typer.colors.YELLOW, err=True)
     from workloads.metrics import METRICS, PLOTTED
 
-    generates = TASKS[spec.task][1].generates if spec and spec.task in TASKS else True
+    generates = TASKS[run.task][1].generates if run.task in TASKS else True
     shown = [m for m in PLOTTED if generates or not METRICS[m].generation]
     columns = ["trial", "state", "samples", "train_loss", *shown, "error"]
     trials = df.sort_values("trial")
@@ -925,20 +922,21 @@ def _report(run_dir: str, out: Optional[Path] = None, solved: float = 0.9):
     into `out`, a local folder); returns the per-trial table."""
     import shutil
 
+    import errno
+
+    from orchestrator.api import read_stored
     from orchestrator.report import report_files, write_report
     from orchestrator.rundir import RunDirError
     from orchestrator.storage import is_remote, local_view, upload
-
-    import errno
-
-    from orchestrator.report import read_run
 
     remote = is_remote(run_dir)
     _require_local_run(run_dir)
     try:
         with local_view(run_dir) as local:
+            run = read_stored(local, locked=not remote)
+            trials = run.trials
             try:
-                text, _, trials = write_report(local, locked=not remote, solved=solved)
+                text, _ = write_report(run, local, solved=solved)
             except FileNotFoundError as e:
                 _fail(str(e).replace(str(local), run_dir))
             except OSError as e:
@@ -947,7 +945,7 @@ def _report(run_dir: str, out: Optional[Path] = None, solved: float = 0.9):
                 # A full disk: the trials' files can still be read; what is left, and how to go on, is said.
                 typer.secho(f"The report cannot be written into {run_dir}: the disk is full. Free some space, then "
                             f"`icr-sweep report {run_dir}` writes it.", fg=typer.colors.RED, err=True)
-                return read_run(local, locked=not remote)[0]
+                return trials
             files = report_files(local)
             if remote:
                 upload(files, run_dir)

@@ -146,3 +146,10 @@ def planned_trials(spec) -> dict[str, dict]:
     if spec.search.method != "grid":
         return {}
     return {t.name: t.model_dump(mode="json") for t in expand(spec)}
+
+
+def plan(spec) -> dict:
+    """What launch stores beside the spec (orchestrator.rundir's plan.json): the
+    search method, the number of trials, and a grid's trials by name."""
+    return {"method": spec.search.method, "trial_count": spec.trial_count(), "trials": planned_trials(spec)}
+

@@ -1,20 +1,16 @@
-"""Status and report of a run directory, from the stored results alone (no Ray).
-
-Ray Tune writes one directory per trial holding params.json (the trial's full
-resolved config) and result.json (one line per report), and records each trial's
-status in the run's experiment state. Everything here is derived from those
-files, so a report can always be regenerated.
+"""The report of a run, as orchestrator.rundir read it: the best learning rate per
+cell, the paper's findings, tables and figures. Presentation only: it opens no
+file of the run (every figure comes from the `Run` it is given), so a report can
+always be regenerated from the stored results.
 """
 
-import json
 import math
-from functools import partial
 from pathlib import Path
 
 import pandas as pd
 
-from orchestrator.rundir import driver_is_live, tune_trials
-from workloads.metrics import HEADLINE, METRICS, PLOTTED, PROGRESS
+from orchestrator.rundir import Run
+from workloads.metrics import HEADLINE, METRICS, PLOTTED
 from workloads.models.config import SIZES
 from workloads.naming import significant
 from workloads.tasks import DEFAULT_TASK, TASKS
@@ -33,186 +29,6 @@ def setup_key(label: str):
     """Orders setups as the paper (vanilla, cot, retrieval), then by task-axis label."""
     base, _, rest = str(label).partition("-")
     return {"vanilla": 0, "cot": 1, "retrieval": 2}.get(base, 3), base, size_key("-" + rest)[2]
-
-
-COLUMNS = {"model.arch": "arch", "task.setup": "setup", "model.size": "size", "task.n": "n",
-           "task.family": "family", "train.lr": "lr", "train.seed": "seed"}
-
-
-METRIC_KEYS = (*PROGRESS, *METRICS)  # a trial's latest figures, as status, report and results.csv give them
-
-
-def _read_results(path: Path) -> tuple[list[dict], list[str]]:
-    """The result rows of a trial, and the problems met (lines that are not JSON)."""
-    if not path.exists():
-        return [], []
-    rows, problems = [], []
-    lines = path.read_bytes().decode("utf-8", errors="replace").splitlines()
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            row = None
-        if isinstance(row, dict):
-            rows.append(row)
-        else:
-            cut = " (cut short, as by a killed process)" if number == len(lines) else ""
-            problems.append(f"{path.name} line {number} is not a result{cut}; skipped")
-    return rows, problems
-
-
-def _checked_rows(rows: list[dict], name: str) -> tuple[list[dict], list[str]]:
-    """The rows whose metrics are numbers (nan for a metric not measured), and a
-    problem for each row left out: a row with an infinite exact match or a list for
-    its samples would otherwise crash the report or rank first."""
-    kept, problems = [], []
-    for number, row in enumerate(rows, 1):
-        bad = []
-        for key in METRIC_KEYS:
-            value = row.get(key)
-            if value is None or (isinstance(value, float) and math.isnan(value) and key != "samples"):
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                bad.append(f"{key} is {json.dumps(value)}")
-        if bad:
-            problems.append(f"{name} row {number}: {', '.join(bad)}; row skipped")
-        else:
-            kept.append(row)
-    return kept, problems
-
-
-def _timeline(rows: list[dict]) -> list[dict]:
-    """The rows of the run a trial really continued: a trial restarted from an older
-    checkpoint reports again from there, and the rows it left behind are dropped,
-    so that no evaluation counts twice."""
-    out = []
-    for row in rows:
-        samples = row.get("samples")
-        while out and samples is not None and out[-1].get("samples") is not None and out[-1]["samples"] >= samples:
-            out.pop()
-        out.append(row)
-    return out
-
-
-# A trial's rows from before its sweep was rebuilt (orchestrator/tune.py: rebuild),
-# read before result.json.
-EARLIER_RESULTS = "result-before-rebuild.json"
-
-
-def _trial_rows(trial_dir: Path) -> tuple[list[dict], list[str]]:
-    """Every result row of a trial (those from before a rebuild first) that holds
-    numbers, on the timeline it continued; and the problems met."""
-    rows, problems = [], []
-    for name in (EARLIER_RESULTS, "result.json"):
-        found, unreadable = _read_results(Path(trial_dir) / name)
-        checked, wrong = _checked_rows(found, name)
-        rows += checked
-        problems += unreadable + wrong
-    return _timeline(rows), problems
-
-
-def read_results(trial_dir: Path) -> list[dict]:
-    """A trial's result rows as status and report read them: rows that hold numbers,
-    on the timeline the trial continued."""
-    return _trial_rows(trial_dir)[0]
-
-
-def _read_config(trial_dir: Path) -> tuple[dict | None, str]:
-    from pydantic import ValidationError
-
-    from workloads.config import TrialConfig
-
-    path = trial_dir / "params.json"
-    try:
-        config = json.loads(path.read_bytes().decode("utf-8"))["trial"]
-        if not isinstance(config, dict):
-            raise TypeError(f"'trial' is a {type(config).__name__}")
-        try:
-            TrialConfig.model_validate(config)
-        except ValidationError as e:
-            first = e.errors()[0]
-            where = ".".join(map(str, first["loc"]))
-            return None, (f"{path.name} does not hold a trial's config ({where}: "
-                          f"{first['msg'].removeprefix('Value error, ')}, got {json.dumps(first.get('input'))[:60]})")
-        return config, ""
-    except FileNotFoundError:
-        return None, f"{path.name} is missing"
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        return None, f"{path.name} is unreadable ({type(e).__name__}: {e})"
-
-
-def _state(status: str | None, results: list[dict], trial_dir: Path, live: bool) -> tuple[str, str]:
-    """A trial's state from what Tune recorded (`status`), its results, and whether
-    a driver is working on the trial now."""
-    error_file = trial_dir / "error.txt"
-    if status == "ERROR" or (status is None and not live and error_file.exists() and not results[-1:]):
-        lines = [ln for ln in error_file.read_text(errors="replace").splitlines() if ln.strip()] if error_file.exists() else []
-        return "error", lines[-1] if lines else "failed (no error file)"
-    if results and results[-1].get("final_eval"):
-        return "finished", ""
-    if live:
-        return ("running" if results or status == "RUNNING" else "pending"), ""
-    return ("interrupted" if results or status in ("RUNNING", "PAUSED") else "pending"), ""
-
-
-def load_trials(run_dir: Path, planned: dict[str, dict] | None = None, locked: bool = True,
-                only: str | None = None) -> pd.DataFrame:
-    """One row per trial, planned or found: its flattened config, state and latest
-    metrics. `planned` maps the names of the trials a sweep will run to their
-    configs (those not started are `pending`). A trial whose files cannot be read
-    is listed as `unreadable`, with the file and the problem in `error`. Without a
-    run lock to ask (`locked` False: a copy of a remote run), a trial is running
-    when Tune last recorded it so."""
-    run_dir = Path(run_dir)
-    planned = planned or {}
-    recorded, problem = tune_trials(run_dir)
-    statuses = {name: status for name, (status, _) in recorded.items()}
-    live = driver_is_live(run_dir) if locked else None
-    if only is not None:  # one trial's directory, as `train --out` writes it
-        names = {only}
-    else:
-        names = {p.parent.name for pattern in ("*/params.json", "*/result.json") for p in run_dir.glob(pattern)}
-        names |= set(statuses) | set(planned)
-    rows = []
-    for name in sorted(names):
-        trial_dir = run_dir / name
-        config, config_problem = _read_config(trial_dir) if trial_dir.is_dir() else (None, "")
-        results, problems = _trial_rows(trial_dir)
-        status = statuses.get(name)
-        state, error = _state(status, results, trial_dir, status == "RUNNING" if live is None else live)
-        if status == "TERMINATED" and state != "finished" and not live:
-            state = "interrupted"  # finished by Tune's record, its last rows lost: resume restores them
-            problems.append("Tune recorded it finished, but its final row is missing or damaged"
-                            + (" (result.json holds no rows)" if not results else "")
-                            + "; `icr-sweep resume` restores it from the trial's checkpoint")
-        if config is None:
-            config = planned.get(name) or (recorded.get(name, (None, None))[1] if not results else None)
-            if config_problem and config is None:
-                state, error = "unreadable", config_problem
-            elif config_problem and (results or (trial_dir / "params.json").exists()):
-                # (Tune makes a pending trial's directory before it writes params.json: nothing amiss)
-                problems.append(config_problem + "; config taken from the spec")
-        last = results[-1] if results else {}
-        # Rows between evaluations (time-based checkpoints) carry progress only: the
-        # metrics are the last evaluation's, the progress the latest row's.
-        evaluated = [r for r in results if r.get("evaluated", True)]
-        last_eval = evaluated[-1] if evaluated else {}
-        metrics = {k: (last if k in PROGRESS else last_eval).get(k) for k in METRIC_KEYS}
-        flat = pd.json_normalize(config, sep=".").iloc[0].to_dict() if config else {}
-        rows.append({"trial": name, "state": state, **metrics, "error": "; ".join(filter(None, [error, *problems])), **flat})
-    df = pd.DataFrame(rows)
-    if df.empty:
-        return df
-    df.attrs["problem"] = problem
-    df = df.rename(columns=COLUMNS)
-    if "task_label" in df and "setup" in df:  # a spec's task axes: vanilla-seqlen64, as trial names say
-        label = df["task_label"].fillna("").astype(str)
-        df["setup"] = df["setup"].where(label == "", df["setup"].astype(str) + "-" + label)
-    for column in (*METRICS, "samples"):
-        df[column] = pd.to_numeric(df[column], errors="coerce")
-    return df
 
 
 # The paper reports teacher-forced exact match (PAPER.md): it heads every table and
@@ -419,13 +235,6 @@ def plot(best: pd.DataFrame, out_dir: Path, task: str = DEFAULT_TASK) -> list[Pa
     return paths
 
 
-def _longest_sample(spec, setup: str, n: int) -> int:
-    """The longest sample of a cell's task (the frontier figure's length axis)."""
-    from orchestrator.grid import cell_task
-
-    return cell_task(spec, setup, n).longest_sample
-
-
 def frontier(best: pd.DataFrame, solved: float = SOLVED, model_of=None, metric: str = HEADLINE) -> pd.DataFrame:
     """Per (setup, arch, size): the largest n whose `metric` (by default exact
     match, mean over seeds at the cell's best lr; robust_exact_match: the robust
@@ -535,100 +344,45 @@ def plot_frontier(table: pd.DataFrame, out_dir: Path, solved: float, sample_leng
     return path
 
 
-def is_trial_dir(path: Path) -> bool:
-    """Whether `path` is one trial's directory (params.json inside) rather than a run's."""
-    return (Path(path) / "params.json").is_file()
-
-
-def trials_home(path: Path) -> Path:
-    """The directory holding the trials' directories: the run's, or for one trial's
-    directory (`train --out`) its parent."""
-    path = Path(path)
-    return path.parent if is_trial_dir(path) else path
-
-
-def read_run(run_dir: Path, locked: bool = True):
-    """The trials of a run directory (planned ones included), the spec it was
-    launched with (None if absent or damaged), and notes on what could not be read.
-    `locked`: whether the directory is the run's own, with its driver lock (not a
-    copy of a remote run)."""
-    from orchestrator.grid import planned_trials
-    from orchestrator.spec import SpecError, run_spec
-
-    notes = [] if locked else ["a remote run has no driver lock: 'running' is Tune's last record, "
-                               "which a driver killed mid-sweep leaves behind (`icr-sweep resume` continues it)"]
-    run_dir = Path(run_dir)
-    if is_trial_dir(run_dir):  # `icr-sweep train --out`: the same files as one trial of a sweep
-        return load_trials(run_dir.parent, None, locked, only=run_dir.name), None, notes
-    try:
-        spec = run_spec(run_dir)
-    except SpecError as e:
-        spec = None
-        notes.append(f"{e}: trials not started yet are not listed, and lrs are chosen by {HEADLINE} (max)")
-    df = load_trials(run_dir, planned_trials(spec) if spec else None, locked)
+def write_report(run: Run, out_dir: Path, solved: float = SOLVED) -> tuple[str, pd.DataFrame]:
+    """Writes report.md, results.csv, best.csv and the plots of `run` (as
+    orchestrator.rundir.read_run read it) into `out_dir`, and for a sweep over two
+    or more n, frontier.csv and frontier.png (a cell is solved at exact match >=
+    `solved`); returns the markdown and the per-cell best table. Each cell's
+    learning rate is chosen by the sweep's search.metric and search.mode."""
+    out_dir, df = Path(out_dir), run.trials
     if df.empty:
-        return df, spec, notes
-    if df.attrs.get("problem"):
-        notes.append(df.attrs["problem"])
-    if spec is not None and spec.search.method != "grid":
-        missing = spec.trial_count() - len(df)
-        if missing > 0:
-            notes.append(f"{missing} of the {spec.trial_count()} planned Optuna trials have not started")
-    unreadable = df.loc[df["state"] == "unreadable", "trial"].tolist()
-    if unreadable:
-        notes.append(f"{len(unreadable)} trial(s) could not be read (see their error): {', '.join(unreadable)}")
-    return df, spec, notes
-
-
-def chosen_by(spec) -> tuple[str, str, str]:
-    """The metric, its mode and the tie-break that choose each cell's learning rate:
-    the sweep's search (the headline and validation loss where the spec cannot be read)."""
-    if spec is None:
-        return HEADLINE, METRICS[HEADLINE].mode, "val_loss"
-    return spec.search.metric, spec.search.mode, spec.search.ties_by
-
-
-def write_report(run_dir: Path, locked: bool = True, solved: float = SOLVED) -> tuple[str, pd.DataFrame, pd.DataFrame]:
-    """Writes report.md, results.csv, best.csv and the plots into `run_dir`, and for
-    a sweep over two or more n, frontier.csv and frontier.png (a cell is solved at
-    exact match >= `solved`); returns the markdown, the per-cell best table and the
-    per-trial table. Each cell's learning rate is chosen by the sweep's
-    search.metric and search.mode."""
-    run_dir = Path(run_dir)
-    df, spec, notes = read_run(run_dir, locked)
-    if df.empty:
-        raise FileNotFoundError(f"{run_dir}: no trial results (no */params.json)")
-    metric, mode, tie_break = chosen_by(spec)
-    df.to_csv(run_dir / "results.csv", index=False)
+        raise FileNotFoundError(f"{out_dir}: no trial results (no */params.json)")
+    metric, mode, tie_break = run.chosen_by
+    df.to_csv(out_dir / "results.csv", index=False)
     best = best_by_cell(df, metric, mode, tie_break)
-    best.to_csv(run_dir / "best.csv", index=False)
-    task = spec.task if spec is not None else DEFAULT_TASK
-    for stale in (p for pattern in PLOT_FILES for p in run_dir.glob(pattern)):
+    best.to_csv(out_dir / "best.csv", index=False)
+    for stale in (p for pattern in PLOT_FILES for p in out_dir.glob(pattern)):
         stale.unlink()  # the report owns these names: a plot of a metric no longer measured must not linger
-    plots = plot(best, run_dir, task) if not best.empty else []
+    plots = plot(best, out_dir, run.task) if not best.empty else []
     counts = df["state"].value_counts().to_dict()
     selected_by = (f"{metric} ({'highest' if mode == 'max' else 'lowest'} mean over seeds; ties by "
                    f"{'highest' if METRICS[tie_break].mode == 'max' else 'lowest'} {tie_break})")
-    lines = [f"# Sweep report: {run_dir.name}", "",
+    lines = [f"# Sweep report: {out_dir.name}", "",
              f"{len(df)} trials: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + ".", "",
-             *[f"**Note:** {note}\n" for note in notes],
-             _headline(best, task), "",
+             *[f"**Note:** {note}\n" for note in run.notes],
+             _headline(best, run.task), "",
              "## Best learning rate per cell", "",
              markdown_tables(best, selected_by) if not best.empty else "No finished trial yet.\n"]
     lines += [f"![{p.stem}]({p.name})" for p in plots]
     robust = robust_tables(best) if not best.empty else ""
     lines += _robust_section(robust, solved)
-    lines += _findings_section(best, task)
-    falling = still_falling(trials_home(run_dir), df, best)
+    lines += _findings_section(best, run.task)
+    falling = still_falling(run.rows, best)
     if falling:
         lines += ["", f"**Under-trained:** the training loss of these cells fell by more than {FALLING:.0%} between "
                   "their last two evaluations, so more samples may change them: " + "; ".join(falling) + "."]
     if not best.empty and best["n"].nunique() >= 2:
-        lines += _frontier_section(best, spec, run_dir, solved, robust=bool(robust))
+        lines += _frontier_section(best, run, out_dir, solved, robust=bool(robust))
     lines += _trials_section(df)
     text = "\n".join(lines) + "\n"
-    (run_dir / "report.md").write_text(text)
-    return text, best, df
+    (out_dir / "report.md").write_text(text)
+    return text, best
 
 
 def _robust_section(robust: str, solved: float) -> list[str]:
@@ -649,15 +403,12 @@ def _findings_section(best: pd.DataFrame, task: str) -> list[str]:
             "Decided from the table above (teacher-forced exact match, mean over seeds):", "", *found]
 
 
-def _frontier_section(best: pd.DataFrame, spec, run_dir: Path, solved: float, robust: bool) -> list[str]:
+def _frontier_section(best: pd.DataFrame, run: Run, out_dir: Path, solved: float, robust: bool) -> list[str]:
     """frontier.csv and .png (and their robust twins), and the report's tables of them."""
-    from orchestrator.grid import cell_model
-
-    model_of = partial(cell_model, spec) if spec else None
-    longest = partial(_longest_sample, spec) if spec else None
+    model_of, longest = cell_shapes(run)
     table = frontier(best, solved, model_of)
-    table.to_csv(run_dir / "frontier.csv", index=False)
-    plot_frontier(table, run_dir, solved, longest)
+    table.to_csv(out_dir / "frontier.csv", index=False)
+    plot_frontier(table, out_dir, solved, longest)
     lines = ["", f"## Frontier: the largest n each model solves (exact match >= {solved:g})", "",
              "| setup | arch | size | state_floats | kv_floats_per_token | largest n solved | of n up to |",
              "|---|---|---|---|---|---|---|"]
@@ -668,8 +419,8 @@ def _frontier_section(best: pd.DataFrame, spec, run_dir: Path, solved: float, ro
     if not robust:
         return lines
     robust_table = frontier(best, solved, model_of, "robust_exact_match")
-    robust_table.to_csv(run_dir / "frontier_robust.csv", index=False)
-    plot_frontier(robust_table, run_dir, solved, longest, robust=True)
+    robust_table.to_csv(out_dir / "frontier_robust.csv", index=False)
+    plot_frontier(robust_table, out_dir, solved, longest, robust=True)
     lines += ["", f"By the robust score (held-out exact match at each seed's rate >= {solved:g}):", "",
               "| setup | arch | size | largest n solved | of n up to |", "|---|---|---|---|---|"]
     for _, r in robust_table.iterrows():
@@ -696,19 +447,47 @@ def _trials_section(df: pd.DataFrame) -> list[str]:
 FALLING = 0.05  # a relative drop of the training loss between the last two evaluations that counts as falling
 
 
-def still_falling(run_dir: Path, df: pd.DataFrame, best: pd.DataFrame) -> list[str]:
+def still_falling(rows: dict[str, list[dict]], best: pd.DataFrame) -> list[str]:
     """Cells (at their chosen learning rate) where some seed's training loss was still
-    falling at its last evaluation: by more than FALLING relative to the one before."""
+    falling at its last evaluation: by more than FALLING relative to the one before.
+    `rows`: each trial's result rows, by name."""
     out = []
     for _, cell in best.iterrows():
         for name in str(cell["trials"]).split(";"):
-            losses = [r["train_loss"] for r in read_results(Path(run_dir) / name)
+            losses = [r["train_loss"] for r in rows.get(name, [])
                       if r.get("evaluated", True) and r.get("train_loss") is not None]
             if len(losses) >= 2 and losses[-2] > 0 and (losses[-2] - losses[-1]) / losses[-2] > FALLING:
                 out.append(f"{cell['arch']} {cell['setup']} {cell['size']} n={cell['n']} "
                            f"({losses[-2]:.3f} -> {losses[-1]:.3f})")
                 break
     return out
+
+
+def cell_shapes(run: Run):
+    """`model_of(arch, size)` and `sample_length(setup, n)` of the run's cells, from the
+    configs its trials stored (the frontier's state and KV-cache axes); None where the
+    run stored no config (the figure then falls back to the presets and the default task)."""
+    from workloads.config import TrialConfig
+
+    df = run.trials
+    if df.empty or not run.configs:
+        return None, None
+    models, tasks = {}, {}
+    for name, arch, size, setup, n in df[["trial", "arch", "size", "setup", "n"]].itertuples(index=False):
+        config = run.configs.get(name)
+        if config is None or (arch, size) in models and (setup, n) in tasks:
+            continue
+        trial = TrialConfig.model_validate(config)
+        models.setdefault((arch, size), trial.model)
+        tasks.setdefault((setup, int(n)), trial.task.longest_sample)
+
+    def model_of(arch, size):
+        return models[(arch, size)]
+
+    def sample_length(setup, n):
+        return tasks[(setup, int(n))]
+
+    return model_of, sample_length
 
 
 PLOT_FILES = tuple(f"{METRICS[m].plot}_*.png" for m in PLOTTED) + ("frontier.png", "frontier_robust.png")

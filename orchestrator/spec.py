@@ -19,7 +19,7 @@ from typing import Literal, Optional, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
-from orchestrator.grid import model_variants, task_variants, variant_task
+from orchestrator.grid import model_variants, plan, task_variants, variant_task
 from workloads.config import PER_TRIAL, Device, Seed, TrainConfig
 from workloads.metrics import HEADLINE, METRICS
 from workloads.models.config import DEFAULT_LR, MODEL_DIMENSIONS, Arch, Size
@@ -495,27 +495,40 @@ class SweepSpec(_Spec):
         return []
 
 
-from orchestrator.rundir import SPEC_FILE  # noqa: E402  (re-exported: readers of a run import it here)
-
-
 def run_spec(run_dir: Path | str) -> Optional["SweepSpec"]:
     """The spec a run directory (local or remote) was launched with, or None where
     it holds none; SpecError naming the file when it is damaged."""
-    from orchestrator.storage import is_remote, read_file
+    from orchestrator.rundir import RecordError, spec_location, spec_record  # pandas: not for `validate`
 
-    location = f"{str(run_dir).rstrip('/')}/{SPEC_FILE}"
-    if is_remote(str(run_dir)):
-        data = read_file(location)
-    else:
-        path = Path(location.removeprefix("file://"))
-        data = path.read_bytes() if path.is_file() else None
-    if data is None:
+    try:
+        stored = spec_record(run_dir)
+    except RecordError as e:
+        raise SpecError(str(e)) from None
+    if stored is None:
         return None
     try:
-        return SweepSpec.model_validate(_stored_before_family_was_the_tasks(json.loads(data.decode("utf-8"))["spec"]))
+        return stored_spec(stored)
+    except SpecError as e:
+        raise SpecError(f"{spec_location(run_dir)} is damaged ({e})") from None
+
+
+def stored_spec(data: dict) -> "SweepSpec":
+    """A spec as a run directory stored it, validated by today's schema; SpecError
+    with the first problem where it no longer validates."""
+    try:
+        return SweepSpec.model_validate(_stored_before_family_was_the_tasks(data))
     except (ValueError, KeyError, TypeError) as e:
         problem = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise SpecError(f"{location} is damaged ({type(e).__name__}: {problem})") from None
+        raise SpecError(f"{type(e).__name__}: {problem}") from None
+
+
+def plan_of_record(stored: dict) -> Optional[dict]:
+    """The plan of a run launched before plans were stored (orchestrator.rundir's
+    plan.json), from its stored spec; None where today's schema cannot read it."""
+    try:
+        return plan(stored_spec(stored))
+    except SpecError:
+        return None
 
 
 def _stored_before_family_was_the_tasks(data: dict) -> dict:

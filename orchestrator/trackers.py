@@ -17,12 +17,15 @@ import os
 from pathlib import Path
 
 import pandas as pd
+import ray.cloudpickle as cloudpickle
 from ray.air.integrations.mlflow import MLflowLoggerCallback
 from ray.air.integrations.wandb import WandbLoggerCallback, _WandbLoggingActor
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 from ray.tune.logger.tensorboardx import TBXLoggerCallback
-from ray.tune.result import TRAINING_ITERATION
+from ray.tune.result import EXPR_PARAM_PICKLE_FILE, EXPR_RESULT_FILE, TRAINING_ITERATION
+from ray.tune.utils.util import SafeFallbackEncoder
 
+from orchestrator.rundir import TrialFiles
 from orchestrator.spec import SweepSpec
 from orchestrator.storage import is_remote
 from workloads.config import TrialConfig
@@ -171,13 +174,41 @@ class TensorBoard(TBXLoggerCallback):
             self._trial_writer[trial].file_writer.add_summary(summary)
 
 
+class TrialFilesCallback(JsonLoggerCallback):
+    """A sweep trial's params.json and result.json, written by the run directory's
+    own writer (`TrialFiles`, which `train --out` uses too) where Tune's JSON logger
+    writes them; Tune's pickled config (params.pkl) and its restore of result.json
+    from remote storage stay Tune's. Being a JsonLoggerCallback, it keeps Tune from
+    adding its own."""
+
+    def log_trial_start(self, trial) -> None:
+        self.update_config(trial, trial.config)
+        trial.init_local_path()
+        self._restore_from_remote(EXPR_RESULT_FILE, trial)
+        self._trial_files[trial] = TrialFiles(trial.local_path, encoder=SafeFallbackEncoder)
+
+    def log_trial_result(self, iteration: int, trial, result: dict) -> None:
+        if trial not in self._trial_files:
+            self.log_trial_start(trial)
+        self._trial_files[trial].append(result)
+
+    def log_trial_end(self, trial, failed: bool = False) -> None:
+        self._trial_files.pop(trial, None)
+
+    def update_config(self, trial, config: dict) -> None:
+        self._trial_configs[trial] = config
+        TrialFiles(trial.local_path, encoder=SafeFallbackEncoder).write_config(config)
+        with open(Path(trial.local_path, EXPR_PARAM_PICKLE_FILE), "wb") as f:
+            cloudpickle.dump(config, f)
+
+
 def trackers(spec: SweepSpec, mlflow_uri) -> list:
     """Ray Tune's logger callbacks for the trackers `spec.tracking` turns on, and
     Tune's JSON and CSV results (what status and report read) always."""
     tracking, run_dir, swept = spec.tracking, spec.run_dir(), swept_fields(spec)
     # Tune adds its own JSON, CSV and TensorBoard loggers unless told not to.
     os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
-    out = [JsonLoggerCallback(), CSVLoggerCallback()]
+    out = [TrialFilesCallback(), CSVLoggerCallback()]
     if tracking.tensorboard:
         out.append(TensorBoard(swept))
     if tracking.wandb:

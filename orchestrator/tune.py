@@ -2,7 +2,6 @@
 every evaluation, retried from its checkpoint when it crashes, resumable as a whole."""
 
 import contextlib
-import json
 import math
 import os
 import pickle
@@ -22,12 +21,13 @@ from ray import tune
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
-from orchestrator.report import EARLIER_RESULTS
-from orchestrator.rundir import parse_rows, rows_unstored
-from orchestrator.grid import cell_budget, cell_name, cell_rates, cells, expand, trial_for
+from orchestrator.grid import cell_budget, cell_name, cell_rates, cells, expand, plan, planned_trials, trial_for
 from orchestrator.packing import gpu_share, gpu_shares
-from orchestrator.spec import SPEC_FILE, SweepSpec
-from orchestrator.storage import is_remote, write_file
+from orchestrator.rundir import (MLFLOW_FILE, OPTUNA_FILE, PARAMS_FILE, RESULTS_FILE, STOP_FILE, load_trials, read_plan,
+                                  restore_rows, rows_unstored, set_aside_for_rebuild, stored_rows, tune_statuses,
+                                  write_plan, write_spec_record)
+from orchestrator.spec import SweepSpec
+from orchestrator.storage import is_remote, local_view
 from orchestrator.trackers import trackers
 from workloads.config import TrialConfig
 from workloads.metrics import METRICS, PLOTTED, PROGRESS, measured
@@ -80,15 +80,15 @@ def _stored_rows() -> list[dict]:
     if storage is None:
         return []
     fs, path = storage
-    rows = []
-    for name in (EARLIER_RESULTS, "result.json"):
+
+    def read_text(name: str) -> Optional[str]:
         try:
             with fs.open_input_stream(f"{path}/{name}") as f:
-                text = f.read().decode("utf-8", errors="replace")
+                return f.read().decode("utf-8", errors="replace")
         except (OSError, FileNotFoundError):
-            continue
-        rows += parse_rows(text)
-    return rows
+            return None
+
+    return stored_rows(read_text)
 
 
 class _NamedActor:
@@ -156,7 +156,6 @@ def _fit(tuner) -> None:
 # directory (local storage); each running trial, seeing it after its current step,
 # checkpoints that step and reports it, and the driver then lets Tune stop.
 # Elsewhere (remote storage) trials keep their time-based checkpoints.
-STOP_FILE = ".icr-stop"
 STOP_WAIT_S = 60.0  # the longest the driver waits for those checkpoints
 
 
@@ -287,9 +286,6 @@ def _trial_name(trial) -> str:
     name = TrialConfig.model_validate(trial.config["trial"]).name
     # An Optuna trial of an earlier version: its directory is named with Tune's id.
     return name if trial.config.get("grid", True) else f"{name}-{trial.trial_id}"
-
-
-OPTUNA_FILE = "optuna.db"  # the studies of an Optuna sweep with a local run directory
 
 
 def _sqlite_in(run_dir: str, file: str) -> Optional[str]:
@@ -753,7 +749,7 @@ def mlflow_uri(spec: SweepSpec) -> Optional[str]:
     """The MLflow tracking URI of the spec's tracking.mlflow: its own, else an SQLite
     file in a local run directory (MLflow's file store is in maintenance mode and
     refuses to open by default); None for a remote run without one."""
-    return spec.tracking.mlflow.tracking_uri or _sqlite_in(spec.run_dir(), "mlflow.db")
+    return spec.tracking.mlflow.tracking_uri or _sqlite_in(spec.run_dir(), MLFLOW_FILE)
 
 
 @contextlib.contextmanager
@@ -775,12 +771,8 @@ def _sigterm_as_ctrl_c():
 def launch(spec: SweepSpec, resources: dict) -> str:
     """Runs every trial of `spec`; returns the run directory. Ray must be initialised."""
     run_dir = spec.run_dir()
-    record = json.dumps({"spec": spec.model_dump(mode="json"), "resources": resources}, indent=1).encode()
-    if is_remote(run_dir):
-        write_file(f"{run_dir}/{SPEC_FILE}", record)
-    else:
-        Path(run_dir).mkdir(parents=True, exist_ok=True)
-        Path(run_dir, SPEC_FILE).write_bytes(record)
+    write_spec_record(run_dir, spec.model_dump(mode="json"), resources)
+    write_plan(run_dir, **plan(spec))
     trainable, run_config = _tuner_parts(spec, resources)
     if spec.search.method == "grid":
         trials = [t.model_dump(mode="json") for t in sorted(expand(spec), key=_cost, reverse=True)]
@@ -807,8 +799,8 @@ def resume(run_dir: str, spec: SweepSpec, resources: dict, say=print) -> str:
     from the spec and the trial directories instead (`rebuild`)."""
     trainable, run_config = _tuner_parts(spec, resources)
     _RESUMING["run_dir"] = run_dir
-    from orchestrator.rundir import restore_rows
-
+    if read_plan(run_dir) is None:  # a run launched before plans were stored: status and report read it
+        write_plan(run_dir, **plan(spec))
     for name, what in restore_rows(run_dir).items():
         say(f"{name}: {what}")
     problem = tune_state_problem(run_dir)
@@ -827,14 +819,11 @@ def resume(run_dir: str, spec: SweepSpec, resources: dict, say=print) -> str:
 def tune_state_problem(run_dir: str) -> str:
     """Why Tune's record of the run cannot be trusted ('' when it can): its newest
     experiment state unreadable, or missing a trial whose directory holds results."""
-    from orchestrator.rundir import tune_statuses
-    from orchestrator.storage import local_view
-
     with local_view(run_dir) as local:
         statuses, problem = tune_statuses(local)
         if problem:
             return problem
-        started = {p.parent.name for p in Path(local).glob("*/result.json")}
+        started = {p.parent.name for p in Path(local).glob(f"*/{RESULTS_FILE}")}
         missing = sorted(started - set(statuses))
     if missing and statuses:
         return f"Tune's experiment state lacks {len(missing)} trial(s) that have results ({', '.join(missing[:3])})"
@@ -847,10 +836,6 @@ def rebuild(run_dir: str, spec: SweepSpec, trainable, run_config, problem: str, 
     trial's directory (its result.json says whether it finished; its checkpoints,
     which the trainable looks for there, where it continues). Grid specs only: an
     Optuna study's trials are not known by name in advance."""
-    from orchestrator.report import load_trials
-    from orchestrator.grid import planned_trials
-    from orchestrator.storage import local_view
-
     if spec.search.method != "grid":
         raise ClusterError(f"{run_dir}: {problem}; an Optuna sweep cannot be rebuilt without it. Its finished trials "
                            "stay readable (status, report); launch the spec into a new directory for the rest")
@@ -858,17 +843,9 @@ def rebuild(run_dir: str, spec: SweepSpec, trainable, run_config, problem: str, 
     with local_view(run_dir) as local:
         trials = load_trials(local, planned, locked=False)
         finished = set(trials.loc[trials["state"] == "finished", "trial"]) if len(trials) else set()
-        stale = [p.name for p in Path(local).glob("experiment_state*.json")]
     left = [config for name, config in planned.items() if name not in finished]
     if not is_remote(run_dir):
-        for name in stale:  # set aside, so that the new experiment's state is the one read next time
-            os.replace(Path(run_dir, name), Path(run_dir, name + ".damaged"))
-        for name in planned:  # Tune starts a rebuilt trial's result.json afresh: its rows so far are kept
-            results = Path(run_dir, name, "result.json")
-            if name not in finished and results.is_file():
-                with open(results.with_name(EARLIER_RESULTS), "ab") as earlier:
-                    earlier.write(results.read_bytes())
-                results.unlink()
+        set_aside_for_rebuild(run_dir, [name for name in planned if name not in finished])
     say(f"Tune's state of {run_dir} cannot be used ({problem}); the sweep is rebuilt from the spec and the trial "
         f"directories: {len(finished)} finished trial(s) kept, {len(left)} to run, each from its newest intact checkpoint")
     left.sort(key=lambda t: _cost(TrialConfig.model_validate(t)), reverse=True)
@@ -886,4 +863,4 @@ def holds_sweep(run_dir: str) -> bool:
     """Whether trials were already started in `run_dir` (local or remote)."""
     if is_remote(run_dir):
         return can_resume(run_dir)
-    return any(Path(run_dir).glob("*/params.json"))
+    return any(Path(run_dir).glob(f"*/{PARAMS_FILE}"))

@@ -7,6 +7,7 @@ import pytest
 
 from icr_sweep import best, load_run
 from orchestrator.report import write_report
+from orchestrator.rundir import read_run
 from tests.orchestrator.test_report import accuracy, fake_run
 
 
@@ -68,7 +69,7 @@ def test_a_run_opens_with_its_sweep_ids_and_figures_and_its_times_are_datetimes(
 def test_best_is_the_reports_table_per_cell(tmp_path):
     run, _ = fake_run(tmp_path, accuracy)
     table = best(run)
-    write_report(run)
+    write_report(read_run(run), run)
     written = pd.read_csv(run / "best.csv")
     assert (table["sweep"] == "fake").all() and len(table) == len(written) == 4
     key = ["arch", "setup", "size", "n"]

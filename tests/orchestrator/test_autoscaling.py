@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.report import load_trials
+from orchestrator.rundir import load_trials
 from tests.orchestrator.test_sweep_e2e import SWEEPS, _kill_leftovers, free_port
 
 pytestmark = pytest.mark.slow

@@ -10,11 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from orchestrator.report import (best_by_cell, frontier, load_trials, markdown_tables, read_results, read_run,
-                                 robust_tables, write_report)
-from orchestrator.rundir import RunLock
-from orchestrator.grid import expand, planned_trials
-from orchestrator.spec import SPEC_FILE, SweepSpec
+from orchestrator.grid import expand, plan
+from orchestrator.report import best_by_cell, frontier, markdown_tables, robust_tables, write_report
+from orchestrator.rundir import PLAN_FILE, SPEC_FILE, RunLock, load_trials, read_plan, read_results, read_run, write_plan
+from orchestrator.spec import SweepSpec
 
 
 def fake_run(tmp_path, accuracy, unfinished=(), errored=(), search=None):
@@ -28,6 +27,7 @@ def fake_run(tmp_path, accuracy, unfinished=(), errored=(), search=None):
     run = tmp_path / "fake"
     run.mkdir()
     (run / SPEC_FILE).write_text(json.dumps({"spec": spec.model_dump(mode="json")}))
+    write_plan(str(run), **plan(spec))
     for trial in expand(spec):
         d = run / trial.name
         d.mkdir(parents=True)
@@ -144,8 +144,8 @@ def test_report_of_an_empty_directory_is_a_clear_error(tmp_path):
 
 def test_write_report_is_a_function_of_the_files_alone(tmp_path):
     run, _ = fake_run(tmp_path, accuracy)
-    first, _, _ = write_report(run)
-    second, _, _ = write_report(run)
+    first, _ = write_report(read_run(run), run)
+    second, _ = write_report(read_run(run), run)
     assert first == second
 
 
@@ -169,14 +169,14 @@ def test_trial_state_comes_from_what_tune_recorded_not_from_file_times(tmp_path)
     started = "mamba-cot-0.5M-n32-lr3e-4-s0"  # results, but its params.json lost
     (run / started / "params.json").unlink()
     _tune_state(run, {**{t.name: "TERMINATED" for t in trials[:3]}, errored: "ERROR", midway: "RUNNING"})
-    df = load_trials(run, planned_trials(SweepSpec.model_validate(json.loads((run / SPEC_FILE).read_text())["spec"])))
+    df = load_trials(run, read_plan(run)["trials"])
     states = df.set_index("trial")["state"]
     assert states[errored] == "error" and "RuntimeError: boom" in df.set_index("trial").loc[errored, "error"]
     assert states[midway] == "interrupted"  # Tune says running, but no driver holds the sweep
     assert states[untouched] == "pending" and len(df) == len(trials)
     errors = df.set_index("trial")["error"]
     assert states[made] == "pending" and errors[made] == ""  # nothing is wrong with a trial not started
-    assert "params.json is missing; config taken from the spec" in errors[started]
+    assert "params.json is missing; config taken from the plan" in errors[started]
     with RunLock(str(run)):
         assert load_trials(run).set_index("trial").loc[midway, "state"] == "running"
 
@@ -233,6 +233,7 @@ def test_one_damaged_file_is_named_and_the_rest_is_reported(tmp_path, damage):
 def test_an_unreadable_trial_without_a_spec_is_listed_as_such(tmp_path):
     run, trials = fake_run(tmp_path, accuracy)
     (run / SPEC_FILE).unlink()
+    (run / PLAN_FILE).unlink()  # the plan launch stores beside it: no config of the trial anywhere
     (run / trials_name(1) / "params.json").write_text("[]")
     result = CliRunner().invoke(app, ["report", str(run)])
     assert result.exit_code == 0, result.output
@@ -366,12 +367,12 @@ def test_results_of_the_wrong_shape_are_named_not_crashed_on_or_dropped(tmp_path
     (run / names[3] / "result.json").write_text('[1, 2]\n"x"\n')
     result = CliRunner().invoke(app, ["report", str(run)])
     assert result.exit_code == 0, result.output
-    df = read_run(run, locked=False)[0].set_index("trial")  # as status and report read it: with the spec's plan
+    df = read_run(run, locked=False).trials.set_index("trial")  # as status and report read it: with the stored plan
     assert len(df) == len(trials)  # every trial is listed: none dropped
     assert "val_exact_match is Infinity; row skipped" in df.loc[names[0], "error"]
     assert df.loc[names[0], "val_exact_match"] == 0.1  # the last row that holds numbers
     assert "params.json does not hold a trial's config (train.lr" in df.loc[names[1], "error"]
-    assert df.loc[names[1], "state"] == "finished" and df.loc[names[1], "lr"] == trials[1].train.lr  # from the spec
+    assert df.loc[names[1], "state"] == "finished" and df.loc[names[1], "lr"] == trials[1].train.lr  # from the plan
     assert 'samples is [200]; row skipped' in df.loc[names[2], "error"]
     assert "line 1 is not a result" in df.loc[names[3], "error"]
     assert all(math.isfinite(v) for v in df["val_exact_match"].dropna())
@@ -386,7 +387,7 @@ def test_a_trial_restarted_from_an_older_checkpoint_counts_each_evaluation_once(
     (trial_dir / "result-before-rebuild.json").write_text("".join(json.dumps(r) + "\n" for r in rows[:2]))
     (trial_dir / "result.json").write_text("".join(json.dumps(r) + "\n" for r in rows[2:]))
     assert [r["samples"] for r in read_results(trial_dir)] == [50, 100, 150, 200]
-    row = read_run(run, locked=False)[0].set_index("trial").loc[trials[0].name]
+    row = read_run(run, locked=False).trials.set_index("trial").loc[trials[0].name]
     assert row["state"] == "finished" and row["val_exact_match"] == 0.2
 
 
@@ -401,7 +402,7 @@ def test_an_istree_report_says_what_it_shows_of_the_papers_findings_and_what_is_
         for row in rows:
             row["train_loss"] = 0.5  # flat: trained out
         results.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    text, _, _ = write_report(run, locked=False)
+    text, _ = write_report(read_run(run, locked=False), run)
     assert "## What this run shows of the paper's findings" in text
     # fake_run sweeps the Transformer and Mamba with CoT only: what needs more is said to be untestable.
     assert "- **Not testable here**: retrieval lifts Mamba" in text

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.rundir import RunDirError, check_storage
-from orchestrator.spec import SPEC_FILE, load_spec, run_spec
+from orchestrator.rundir import SPEC_FILE
+from orchestrator.spec import load_spec, run_spec
 from orchestrator.storage import download_run, read_file
 from tests.orchestrator.test_sweep_e2e import SWEEPS, _kill_leftovers, _killme_spec, cli, free_port, ray_temp  # noqa: F401
 

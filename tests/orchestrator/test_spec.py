@@ -344,7 +344,8 @@ def test_model_dimensions_are_axes_beyond_the_presets():
 
 
 def test_task_parameters_are_axes_with_setups_of_their_own(tmp_path):
-    from orchestrator.report import best_by_cell, load_trials
+    from orchestrator.report import best_by_cell
+    from orchestrator.rundir import load_trials
 
     spec = SweepSpec(name="x", task="mqar", task_params={"vocab": 256},
                      axes=dict(archs=["transformer"], setups=["vanilla"], sizes=["tiny"], n=[4, 8],
@@ -426,7 +427,8 @@ def test_every_registered_metric_can_pick_the_learning_rates_except_a_held_out_o
 def test_a_run_stored_when_family_defaulted_to_binary_for_every_task_still_loads(tmp_path):
     # Specs stored before axes.family defaulted to the task's own hold family: binary
     # for tasks without graphs too; resume and report read them as they were.
-    from orchestrator.spec import SPEC_FILE, run_spec
+    from orchestrator.rundir import SPEC_FILE
+    from orchestrator.spec import run_spec
 
     for task, n in (("ar", 8), ("istree", 6)):
         spec = SweepSpec(name="old", task=task, axes=dict(setups=["vanilla"], n=[n], sizes=["tiny"], archs=["mamba"]))

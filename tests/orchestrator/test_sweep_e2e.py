@@ -20,7 +20,7 @@ import pytest
 import torch
 import yaml
 
-from orchestrator.report import load_trials, read_results, read_run
+from orchestrator.rundir import load_trials, read_results, read_run
 from orchestrator.grid import expand
 from orchestrator.spec import load_spec
 
@@ -216,7 +216,7 @@ def test_ctrl_c_stops_with_the_resume_command_and_every_trial_in_its_true_state(
     ours = re.sub(r"Exception ignored in.*?SystemExit: 1", "", out, flags=re.S)
     assert "Fatal Python error" not in out and "Traceback" not in ours, out[-3000:]
     assert f"icr-sweep resume {run_dir}" in out
-    states = read_run(run_dir)[0].set_index("trial")["state"].to_dict()
+    states = read_run(run_dir).trials.set_index("trial")["state"].to_dict()
     assert len(states) == 3, states  # the never-started trial is listed too
     assert sorted(states.values()) == ["finished", "interrupted", "pending"], states
     report = (run_dir / "report.md").read_text()
@@ -321,7 +321,7 @@ def test_a_run_with_damaged_tune_state_and_checkpoint_still_resumes(tmp_path, ra
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-3000:]
     assert "rebuilt from the spec" in out, out[-3000:]
-    df = read_run(run_dir)[0]
+    df = read_run(run_dir).trials
     assert len(df) == 3 and (df["state"] == "finished").all(), df[["trial", "state", "error"]]
     for name, text in before.items():
         assert (run_dir / name / "result.json").read_text() == text, f"{name} was run again"

@@ -188,13 +188,20 @@ def test_cached_batched_generation_equals_naive_generation(arch):
         assert fast[row, : len(s)].tolist() == s
 
 
+
+def _stored(out) -> dict:
+    """What `train --out` stored of its trial: the final row of result.json, with the
+    config from params.json (as the final metrics it prints)."""
+    rows = [json.loads(line) for line in (out / "result.json").read_text().splitlines()]
+    return {**rows[-1], "config": json.loads((out / "params.json").read_text())["trial"]}
+
 def test_train_command_writes_metrics_and_resumes(tmp_path, thread_pools):
     out = tmp_path / "trial"
     args = ["train", "--arch", "mamba", "--size", "tiny", "--setup", "retrieval", "--n", "5", "--samples", "256",
             "--eval-every", "128", "--val-samples", "32", "--warmup-samples", "64", "--out", str(out)]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    metrics = json.loads((out / "metrics.json").read_text())
+    metrics = _stored(out)
     for key in ("samples", "train_loss", "val_loss", "val_exact_match", "gen_accuracy", "samples_per_s", "tokens_per_s"):
         assert metrics[key] is not None
     assert metrics["config"]["train"]["lr"] == 3e-4  # the paper's rule for Mamba
@@ -203,7 +210,7 @@ def test_train_command_writes_metrics_and_resumes(tmp_path, thread_pools):
     again = CliRunner().invoke(app, args)  # finished: resumes at the end, trains nothing
     assert again.exit_code == 0 and "resuming" in again.output
     assert len((out / "result.json").read_text().splitlines()) == 2
-    assert json.loads((out / "metrics.json").read_text()) == metrics
+    assert _stored(out) == metrics
     # The same files as a sweep's trial: status, report and load_run read the directory.
     from icr_sweep import load_run
 
@@ -250,7 +257,7 @@ def test_a_short_run_scales_its_warm_up_and_a_too_long_warm_up_names_the_flags(t
     out = tmp_path / "short"
     result = CliRunner().invoke(app, TRAIN + ["--samples", "640", "--eval-every", "640", "--out", str(out)])
     assert result.exit_code == 0, result.output
-    assert json.loads((out / "metrics.json").read_text())["config"]["train"]["warmup_samples"] == 64
+    assert _stored(out)["config"]["train"]["warmup_samples"] == 64
     result = CliRunner().invoke(app, TRAIN + ["--samples", "6400", "--warmup-samples", "10000", "--out", str(out)])
     assert result.exit_code == 2 and "--warmup-samples (10000) must be below --samples (6400)" in result.output
 
@@ -441,7 +448,7 @@ def test_train_command_takes_any_task_and_its_parameters(tmp_path, thread_pools)
                                       "--setup", "retrieval", "--n", "10", "--samples", "256", "--eval-every", "128",
                                       "--val-samples", "32", "--out", str(out)])
     assert result.exit_code == 0, result.output
-    stored = json.loads((out / "metrics.json").read_text())
+    stored = _stored(out)
     assert stored["config"]["task"] == {"name": "index", "n": 10, "values": 5, "setup": "retrieval"}
     assert 0 <= stored["gen_accuracy"] <= 1
 
@@ -461,7 +468,7 @@ def test_train_takes_model_dimensions_beyond_the_preset_named_as_a_spec_names_th
     args = train_args("d_state=1", "d_model=16")
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    model = json.loads((out / "metrics.json").read_text())["config"]["model"]
+    model = _stored(out)["config"]["model"]
     spec = SweepSpec(name="x", task="mqar", task_params={"vocab": 64, "seq_len": 32},
                      axes=dict(archs=["mamba"], setups=["vanilla"], sizes=["tiny"], n=[2],
                                model={"d_state": [1], "d_model": [16]}))

@@ -1,0 +1,128 @@
+"""The run directory's own records: the spec as launched, the plan of its trials,
+Ray Tune's record of each trial's state, and what a rebuild of the sweep sets aside.
+Written locally or to remote storage alike.
+"""
+
+import json
+import os
+from pathlib import Path
+from typing import Optional
+
+from orchestrator.rundir.layout import EARLIER_RESULTS, PLAN_FILE, RESULTS_FILE, SPEC_FILE, TUNE_STATE
+from orchestrator.storage import is_remote, read_file, write_file
+
+
+class RecordError(ValueError):
+    """A record of the run directory that is there but cannot be read; the message names it."""
+
+
+def _write(run_dir: str, name: str, data: dict) -> None:
+    blob = json.dumps(data, indent=1).encode()
+    if is_remote(run_dir):
+        write_file(f"{run_dir.rstrip('/')}/{name}", blob)
+        return
+    path = Path(run_dir.removeprefix("file://"), name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(blob)
+    os.replace(tmp, path)  # whole or not at all: a reader never meets half a record
+
+
+def _read(run_dir: str | Path, name: str) -> Optional[dict]:
+    """A record as stored (None where the run holds none); RecordError naming the
+    file where it is damaged."""
+    location = f"{str(run_dir).rstrip('/')}/{name}"
+    if is_remote(str(run_dir)):
+        data = read_file(location)
+    else:
+        path = Path(location.removeprefix("file://"))
+        data = path.read_bytes() if path.is_file() else None
+    if data is None:
+        return None
+    try:
+        record = json.loads(data.decode("utf-8"))
+        if not isinstance(record, dict):
+            raise TypeError(f"a {type(record).__name__}, not an object")
+        return record
+    except (ValueError, TypeError) as e:
+        problem = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise RecordError(f"{location} is damaged ({type(e).__name__}: {problem})") from None
+
+
+def write_spec_record(run_dir: str, spec: dict, resources: dict) -> None:
+    """icr-sweep.json: the resolved spec as launched (what resume reads), and the
+    resources it was launched with."""
+    _write(run_dir, SPEC_FILE, {"spec": spec, "resources": resources})
+
+
+def spec_location(run_dir: str | Path) -> str:
+    """Where the run's spec record is (a path or a URI), for messages."""
+    return f"{str(run_dir).rstrip('/')}/{SPEC_FILE}"
+
+
+def spec_record(run_dir: str | Path) -> Optional[dict]:
+    """The stored spec, as stored (a mapping; None where the run holds none);
+    RecordError where the file is damaged or holds no spec."""
+    record = _read(run_dir, SPEC_FILE)
+    if record is None:
+        return None
+    if not isinstance(record.get("spec"), dict):
+        raise RecordError(f"{spec_location(run_dir)} is damaged (it holds no 'spec' object)")
+    return record["spec"]
+
+
+def write_plan(run_dir: str, method: str, trial_count: int, trials: dict[str, dict]) -> None:
+    """plan.json: the trials the spec plans, written at launch (and by a resume of a
+    run launched without one): `trials` maps a grid's trial names to their configs
+    (an Optuna search names its trials as it goes: none), `trial_count` counts all."""
+    _write(run_dir, PLAN_FILE, {"method": method, "trial_count": trial_count, "trials": trials})
+
+
+def read_plan(run_dir: str | Path) -> Optional[dict]:
+    """The stored plan ({"method", "trial_count", "trials"}), None where the run has
+    none (launched by an earlier version); RecordError where it is damaged."""
+    plan = _read(run_dir, PLAN_FILE)
+    if plan is not None and not (isinstance(plan.get("trials"), dict) and isinstance(plan.get("trial_count"), int)):
+        raise RecordError(f"{str(run_dir).rstrip('/')}/{PLAN_FILE} is damaged (no 'trials' or 'trial_count')")
+    return plan
+
+
+def set_aside_for_rebuild(run_dir: str, unfinished: list[str]) -> None:
+    """Before a sweep is rebuilt in `run_dir` (local): Tune's damaged states renamed,
+    so that the new experiment's is the one read next; and each unfinished trial's
+    rows moved onto its EARLIER_RESULTS, since Tune starts a rebuilt trial's
+    result.json afresh (readers read both, earlier first)."""
+    for state in Path(run_dir).glob(TUNE_STATE.replace("-*", "*")):
+        os.replace(state, state.with_name(state.name + ".damaged"))
+    for name in unfinished:
+        results = Path(run_dir, name, RESULTS_FILE)
+        if results.is_file():
+            with open(results.with_name(EARLIER_RESULTS), "ab") as earlier:
+                earlier.write(results.read_bytes())
+            results.unlink()
+
+
+def tune_statuses(run_dir: str | Path) -> tuple[dict[str, str], str]:
+    """Ray Tune's status of each trial (PENDING, RUNNING, PAUSED, TERMINATED, ERROR)
+    by directory name, from its newest experiment state; and a problem, if that
+    file could not be read ("" when fine or absent)."""
+    trials, problem = tune_trials(run_dir)
+    return {name: status for name, (status, _) in trials.items()}, problem
+
+
+def tune_trials(run_dir: str | Path) -> tuple[dict[str, tuple[str, Optional[dict]]], str]:
+    """(status, trial config) of each trial Tune recorded, by directory name: the
+    config of a trial Tune created but never started (no params.json yet) is there."""
+    files = sorted(Path(run_dir).glob(TUNE_STATE))
+    if not files:
+        return {}, ""
+    try:
+        state = json.loads(files[-1].read_text())
+        trials = {}
+        for trial_json, _ in state["trial_data"]:
+            trial = json.loads(trial_json)
+            config = trial.get("config")
+            trials[trial["relative_logdir"]] = (trial["status"], config.get("trial") if isinstance(config, dict) else None)
+        return trials, ""
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return {}, f"{files[-1].name}: unreadable ({type(e).__name__}: {e}); trial states come from the trial files"

@@ -1,0 +1,205 @@
+"""A run directory read whole: one row per trial (planned or found) with its
+config, state and latest figures, each trial's rows, the spec as stored, and notes
+on what could not be read. Built from the stored files alone: the plan and the
+trials' configs as launch and the trials wrote them, never the spec re-expanded.
+"""
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+import pandas as pd
+
+from orchestrator.rundir.guard import driver_is_live
+from orchestrator.rundir.layout import ERROR_FILE, PARAMS_FILE, PLAN_FILE, SPEC_FILE, is_trial_dir, trial_names
+from orchestrator.rundir.records import RecordError, read_plan, spec_record, tune_trials
+from orchestrator.rundir.rows import METRIC_KEYS, trial_rows
+from workloads.metrics import HEADLINE, METRICS, PROGRESS
+from workloads.tasks import DEFAULT_TASK
+
+COLUMNS = {"model.arch": "arch", "task.setup": "setup", "model.size": "size", "task.n": "n",
+           "task.family": "family", "train.lr": "lr", "train.seed": "seed"}
+
+
+@dataclass
+class Run:
+    """What a run directory holds. `trials`: a row per trial (see load_trials);
+    `spec`: the spec as stored at launch (a mapping, None where absent or damaged);
+    `rows`: each trial's result rows on its timeline; `configs`: each trial's config;
+    `notes`: what could not be read."""
+
+    trials: pd.DataFrame
+    spec: Optional[dict] = None
+    notes: list[str] = field(default_factory=list)
+    rows: dict[str, list[dict]] = field(default_factory=dict)
+    configs: dict[str, dict] = field(default_factory=dict)
+
+    @property
+    def task(self) -> str:
+        return (self.spec or {}).get("task", DEFAULT_TASK)
+
+    @property
+    def chosen_by(self) -> tuple[str, str, str]:
+        """The metric, its mode and the tie-break that choose each cell's learning
+        rate: the sweep's search (the headline and validation loss where the spec
+        cannot be read)."""
+        search = (self.spec or {}).get("search") or {}
+        metric = search.get("metric") if search.get("metric") in METRICS else HEADLINE
+        mode = search.get("mode") if search.get("mode") in ("max", "min") else METRICS[metric].mode
+        ties = search.get("tie_break")  # unset: validation loss (exact match where the loss is the metric)
+        return metric, mode, ties if ties in METRICS else ("val_loss" if metric != "val_loss" else HEADLINE)
+
+
+def _read_config(trial_dir: Path) -> tuple[dict | None, str]:
+    from pydantic import ValidationError
+
+    from workloads.config import TrialConfig
+
+    path = trial_dir / PARAMS_FILE
+    try:
+        config = json.loads(path.read_bytes().decode("utf-8"))["trial"]
+        if not isinstance(config, dict):
+            raise TypeError(f"'trial' is a {type(config).__name__}")
+        try:
+            TrialConfig.model_validate(config)
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(map(str, first["loc"]))
+            return None, (f"{path.name} does not hold a trial's config ({where}: "
+                          f"{first['msg'].removeprefix('Value error, ')}, got {json.dumps(first.get('input'))[:60]})")
+        return config, ""
+    except FileNotFoundError:
+        return None, f"{path.name} is missing"
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return None, f"{path.name} is unreadable ({type(e).__name__}: {e})"
+
+
+def _state(status: str | None, results: list[dict], trial_dir: Path, live: bool) -> tuple[str, str]:
+    """A trial's state from what Tune recorded (`status`), its results, and whether
+    a driver is working on the trial now."""
+    error_file = trial_dir / ERROR_FILE
+    if status == "ERROR" or (status is None and not live and error_file.exists() and not results[-1:]):
+        lines = [ln for ln in error_file.read_text(errors="replace").splitlines() if ln.strip()] if error_file.exists() else []
+        return "error", lines[-1] if lines else "failed (no error file)"
+    if results and results[-1].get("final_eval"):
+        return "finished", ""
+    if live:
+        return ("running" if results or status == "RUNNING" else "pending"), ""
+    return ("interrupted" if results or status in ("RUNNING", "PAUSED") else "pending"), ""
+
+
+def load_trials(run_dir: Path, planned: dict[str, dict] | None = None, locked: bool = True,
+                only: str | None = None, kept: dict | None = None) -> pd.DataFrame:
+    """One row per trial, planned or found: its flattened config, state and latest
+    metrics. `planned` maps the names of the trials a sweep will run to their
+    configs (those not started are `pending`). A trial whose files cannot be read
+    is listed as `unreadable`, with the file and the problem in `error`. Without a
+    run lock to ask (`locked` False: a copy of a remote run), a trial is running
+    when Tune last recorded it so. `kept`, a mapping, receives each trial's rows
+    and config by name: {"rows": {...}, "configs": {...}}."""
+    run_dir = Path(run_dir)
+    planned = planned or {}
+    recorded, problem = tune_trials(run_dir)
+    statuses = {name: status for name, (status, _) in recorded.items()}
+    live = driver_is_live(run_dir) if locked else None
+    names = {only} if only is not None else trial_names(run_dir) | set(statuses) | set(planned)
+    kept = kept if kept is not None else {}
+    kept.setdefault("rows", {})
+    kept.setdefault("configs", {})
+    rows = []
+    for name in sorted(names):
+        trial_dir = run_dir / name
+        config, config_problem = _read_config(trial_dir) if trial_dir.is_dir() else (None, "")
+        results, problems = trial_rows(trial_dir)
+        status = statuses.get(name)
+        state, error = _state(status, results, trial_dir, status == "RUNNING" if live is None else live)
+        if status == "TERMINATED" and state != "finished" and not live:
+            state = "interrupted"  # finished by Tune's record, its last rows lost: resume restores them
+            problems.append("Tune recorded it finished, but its final row is missing or damaged"
+                            + (" (result.json holds no rows)" if not results else "")
+                            + "; `icr-sweep resume` restores it from the trial's checkpoint")
+        if config is None:
+            config = planned.get(name) or (recorded.get(name, (None, None))[1] if not results else None)
+            if config_problem and config is None:
+                state, error = "unreadable", config_problem
+            elif config_problem and (results or (trial_dir / PARAMS_FILE).exists()):
+                # (Tune makes a pending trial's directory before it writes params.json: nothing amiss)
+                problems.append(config_problem + "; config taken from the plan")
+        kept["rows"][name] = results
+        if config:
+            kept["configs"][name] = config
+        last = results[-1] if results else {}
+        # Rows between evaluations (time-based checkpoints) carry progress only: the
+        # metrics are the last evaluation's, the progress the latest row's.
+        evaluated = [r for r in results if r.get("evaluated", True)]
+        last_eval = evaluated[-1] if evaluated else {}
+        metrics = {k: (last if k in PROGRESS else last_eval).get(k) for k in METRIC_KEYS}
+        flat = pd.json_normalize(config, sep=".").iloc[0].to_dict() if config else {}
+        rows.append({"trial": name, "state": state, **metrics, "error": "; ".join(filter(None, [error, *problems])), **flat})
+    return _as_table(rows, problem)
+
+
+def _as_table(rows: list[dict], problem: str) -> pd.DataFrame:
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return df
+    df.attrs["problem"] = problem
+    df = df.rename(columns=COLUMNS)
+    if "task_label" in df and "setup" in df:  # a spec's task axes: vanilla-seqlen64, as trial names say
+        label = df["task_label"].fillna("").astype(str)
+        df["setup"] = df["setup"].where(label == "", df["setup"].astype(str) + "-" + label)
+    for column in (*METRICS, "samples"):
+        df[column] = pd.to_numeric(df[column], errors="coerce")
+    return df
+
+
+def read_run(run_dir: Path, locked: bool = True, plan_of: Optional[Callable[[dict], Optional[dict]]] = None) -> Run:
+    """The trials of a run directory (planned ones included), the spec it was
+    launched with (None if absent or damaged), and notes on what could not be read.
+    `locked`: whether the directory is the run's own, with its driver lock (not a
+    copy of a remote run). The planned trials are the stored plan's; for a run
+    launched before plans were stored, `plan_of(spec)` may make one from its spec."""
+    notes = [] if locked else ["a remote run has no driver lock: 'running' is Tune's last record, "
+                               "which a driver killed mid-sweep leaves behind (`icr-sweep resume` continues it)"]
+    run_dir = Path(run_dir)
+    kept: dict = {}
+    if is_trial_dir(run_dir):  # `icr-sweep train --out`: the same files as one trial of a sweep
+        df = load_trials(run_dir.parent, None, locked, only=run_dir.name, kept=kept)
+        return Run(df, None, notes, kept["rows"], kept["configs"])
+    spec, plan = _records(run_dir, notes, plan_of)
+    df = load_trials(run_dir, (plan or {}).get("trials"), locked, kept=kept)
+    run = Run(df, spec, notes, kept["rows"], kept["configs"])
+    if df.empty:
+        return run
+    if df.attrs.get("problem"):
+        notes.append(df.attrs["problem"])
+    if plan is not None and plan.get("method") != "grid":
+        missing = plan["trial_count"] - len(df)
+        if missing > 0:
+            notes.append(f"{missing} of the {plan['trial_count']} planned Optuna trials have not started")
+    unreadable = df.loc[df["state"] == "unreadable", "trial"].tolist()
+    if unreadable:
+        notes.append(f"{len(unreadable)} trial(s) could not be read (see their error): {', '.join(unreadable)}")
+    return run
+
+
+def _records(run_dir: Path, notes: list[str], plan_of) -> tuple[Optional[dict], Optional[dict]]:
+    """The stored spec and plan (or one `plan_of` makes from the spec), each None
+    where absent or damaged, with a note saying what that leaves out."""
+    try:
+        spec = spec_record(run_dir)
+    except RecordError as e:
+        spec = None
+        notes.append(f"{e}: lrs are chosen by {HEADLINE} (max)")
+    try:
+        plan = read_plan(run_dir)
+    except RecordError as e:
+        plan = None
+        notes.append(f"{e}: trials not started yet are not listed")
+    if plan is None and spec is not None and plan_of is not None:
+        plan = plan_of(spec)
+    if plan is None and spec is not None and not any("are not listed" in note for note in notes):
+        notes.append(f"no {PLAN_FILE} beside {SPEC_FILE} (a run of an earlier version whose spec today's schema "
+                     "cannot plan): trials not started yet are not listed")
+    return spec, plan

@@ -1,0 +1,49 @@
+"""A run directory as this version stores it (tests/fixtures/stored_run: a real
+launch of sweeps/istree_micro.yaml, its checkpoints left out) keeps loading: what
+a later change to the run directory must not break."""
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+
+from icr_sweep import best, load_run
+from orchestrator.api import read_stored
+from orchestrator.report import write_report
+from orchestrator.rundir import PLAN_FILE, read_plan, read_run
+
+STORED = Path(__file__).parents[1] / "fixtures" / "stored_run" / "istree_micro"
+
+
+def _copy(tmp_path) -> Path:
+    return Path(shutil.copytree(STORED, tmp_path / STORED.name))
+
+
+def test_a_stored_run_reads_whole_and_reports_the_same_from_every_reader(tmp_path):
+    run = _copy(tmp_path)
+    stored = read_run(run)
+    planned = read_plan(run)["trials"]
+    assert sorted(stored.trials["trial"]) == sorted(planned) and set(stored.trials["state"]) == {"finished"}
+    assert stored.notes == [] and stored.configs == planned  # each trial's stored config is the planned one
+    assert all(rows[-1]["final_eval"] for rows in stored.rows.values())
+    text, table = write_report(stored, run)
+    for name in planned:
+        assert f"| {name} | finished |" in text
+    assert pd.read_csv(run / "best.csv")["val_exact_match"].tolist() == table["val_exact_match"].tolist()
+    assert best(run)["val_exact_match"].tolist() == table["val_exact_match"].tolist()
+    latest = load_run(run, evaluations=False).set_index("trial")
+    assert latest["val_exact_match"].to_dict() == stored.trials.set_index("trial")["val_exact_match"].to_dict()
+
+
+def test_a_run_launched_before_plans_were_stored_lists_its_trials_not_started_from_its_spec(tmp_path):
+    run = _copy(tmp_path)
+    planned = read_plan(run)["trials"]
+    (run / PLAN_FILE).unlink()
+    unstarted = sorted(planned)[0]
+    shutil.rmtree(run / unstarted)
+    for state in run.glob("experiment_state-*.json"):
+        state.unlink()  # nor does Tune's record name it
+    alone = read_run(run)  # the run directory's own reading: what is stored, and a note of what is not
+    assert unstarted not in set(alone.trials["trial"]) and any("not started yet are not listed" in n for n in alone.notes)
+    trials = read_stored(run).trials.set_index("trial")  # status, report, load_run: the plan the spec makes
+    assert trials.loc[unstarted, "state"] == "pending" and len(trials) == len(planned)
