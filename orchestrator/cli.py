@@ -273,33 +273,38 @@ def train(
     cpus: int = typer.Option(1, min=1, help="threads for torch, OpenMP and numba (resources.cpus_per_trial in a sweep)"),
 ):
     """Train and evaluate one trial without Ray. Re-running with the same --out resumes it."""
+    protocol = {k: v for k, v in locals().items() if k in TrainConfig.model_fields and k != "lr"}  # as data
+    if warmup_samples is None:
+        protocol["warmup_samples"] = min(TrainConfig.model_fields["warmup_samples"].default, samples // 10)
+    config = _trial_of_flags(arch, size, _task_config(task, n, setup, family, sets), lr, _model_dims(arch, size, dims),
+                             protocol, out)
+    _train_trial(config, Path(out), cpus)
+
+
+def _trial_of_flags(arch: str, size: str, task_cfg, lr: Optional[float], dims: dict, protocol: dict, out: str):
+    """The trial `train`'s flags describe, checked as a sweep checks its trials (the
+    model built, its memory, `out` its own and writable); exits naming the flag."""
     from pydantic import ValidationError
 
     from orchestrator.rundir import RunDirError, check_storage, claim_trial_dir
     from workloads.config import trial_config
 
-    out_text, out = out, Path(out)  # the text as given: Path('') would be the current directory
-    if warmup_samples is None:
-        warmup_samples = min(TrainConfig.model_fields["warmup_samples"].default, samples // 10)
-    task_cfg = _task_config(task, n, setup, family, sets)
-    fields = _model_dims(arch, size, dims)
     try:
-        config = trial_config(
-            arch, size, task_cfg, lr=lr, dims=fields,
-            samples=samples, seed=seed, batch_size=batch_size, warmup_samples=warmup_samples, eval_every=eval_every,
-            checkpoint_every_s=checkpoint_every_s, val_samples=val_samples, val_seed=val_seed, eval_batch_size=eval_batch_size,
-            length_groups=length_groups, gen_every_eval=gen_every_eval, grad_clip=grad_clip, device=device,
-            precision=precision,
-        )
-        claim_trial_dir(out_text, config.model_dump(mode="json"), config.name)
+        config = trial_config(arch, size, task_cfg, lr=lr, dims=dims, **protocol)
+        claim_trial_dir(out, config.model_dump(mode="json"), config.name)  # `out` as given: Path('') is '.'
         _train_preflight(config)
-        check_storage(out_text, flag="--out")
-        out.mkdir(parents=True, exist_ok=True)
+        check_storage(out, flag="--out")
+        Path(out).mkdir(parents=True, exist_ok=True)
     except ValidationError as e:
         _fail(_flag_error(e))
     except (RunDirError, ValueError, OSError) as e:
         _fail(str(e))
+    return config
 
+
+def _train_trial(config, out: Path, cpus: int) -> None:
+    """Runs one trial in `out` (resuming from its checkpoint there), as a sweep's trial
+    is written; prints its final metrics as JSON, or exits saying why it stopped."""
     from workloads.threads import bound_threads
 
     bound_threads(cpus)  # before torch starts its pools
@@ -311,12 +316,12 @@ def train(
 
     checkpoint = out / "checkpoint"
     resume = checkpoint if (checkpoint / CHECKPOINT_FILE).exists() else None
-    typer.echo(f"{config.name}: {samples:,} samples -> {out}" + (" (resuming)" if resume else ""), err=True)
+    typer.echo(f"{config.name}: {config.train.samples:,} samples -> {out}" + (" (resuming)" if resume else ""), err=True)
     files = TrialFiles(out)  # the files of a sweep's trial, by the same writer
     if resume is None:  # a fresh start (a resume keeps both: its checkpoint is checked to be of this config)
         files.start_afresh()  # rows of a run that never checkpointed
         files.write_config({"trial": config.model_dump(mode="json")})
-    bar = tqdm(total=samples, unit="sample", unit_scale=True, dynamic_ncols=True)
+    bar = tqdm(total=config.train.samples, unit="sample", unit_scale=True, dynamic_ncols=True)
 
     def on_step(done: int) -> None:
         bar.update(done - bar.n)
