@@ -150,6 +150,9 @@ def planned_trials(spec) -> dict[str, dict]:
 
 def plan(spec) -> dict:
     """What launch stores beside the spec (orchestrator.rundir's plan.json): the
-    search method, the number of trials, and a grid's trials by name."""
-    return {"method": spec.search.method, "trial_count": spec.trial_count(), "trials": planned_trials(spec)}
+    search method, the number of trials, a grid's trials by name, and what chooses
+    each cell's rate (the search's metric, mode and tie-break, as the spec resolves them)."""
+    search = spec.search
+    return {"method": search.method, "trial_count": spec.trial_count(), "trials": planned_trials(spec),
+            "chosen_by": [search.metric, search.mode, search.ties_by]}
 

@@ -71,15 +71,17 @@ def spec_record(run_dir: str | Path) -> Optional[dict]:
     return record["spec"]
 
 
-def write_plan(run_dir: str, method: str, trial_count: int, trials: dict[str, dict]) -> None:
+def write_plan(run_dir: str, method: str, trial_count: int, trials: dict[str, dict], chosen_by: list[str]) -> None:
     """plan.json: the trials the spec plans, written at launch (and by a resume of a
     run launched without one): `trials` maps a grid's trial names to their configs
-    (an Optuna search names its trials as it goes: none), `trial_count` counts all."""
-    _write(run_dir, PLAN_FILE, {"method": method, "trial_count": trial_count, "trials": trials})
+    (an Optuna search names its trials as it goes: none), `trial_count` counts all;
+    `chosen_by`: the metric, mode and tie-break that choose each cell's rate."""
+    _write(run_dir, PLAN_FILE, {"method": method, "trial_count": trial_count, "trials": trials,
+                                "chosen_by": chosen_by})
 
 
 def read_plan(run_dir: str | Path) -> Optional[dict]:
-    """The stored plan ({"method", "trial_count", "trials"}), None where the run has
+    """The stored plan ({"method", "trial_count", "trials", "chosen_by"}), None where the run has
     none (launched by an earlier version); RecordError where it is damaged."""
     plan = _read(run_dir, PLAN_FILE)
     if plan is not None and not (isinstance(plan.get("trials"), dict) and isinstance(plan.get("trial_count"), int)):

@@ -26,6 +26,7 @@ COLUMNS = {"model.arch": "arch", "task.setup": "setup", "model.size": "size", "t
 class Run:
     """What a run directory holds. `trials`: a row per trial (see load_trials);
     `spec`: the spec as stored at launch (a mapping, None where absent or damaged);
+    `plan`: the plan stored beside it (or made from it), None where there is none;
     `rows`: each trial's result rows on its timeline; `configs`: each trial's config;
     `notes`: what could not be read."""
 
@@ -34,6 +35,7 @@ class Run:
     notes: list[str] = field(default_factory=list)
     rows: dict[str, list[dict]] = field(default_factory=dict)
     configs: dict[str, dict] = field(default_factory=dict)
+    plan: Optional[dict] = None
 
     @property
     def task(self) -> str:
@@ -42,13 +44,10 @@ class Run:
     @property
     def chosen_by(self) -> tuple[str, str, str]:
         """The metric, its mode and the tie-break that choose each cell's learning
-        rate: the sweep's search (the headline and validation loss where the spec
-        cannot be read)."""
-        search = (self.spec or {}).get("search") or {}
-        metric = search.get("metric") if search.get("metric") in METRICS else HEADLINE
-        mode = search.get("mode") if search.get("mode") in ("max", "min") else METRICS[metric].mode
-        ties = search.get("tie_break")  # unset: validation loss (exact match where the loss is the metric)
-        return metric, mode, ties if ties in METRICS else ("val_loss" if metric != "val_loss" else HEADLINE)
+        rate: the sweep's search as its plan stored it (the headline and validation
+        loss where there is no plan)."""
+        metric, mode, ties = (self.plan or {}).get("chosen_by") or (HEADLINE, METRICS[HEADLINE].mode, "val_loss")
+        return metric, mode, ties
 
 
 def _read_config(trial_dir: Path) -> tuple[dict | None, str]:
@@ -169,7 +168,7 @@ def read_run(run_dir: Path, locked: bool = True, plan_of: Optional[Callable[[dic
         return Run(df, None, notes, kept["rows"], kept["configs"])
     spec, plan = _records(run_dir, notes, plan_of)
     df = load_trials(run_dir, (plan or {}).get("trials"), locked, kept=kept)
-    run = Run(df, spec, notes, kept["rows"], kept["configs"])
+    run = Run(df, spec, notes, kept["rows"], kept["configs"], plan)
     if df.empty:
         return run
     if df.attrs.get("problem"):
@@ -187,19 +186,20 @@ def read_run(run_dir: Path, locked: bool = True, plan_of: Optional[Callable[[dic
 def _records(run_dir: Path, notes: list[str], plan_of) -> tuple[Optional[dict], Optional[dict]]:
     """The stored spec and plan (or one `plan_of` makes from the spec), each None
     where absent or damaged, with a note saying what that leaves out."""
+    spec_problem = plan_problem = ""
     try:
         spec = spec_record(run_dir)
     except RecordError as e:
-        spec = None
-        notes.append(f"{e}: lrs are chosen by {HEADLINE} (max)")
+        spec, spec_problem = None, str(e)
     try:
         plan = read_plan(run_dir)
     except RecordError as e:
-        plan = None
-        notes.append(f"{e}: trials not started yet are not listed")
+        plan, plan_problem = None, str(e)
     if plan is None and spec is not None and plan_of is not None:
-        plan = plan_of(spec)
-    if plan is None and spec is not None and not any("are not listed" in note for note in notes):
-        notes.append(f"no {PLAN_FILE} beside {SPEC_FILE} (a run of an earlier version whose spec today's schema "
-                     "cannot plan): trials not started yet are not listed")
+        plan = plan_of(spec)  # None where today's schema cannot read the spec
+    if spec_problem:
+        notes.append(spec_problem + ("" if plan else f": lrs are chosen by {HEADLINE} (max)"))
+    if plan is None and (plan_problem or spec is not None):
+        missing = plan_problem or f"no {PLAN_FILE} beside {SPEC_FILE} (a run of an earlier version)"
+        notes.append(f"{missing}: trials not started yet are not listed")
     return spec, plan

@@ -92,6 +92,14 @@ def test_report_command_uses_the_specs_metric_and_mode(tmp_path):
     assert "lr chosen by val_loss (lowest mean over seeds; ties by highest val_exact_match)" in (run / "report.md").read_text()
 
 
+
+def test_the_rate_is_chosen_as_the_stored_plan_says_when_the_spec_record_is_damaged(tmp_path):
+    run, _ = fake_run(tmp_path, accuracy, search=dict(metric="val_loss", mode="min"))
+    (run / SPEC_FILE).write_text('{"spec": {"name": ')
+    stored = read_run(run)
+    assert stored.chosen_by == ("val_loss", "min", "val_exact_match")
+    assert any(f"{SPEC_FILE} is damaged" in note and "lrs are chosen by" not in note for note in stored.notes)
+
 def test_states_and_errors_come_from_the_trial_files(tmp_path):
     run, trials = fake_run(tmp_path, accuracy, unfinished={trials_name(0)}, errored={trials_name(1)})
     df = load_trials(run).set_index("trial")
