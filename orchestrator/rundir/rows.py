@@ -49,8 +49,13 @@ class TrialFiles:
             f.flush()
 
     def stored_rows(self) -> list[dict]:
-        """The rows result.json holds now, as they are (for a resumed trial's check)."""
-        return parse_rows(self.results.read_text(errors="replace") if self.results.exists() else "")
+        """The rows stored so far, as they are (for a resumed trial's check): read as
+        a sweep's trial reads its own, through `stored_rows`."""
+        return stored_rows(self._read_text)
+
+    def _read_text(self, name: str) -> Optional[str]:
+        path = self.dir / name
+        return path.read_text(errors="replace") if path.exists() else None
 
 
 def stored_rows(read_text: Callable[[str], Optional[str]]) -> list[dict]:
