@@ -69,13 +69,8 @@ def _task_variant(spec, setup: str) -> TaskVariant:
 
 
 def variant_task(spec, variant: TaskVariant, n: int):
-    """The task config of a task variant at size n, with the spec's task parameters and
-    family (given in one place: the spec refuses it in two). The fields are merged
-    here, before the builder, so that a family in task_params is one field like the rest."""
-    fields = {**spec.task_params, **variant.fields}
-    if spec.axes.family is not None:
-        fields["family"] = spec.axes.family
-    return task_config(spec.task, n, variant.setup, **fields)
+    """The task config of a task variant at size n, with the spec's task parameters."""
+    return task_config(spec.task, n, variant.setup, **spec.task_params, **variant.fields)
 
 
 def cell_task(spec, setup: str, n: int):

@@ -82,10 +82,6 @@ class _Spec(BaseModel):
         return value
 
 
-# The graph families of the tasks that have one (the paper's: binary, random).
-FAMILIES = tuple(dict.fromkeys(family for config_cls, _ in TASKS.values() for family in config_cls.choices("family")))
-
-
 class AxesSpec(_Spec):
     """The grid: one trial per combination (and per learning rate, see `lr`)."""
 
@@ -94,8 +90,11 @@ class AxesSpec(_Spec):
     sizes: list[Size] = Field(["0.5M", "1M", "2M"], min_length=1)
     n: list[int] = Field([16, 32, 64], min_length=1, description="the task's size (the paper's task: vertices in "
                          "each graph); `icr-sweep tasks` says what it counts for each task and its bounds")
-    family: Optional[Literal[FAMILIES]] = Field(
-        None, description="the graphs' family, for a task that has one (the paper's); default: the task's")
+    # Kept as the specs so far spell it; a task field like the rest, moved into
+    # task_params before validation (SweepSpec._family_is_a_task_field).
+    family: Optional[str] = Field(
+        None, description="IsTree's graph family (binary or random) for every trial: task_params.family, written "
+        "here; default: the task's. Sweep it as axes.task: {family: [binary, random]}")
     seeds: list[Seed] = Field([0], min_length=1)
     model: dict[str, Union[list[int], dict[str, list[int]]]] = Field(
         {}, description="model dimensions to sweep beyond the presets, each a list crossed with sizes, e.g. "
@@ -340,6 +339,32 @@ class SweepSpec(_Spec):
     tracking: TrackingSpec = TrackingSpec()
     storage: str = Field("./runs", description="results go to <storage>/<name>/; a local path or s3://...")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _family_is_a_task_field(cls, data):
+        """axes.family (the paper's specs write it there) is task_params.family: one
+        task field like the rest, checked by the task's config."""
+        axes = data.get("axes") if isinstance(data, dict) else None
+        if not (isinstance(axes, dict) and axes.get("family") is not None):
+            return data
+        family, params = axes["family"], data.get("task_params") or {}
+        if isinstance(params, dict) and "family" in params:
+            raise ValueError(f"axes.family: {family} is given as task_params.family too ({params['family']}); "
+                             "give the graph family in one place")
+        if isinstance(axes.get("task"), dict) and "family" in axes["task"]:
+            raise ValueError(f"axes.family: {family} is given in axes.task.family too ({axes['task']['family']}); "
+                             "give the graph family in one place")
+        task = TASKS.get(data.get("task", DEFAULT_TASK))
+        if task and not task[0].has("family"):
+            having = ", ".join(name for name, (config_cls, _) in TASKS.items() if config_cls.has("family"))
+            raise ValueError(f"axes.family: {data.get('task')} has no graph family (a field of {having})")
+        if task and task[0].choices("family") and family not in task[0].choices("family"):
+            raise ValueError(f"axes.family: {family!r} is not a graph family of {data.get('task', DEFAULT_TASK)}; "
+                             f"choose one of {', '.join(task[0].choices('family'))}")
+        if not isinstance(params, dict):
+            return data  # task_params' own check names it
+        return {**data, "axes": {k: v for k, v in axes.items() if k != "family"}, "task_params": {**params, "family": family}}
+
     @field_validator("storage")
     @classmethod
     def _known_scheme(cls, value):
@@ -418,16 +443,10 @@ class SweepSpec(_Spec):
                 raise ValueError(f"axes.model with {arch}: {e.errors()[0]['msg'].removeprefix('Value error, ')}") from None
             except ValueError as e:
                 raise ValueError(f"axes.model with {arch}: {e}") from None
-        if self.axes.family is not None and "family" in self.task_params:
-            raise ValueError(f"axes.family ({self.axes.family}) and task_params.family ({self.task_params['family']}): "
-                             "give the graph family in one place")
-        if not TASKS[self.task][0].has("family") and self.axes.family is not None:
-            having = ", ".join(name for name, (config_cls, _) in TASKS.items() if config_cls.has("family"))
-            raise ValueError(f"axes.family: {self.task} has no graph family (a field of {having})")
         fields = TASKS[self.task][0].model_fields
         for field in self.axes.task:
-            if field in ("name", "n", "setup", "family") or field not in fields:
-                other = sorted(set(fields) - {"name", "n", "setup", "family"})
+            if field in ("name", "n", "setup") or field not in fields:
+                other = sorted(set(fields) - {"name", "n", "setup"})
                 raise ValueError(f"axes.task: {field!r} is not a parameter of {self.task} to sweep; "
                                  f"its parameters: {', '.join(other) or 'none'} (n and setup have axes of their own)")
             if field in self.task_params:

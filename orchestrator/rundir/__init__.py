@@ -7,7 +7,8 @@ import: status, report and notebooks read a run with Ray not running.
 from orchestrator.rundir.guard import (RunDirError, RunLock, check_launch_dir, check_storage, claim_trial_dir,
                                        discard_unstarted, driver_is_live)
 from orchestrator.rundir.layout import (EARLIER_RESULTS, LOCK_FILE, MLFLOW_FILE, OPTUNA_FILE, PARAMS_FILE, PLAN_FILE,
-                                        RESULTS_FILE, SPEC_FILE, STOP_FILE, is_trial_dir, trial_names, trials_home)
+                                        RESULTS_FILE, SPEC_FILE, STOP_FILE, is_trial_dir, sqlite_url, trial_names,
+                                        trials_home)
 from orchestrator.rundir.records import (RecordError, read_plan, set_aside_for_rebuild, spec_location,
                                          spec_record, tune_statuses,
                                          tune_trials, write_plan, write_spec_record)
@@ -19,5 +20,6 @@ __all__ = ["EARLIER_RESULTS", "LOCK_FILE", "METRIC_KEYS", "MLFLOW_FILE", "OPTUNA
            "RESULTS_FILE", "RecordError", "Run", "RunDirError", "RunLock", "SPEC_FILE", "STOP_FILE", "TrialFiles",
            "check_launch_dir", "check_storage", "claim_trial_dir", "discard_unstarted", "driver_is_live",
            "is_trial_dir", "load_trials", "parse_rows", "read_plan", "read_results", "read_run", "repair_results",
-           "restore_rows", "rows_unstored", "set_aside_for_rebuild", "spec_location", "spec_record", "stored_rows", "torn",
+           "restore_rows", "rows_unstored", "set_aside_for_rebuild", "spec_location", "spec_record", "sqlite_url", "stored_rows",
+           "torn",
            "trial_names", "trials_home", "tune_statuses", "tune_trials", "write_plan", "write_spec_record"]

@@ -19,6 +19,8 @@
 from pathlib import Path
 from typing import Optional
 
+from orchestrator.storage import is_remote
+
 LOCK_FILE = ".icr-sweep.lock"
 SPEC_FILE = "icr-sweep.json"
 PLAN_FILE = "plan.json"
@@ -62,3 +64,9 @@ def sweep_above(path: Path) -> Optional[Path]:
         if (folder / SPEC_FILE).is_file() or (folder / LOCK_FILE).is_file():
             return folder
     return None
+
+
+def sqlite_url(run_dir: str, file: str) -> Optional[str]:
+    """The URL of one of the run's own SQLite files (OPTUNA_FILE, MLFLOW_FILE) in a
+    local run directory; None for a remote one (SQLite needs a local file)."""
+    return None if is_remote(run_dir) else f"sqlite:///{Path(run_dir).resolve() / file}"

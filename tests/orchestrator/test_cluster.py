@@ -11,7 +11,7 @@ import pytest
 import yaml
 from ray.autoscaler._private.util import prepare_config, validate_config
 
-from orchestrator.tune import _node_type_gpus
+from orchestrator.cluster import _node_type_gpus
 
 ROOT = Path(__file__).parents[2]
 CLUSTER = ROOT / "cluster.yaml"

@@ -95,7 +95,7 @@ def test_launch_with_an_address_where_nothing_listens_fails_fast(tmp_path):
 
 
 def test_auto_names_ray_address_as_the_source(monkeypatch):
-    from orchestrator.tune import ClusterError, resolve_address
+    from orchestrator.cluster import ClusterError, resolve_address
 
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:9")
     with pytest.raises(ClusterError, match="from RAY_ADDRESS"):
@@ -105,7 +105,7 @@ def test_auto_names_ray_address_as_the_source(monkeypatch):
 def test_a_taken_dashboard_port_is_replaced_by_a_free_one():
     import socket
 
-    from orchestrator.tune import _free_port
+    from orchestrator.cluster import _free_port
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -180,8 +180,8 @@ def test_a_driver_that_fails_mid_sweep_still_reports_and_says_how_to_resume(tmp_
     import errno
     import json as _json
 
-    from orchestrator import cli
     from orchestrator import tune as sweep
+    from orchestrator.cli import sweep as cli_sweep
 
     def half_done(spec, resources):
         trial = next(iter(__import__("orchestrator.grid", fromlist=["expand"]).expand(spec)))
@@ -191,7 +191,7 @@ def test_a_driver_that_fails_mid_sweep_still_reports_and_says_how_to_resume(tmp_
         (d / "result.json").write_text(_json.dumps({"samples": 1024, "val_exact_match": 0.5, "final_eval": False}) + "\n")
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(cli, "_start_ray", lambda opts, spec: {"cpu": 1, "gpu": 0})
+    monkeypatch.setattr(cli_sweep, "_start_ray", lambda opts, spec: {"cpu": 1, "gpu": 0})
     monkeypatch.setattr(sweep, "launch", half_done)
     result = runner.invoke(app, ["launch", MICRO, "--storage", str(tmp_path / "runs")])
     assert result.exit_code == 130, result.output
@@ -226,12 +226,12 @@ def test_resume_sets_a_row_cut_short_aside_so_the_next_rows_are_read(tmp_path):
 
 def test_a_ray_start_that_fails_is_one_line_and_leaves_no_run_directory(tmp_path, monkeypatch):
     """Issue 30: a Ray start that timed out printed a full traceback."""
-    from orchestrator import tune
+    from orchestrator import cluster
 
     def timed_out(*args, **kwargs):
         raise TimeoutError("The current node timed out during startup. This could happen because ...\nmore lines")
 
-    monkeypatch.setattr(tune, "start_ray", timed_out)
+    monkeypatch.setattr(cluster, "start_ray", timed_out)
     result = CliRunner().invoke(app, ["launch", MICRO, "--storage", str(tmp_path)])
     assert result.exit_code == 2, result.output
     assert "error: Ray did not start (TimeoutError: The current node timed out during startup." in result.output

@@ -439,7 +439,7 @@ def test_a_run_stored_when_family_defaulted_to_binary_for_every_task_still_loads
         (run / SPEC_FILE).write_text(json.dumps({"spec": stored}))
         loaded = run_spec(run)
         assert [t.name for t in expand(loaded)] == [t.name for t in expand(spec)]
-        assert loaded.axes.family == ("binary" if task == "istree" else None)
+        assert loaded.task_params.get("family") == ("binary" if task == "istree" else None)
     path = tmp_path / "new.yaml"  # a spec written today: the family of a task without graphs is refused
     path.write_text("name: x\ntask: ar\naxes: {setups: [vanilla], n: [8], family: binary}\n")
     with pytest.raises(SpecError, match="axes.family: ar has no graph family"):
@@ -511,3 +511,24 @@ def test_a_spec_naming_no_setups_sweeps_every_setup_of_its_task(task):
 
 def test_a_spec_with_no_axes_at_all_takes_the_papers_setups():
     assert SweepSpec(name="d").axes.setups == ["vanilla", "cot", "retrieval"]
+
+
+def test_the_graph_family_is_a_task_field_swept_like_the_others(tmp_path):
+    """Issue 31: IsTree's family goes through the generic task axis: axes.task sweeps
+    it (a setup label per family, as any task field), axes.family is task_params.family
+    written where the paper's specs write it, and either is refused naming the field
+    when given twice or with a value the task does not have."""
+    base = dict(name="fam", axes=dict(archs=["mamba"], setups=["cot"], sizes=["tiny"], n=[6], seeds=[0]))
+    swept = load_spec(_written(tmp_path, {**base, "axes": {**base["axes"], "task": {"family": ["binary", "random"]}}}))
+    assert [(t.name, t.task.family) for t in expand(swept)] == [
+        ("mamba-cot-familybinary-tiny-n6-lr3e-4-s0", "binary"), ("mamba-cot-familyrandom-tiny-n6-lr3e-4-s0", "random")]
+    plan = runner.invoke(app, ["plan", _written(tmp_path, swept.model_dump(mode="json")), "--format", "json"])
+    assert [row["family"] for row in json.loads(plan.output)] == ["binary", "random"]
+    written_in_axes = load_spec(_written(tmp_path, {**base, "axes": {**base["axes"], "family": "random"}}))
+    assert written_in_axes.task_params == {"family": "random"}
+    assert {t.task.family for t in expand(written_in_axes)} == {"random"}
+    for axes, said in (({"family": "random", "task": {"family": ["binary"]}},
+                        "axes.family: random is given in axes.task.family too (['binary']); give the graph family in one place"),
+                       ({"family": "tree"}, "axes.family: 'tree' is not a graph family of istree; choose one of binary, random")):
+        result = runner.invoke(app, ["validate", _written(tmp_path, {**base, "axes": {**base["axes"], **axes}})])
+        assert result.exit_code == 2 and said in result.output, result.output

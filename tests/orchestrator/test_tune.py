@@ -7,7 +7,7 @@ import pytest
 
 from orchestrator.grid import cells
 from orchestrator.spec import SweepSpec
-from orchestrator.tune import CellwiseOptuna
+from orchestrator.optuna_search import CellwiseOptuna
 from tests.orchestrator.test_sweep_e2e import ray_temp  # noqa: F401
 from workloads.config import TrialConfig
 
@@ -117,7 +117,7 @@ def test_a_moved_run_resumes_against_its_own_optuna_db(tmp_path, monkeypatch):
 
     import optuna
 
-    from orchestrator import tune as sweep
+    from orchestrator import optuna_search
 
     spec = optuna_spec(num_samples=2)
     old, new = tmp_path / "old", tmp_path / "new"
@@ -126,7 +126,7 @@ def test_a_moved_run_resumes_against_its_own_optuna_db(tmp_path, monkeypatch):
     proposal = first.suggest("a")
     first.save(str(old / "searcher.pkl"))
     shutil.move(old, new)
-    monkeypatch.setitem(sweep._RESUMING, "run_dir", str(new))
+    monkeypatch.setitem(optuna_search.RESUMING, "run_dir", str(new))
     restored = CellwiseOptuna(spec, f"sqlite:///{new / 'optuna.db'}")
     restored.restore(str(new / "searcher.pkl"))
     restored.on_trial_complete("a", {"val_exact_match": 0.5, "training_iteration": 1})

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from workloads.tasks import register
+from workloads.tasks.registry import register
 from workloads.tasks.base import TaskConfigBase
 from workloads.tasks._sequence import D0, SEP, LookupTask, first_following, layout
 

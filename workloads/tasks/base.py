@@ -8,12 +8,14 @@ MyTask)`; the registry checks the contract then, at import."""
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Literal, Optional, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
 # Training, validation and held-out samples come from disjoint streams of
@@ -131,7 +133,13 @@ class TaskConfigBase(BaseModel):
 
 
 class TaskBase:
-    """Defaults of a task class; see workloads/tasks/__init__.py for what the trainer uses."""
+    """A task class. Its first half is for the orchestrator (names, chance levels,
+    findings); its second is the trainer's half of the contract: the attributes a
+    task sets in `__init__` (checked with their types when the task is built,
+    `check_built`) and the methods a task defines (checked when it is registered,
+    `check_contract`): `batch` and `samples` always, `stopped`, `answers` (and
+    `prompt_length`) for a task with a generation protocol, `retrieve_rows` (and `end_search_id`) for a task
+    with a retrieval setup."""
 
     title: ClassVar[str] = ""  # the task's name in reports and figures (IsTree); empty: its registered name
     n_label: ClassVar[str] = "n"  # the figures' x axis
@@ -140,6 +148,14 @@ class TaskBase:
     # generation (None: not a fixed level). The report marks them.
     exact_match_chance: ClassVar[dict[str, float]] = {}
     generation_chance: ClassVar[Optional[float]] = None
+
+    # The trainer's half: set by the task's __init__.
+    vocab_size: int  # tokens the model embeds (a property of the config is fine)
+    pad_id: int  # the token right-padding fills
+    max_length: int  # the longest sample, in tokens
+    prompt_length: int  # with a generation protocol: tokens before the model's first generated one
+    uses_retriever: bool  # whether generation calls retrieve_rows after end_search_id
+    end_search_id: int  # with a retriever: the token after which the retriever writes
 
     @staticmethod
     def findings(best) -> list[str]:
@@ -150,3 +166,66 @@ class TaskBase:
     def label_text(label) -> str:
         """A sample's label in words (show-task)."""
         return f"answer {label}"
+
+    def batch(self, seed: int, stream: int, start: int, count: int) -> Batch:
+        """Samples start..start+count of a stream (TRAIN_STREAM, ...), right-padded."""
+        raise NotImplementedError
+
+    def samples(self, seed: int, stream: int, start: int, count: int) -> list[dict]:
+        """The same samples as readable records: tokens, supervised, label (show-task)."""
+        raise NotImplementedError
+
+    def stopped(self, seqs: np.ndarray, pos: int) -> np.ndarray:
+        """Generation: the rows whose token at `pos` ends their generation."""
+        raise NotImplementedError
+
+    def answers(self, seqs: np.ndarray) -> np.ndarray:
+        """Generation: each row's generated answer, in the code of `Batch.labels`."""
+        raise NotImplementedError
+
+    def retrieve_rows(self, tokens: np.ndarray, lengths: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Retrieval: the tokens the retriever writes for `rows`, whose last token is end_search_id."""
+        raise NotImplementedError
+
+
+def _required(config_cls: type, task_cls: type) -> tuple[list[str], dict[str, type]]:
+    """The methods and the attributes the trainer uses of this task."""
+    methods = ["batch", "samples"]
+    attributes = {"vocab_size": int, "pad_id": int, "max_length": int, "uses_retriever": bool}
+    if task_cls.generates:
+        methods += ["stopped", "answers"]
+        attributes["prompt_length"] = int
+    if "retrieval" in config_cls.setups():
+        methods.append("retrieve_rows")
+        attributes["end_search_id"] = int
+    return methods, attributes
+
+
+def check_contract(config_cls: type, task_cls: type) -> None:
+    """Raises TypeError naming the task and what it lacks: a method of the trainer's
+    half that it does not define, or defines with other parameters."""
+    import inspect
+
+    methods, _ = _required(config_cls, task_cls)
+    for name in methods:
+        own, base = getattr(task_cls, name, None), getattr(TaskBase, name)
+        if own is None or own is base:
+            raise TypeError(f"task {task_cls.__name__} must define {name}{inspect.signature(base)} "
+                            "(the trainer's half of the task contract, workloads/tasks/base.py)")
+        wanted = list(inspect.signature(base).parameters)
+        given = list(inspect.signature(own).parameters)
+        if given != wanted:
+            raise TypeError(f"task {task_cls.__name__}.{name} takes ({', '.join(given)}); the contract's is "
+                            f"({', '.join(wanted)}) (workloads/tasks/base.py)")
+
+
+def check_built(config: TaskConfigBase, task: TaskBase) -> None:
+    """Raises TypeError naming the task and the attribute of the trainer's half that
+    its __init__ left unset, or set to a value of another type."""
+    _, attributes = _required(type(config), type(task))
+    for name, kind in attributes.items():
+        value = getattr(task, name, None)
+        ok = isinstance(value, bool) if kind is bool else isinstance(value, numbers.Integral) and not isinstance(value, bool)
+        if not ok:
+            raise TypeError(f"task {type(task).__name__} must set {name} to {'a bool' if kind is bool else 'an int'} in "
+                            f"its __init__, got {value!r} (the trainer's half of the task contract, workloads/tasks/base.py)")

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from workloads.tasks import register
+from workloads.tasks.registry import register
 from workloads.tasks.base import TaskConfigBase
 from workloads.tasks._sequence import D0, LookupTask, layout
 

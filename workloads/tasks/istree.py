@@ -15,6 +15,7 @@ from pydantic import Field
 
 from workloads.tasks._istree_findings import CHANCE
 from workloads.tasks.base import Batch, TaskBase, TaskConfigBase
+from workloads.tasks.registry import register
 
 if TYPE_CHECKING:
     import numpy as np
@@ -194,7 +195,5 @@ def render(n: int, setup: Setup, edges: Sequence[tuple[int, int]]) -> dict:
     Returns {"tokens": [str], "supervised": [0/1], "label": bool}."""
     return IsTreeTask(IsTreeConfig(n=n, setup=setup)).render(edges)
 
-
-from workloads.tasks import register  # noqa: E402  (the registry imports this module first)
 
 register(IsTreeConfig, IsTreeTask)

@@ -19,7 +19,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from workloads.tasks import register
+from workloads.tasks.registry import register
 from workloads.tasks.base import TaskBase, TaskConfigBase
 from workloads.tasks._sequence import sample_rng
 

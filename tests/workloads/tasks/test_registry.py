@@ -24,8 +24,17 @@ class ProbeConfig(TaskConfigBase):
 
 
 class ProbeTask(TaskBase):
+    generates = False
+
     def __init__(self, config):
         self.config = config
+        self.vocab_size, self.pad_id, self.max_length, self.uses_retriever = 8, 0, config.n, False
+
+    def batch(self, seed, stream, start, count):
+        raise NotImplementedError
+
+    def samples(self, seed, stream, start, count):
+        return []
 
 
 register(ProbeConfig, ProbeTask)
@@ -93,3 +102,68 @@ def test_helpers_are_not_task_modules():
 
     assert not _is_task_module("istree_kernels") and not _is_task_module("istree_oracle") and not _is_task_module("_batch")
     assert _is_task_module("istree") and {"istree", "ar", "index", "cgram", "mqar"} <= set(TASKS)
+
+
+def _probe_classes(**methods):
+    """A config and a task class like PROBE_TASK's, with `methods` (name: function) on the task."""
+    from typing import Literal
+
+    from workloads.tasks.base import TaskBase, TaskConfigBase
+
+    class ProbeConfig(TaskConfigBase):
+        name: Literal["probe"] = "probe"
+        n: int = 4
+        setup: Literal["vanilla", "retrieval"] = "vanilla"
+
+    def __init__(self, config):
+        self.vocab_size, self.pad_id, self.max_length, self.uses_retriever = 8, 0, 9, False
+        self.prompt_length, self.end_search_id = 3, 5
+
+    return ProbeConfig, type("ProbeTask", (TaskBase,), {"__init__": __init__, **methods})
+
+
+def _contract_methods():
+    return {"batch": lambda self, seed, stream, start, count: None,
+            "samples": lambda self, seed, stream, start, count: [],
+            "stopped": lambda self, seqs, pos: None, "answers": lambda self, seqs: None,
+            "retrieve_rows": lambda self, tokens, lengths, rows: None}
+
+
+def test_register_refuses_a_task_lacking_a_method_of_the_trainers_half_naming_it():
+    import pytest
+
+    from workloads.tasks import TASKS, register
+
+    methods = _contract_methods()
+    for missing in methods:  # answers and stopped: it generates; retrieve_rows: it has a retrieval setup
+        with pytest.raises(TypeError, match=rf"task ProbeTask must define {missing}\(self, "):
+            register(*_probe_classes(**{k: v for k, v in methods.items() if k != missing}))
+    no_generation = _probe_classes(**{k: v for k, v in methods.items() if k not in ("stopped", "answers", "retrieve_rows")})
+    no_generation[1].generates = False
+    with pytest.raises(TypeError, match="must define retrieve_rows"):  # not stopped: it does not generate
+        register(*no_generation)
+    with pytest.raises(TypeError, match=r"ProbeTask.batch takes \(self, seed, start, count\); the contract's is "
+                                        r"\(self, seed, stream, start, count\)"):
+        register(*_probe_classes(**{**methods, "batch": lambda self, seed, start, count: None}))
+    assert "probe" not in TASKS
+
+
+def test_a_task_built_without_an_attribute_of_the_trainers_half_is_refused_naming_it(monkeypatch):
+    import pytest
+
+    from workloads.tasks import TASKS, build_task, register
+
+    config_cls, task_cls = _probe_classes(**_contract_methods())
+    monkeypatch.setitem(TASKS, "probe", (config_cls, task_cls))
+    register(config_cls, task_cls)  # its methods are all there
+    assert type(build_task(config_cls(setup="retrieval"))) is task_cls
+
+    def no_end(self, config):
+        self.vocab_size, self.pad_id, self.max_length, self.uses_retriever, self.prompt_length = 8, 0, 9, True, 3
+
+    task_cls.__init__ = no_end
+    with pytest.raises(TypeError, match=r"task ProbeTask must set end_search_id to an int in its __init__, got None"):
+        build_task(config_cls(setup="retrieval"))
+    task_cls.__init__ = lambda self, config: no_end(self, config) or setattr(self, "uses_retriever", 1)
+    with pytest.raises(TypeError, match=r"must set uses_retriever to a bool in its __init__, got 1"):
+        build_task(config_cls())

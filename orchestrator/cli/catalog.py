@@ -1,0 +1,131 @@
+"""What the registries hold: tasks, model presets, the spec schema, and samples
+of a task (show-task)."""
+
+import json
+from typing import Optional
+
+import typer
+
+from orchestrator.cli.common import Format, ListFormat, app, fail, print_table
+from orchestrator.cli.flags import FAMILY_OPTION, SET_OPTION, setups_in_words, task_config_of_flags
+from workloads.tasks import DEFAULT_TASK, TASKS
+
+
+@app.command("show-task")
+def show_task(
+    task: str = typer.Argument(DEFAULT_TASK, help="a task name (`icr-sweep tasks` lists them)"),
+    n: Optional[int] = typer.Option(None, help="the task's size (istree: vertices) [default: 8, or as many as --edges needs]"),
+    setup: Optional[str] = typer.Option(None, help=f"{setups_in_words()} [default: the task's]"),
+    family: Optional[str] = FAMILY_OPTION,
+    sets: list[str] = SET_OPTION,
+    seed: int = typer.Option(0),
+    count: int = typer.Option(3, min=1),
+    edges: Optional[str] = typer.Option(
+        None, help="istree: render this one graph instead of sampling: edges in input order, e.g. '3-1,5-2,4-1,4-3,2-0'"
+    ),
+    format: Format = typer.Option("text", "--format"),
+):
+    """Print samples of a task. In text, tokens the retriever fills are [bracketed]."""
+    from workloads.config import SEED_MAX
+    from workloads.tasks import build_task
+    from workloads.tasks.base import TRAIN_STREAM
+
+    if not 0 <= seed <= SEED_MAX:
+        fail(f"--seed must be in 0..{SEED_MAX} (2^64 - 1), got {seed}")
+    if edges is not None and not hasattr(TASKS.get(task, (None, None))[1], "render"):
+        fail(f"--edges renders one graph's sample; {task} has no graphs")
+    graph = _parse_edges(edges) if edges is not None else None
+    if n is None:
+        n = len(graph) + 1 if graph is not None else 8
+    t = build_task(task_config_of_flags(task, n, setup, family, sets))
+    try:
+        first = [t.render(graph)] if graph is not None else []
+    except ValueError as e:
+        fail(f"--edges: {e}")
+    # Streamed in chunks of about 2M tokens: memory stays flat whatever --count and n.
+    chunk = max(1, 2_000_000 // t.max_length)
+    batches = (t.samples(seed, TRAIN_STREAM, start, min(chunk, count - start)) for start in range(0, count, chunk))
+    samples = iter(first) if graph is not None else (s for batch in batches for s in batch)
+    for i, s in enumerate(samples):
+        if format == "jsonl":
+            typer.echo(json.dumps(s))
+            continue
+        first_eos = s["tokens"].index("EOS") if "EOS" in s["tokens"] else len(s["tokens"])
+        shown = [
+            f"[{tok}]" if i > first_eos and not sup else tok
+            for i, (tok, sup) in enumerate(zip(s["tokens"], s["supervised"]))
+        ]
+        about = type(t).label_text(s["label"])
+        typer.echo(f"# sample {i}: {about}, {len(shown)} tokens")
+        typer.echo(" ".join(shown))
+        if "targets" in s:  # targets that are not the next input token (mqar)
+            typer.echo("targets (index: token, each predicted at the index before): " + " ".join(
+                f"{j}:{t}" for j, (t, sup) in enumerate(zip(s["targets"], s["supervised"])) if sup))
+
+
+def _parse_edges(text: str) -> list[tuple[int, int]]:
+    """'3-1,5-2 4-1' -> [(3, 1), (5, 2), (4, 1)]: commas or spaces between edges."""
+    out = []
+    for item in text.replace(",", " ").split():
+        u, sep, v = item.partition("-")
+        if not (sep and u.strip().isdigit() and v.strip().isdigit()):
+            fail(f"--edges: {item!r} is not an edge like 3-1")
+        out.append((int(u), int(v)))
+    if not out:
+        fail("--edges: no edges given")
+    return out
+
+
+@app.command("tasks")
+def tasks(format: ListFormat = typer.Option("table", "--format")):
+    """List the registered tasks: their setups, what their size n counts, and their
+    other parameters (set with --set in show-task and train, task_params in a spec)."""
+    rows = []
+    for name, (config_cls, task_cls) in sorted(TASKS.items()):
+        rows.append(dict(task=name, setups=list(config_cls.setups()), n=config_cls.n_means(),
+                         parameters=config_cls.parameters(), about=_first_line(task_cls)))
+    if format == "json":
+        typer.echo(json.dumps(rows, default=str))
+        return
+    print_table([{**r, "setups": ", ".join(r["setups"]),
+                   "parameters": ", ".join(f"{k}={v}" for k, v in r["parameters"].items())} for r in rows])
+
+
+def _first_line(task_cls) -> str:
+    """The first paragraph of the task module's docstring, on one line."""
+    import sys
+
+    doc = sys.modules[task_cls.__module__].__doc__ or ""
+    return " ".join(doc.split("\n\n")[0].split())
+
+
+@app.command("models")
+def models(format: ListFormat = typer.Option("table", "--format")):
+    """List the model presets: trainable parameters (the frozen embedding aside),
+    the recurrent state a sequence carries (floats, all layers) and the KV cache
+    attention layers keep per token."""
+    from workloads.models import PRESETS
+
+    rows = [
+        dict(arch=arch, size=size, params=cfg.n_params, state_floats=cfg.state_floats,
+             kv_floats_per_token=cfg.kv_floats_per_token, d_model=cfg.d_model, n_layers=cfg.n_layers,
+             attn_layer_idx=list(cfg.attn_layer_idx), mixer=cfg.mixer.name if cfg.n_recurrent_layers else None)
+        for arch, sizes in PRESETS.items()
+        for size, cfg in sizes.items()
+    ]
+    if format == "json":
+        typer.echo(json.dumps(rows))
+    else:
+        for r in rows:
+            idx = r.pop("attn_layer_idx")
+            r["mixer"] = r["mixer"] or "-"
+            r["attention layers"] = "all" if len(idx) == r["n_layers"] else ",".join(map(str, idx)) or "none"
+        print_table(rows)
+
+
+@app.command("schema")
+def schema():
+    """Print the JSON schema of sweep specs (for editor completion of the YAML)."""
+    from orchestrator.spec import SweepSpec
+
+    typer.echo(json.dumps(SweepSpec.model_json_schema(), indent=1))

@@ -1,0 +1,125 @@
+"""`validate` and `plan`: a spec checked, and the trials it would run with their
+memory, GPU share and projected wall time; nothing is started."""
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from orchestrator.cli.common import ListFormat, app, fail, print_table, spec_or_exit
+
+
+@app.command("validate")
+def validate(spec: Path = typer.Argument(..., metavar="SPEC", help="sweep spec (YAML)")):
+    """Check a sweep spec; exit 0 when it is valid."""
+    s = spec_or_exit(spec)
+    typer.echo(f"{spec}: valid ({s.search.method}, results in {s.run_dir()})")
+
+
+@app.command("plan")
+def plan(
+    spec: Path = typer.Argument(..., metavar="SPEC", help="sweep spec (YAML)"),
+    format: ListFormat = typer.Option("table", "--format"),
+    device_name: Optional[str] = typer.Option(
+        None, help="the device to project the wall time on, as bench/bench_sweep.py names it (cpu, or a GPU's "
+        "name such as 'NVIDIA H100 80GB HBM3') [default: this machine's first GPU, or cpu]"),
+    devices: Optional[float] = typer.Option(None, help="GPUs (or CPUs) to project on [default: this machine's]"),
+    rates: Optional[Path] = typer.Option(None, help="measured rates to project from [default: "
+                                         "bench/results/sweep_<device>.json]"),
+):
+    """Show the trials a spec would run, with each trial's estimated peak GPU memory
+    and GPU share, warnings for trials that would not fit their share, and the
+    sweep's projected wall time from measured rates (bench/bench_sweep.py)."""
+    from orchestrator.grid import cell_budget, cell_name, cell_rates, cells, expand, shape_trials
+    from orchestrator.packing import gpu_share, memory_warnings
+
+    s = spec_or_exit(spec)
+    on_gpu = s.resources.device != "cpu"
+    rows, shares = [], {}
+    if s.search.method == "grid":
+        for t in expand(s):
+            rows.append(dict(name=t.name, arch=t.model.arch, setup=t.setup, size=t.model.size, n=t.task.n,
+                             **_task_columns(t.task), lr=t.train.lr, seed=t.train.seed, samples=t.train.samples,
+                             config=t.model_dump(mode="json")))
+            shares[t.name] = gpu_share(s.resources, t) if on_gpu else None
+    else:
+        for cell, shape in zip(cells(s), shape_trials(s)):
+            arch, setup, size, n, seed = cell
+            d, fixed, budget = getattr(s.lr, arch), cell_rates(s, cell), cell_budget(s, cell)
+            name = cell_name(cell)
+            rows.append(dict(name=name, arch=arch, setup=setup, size=size, n=n, **_task_columns(shape.task),
+                             lr=", ".join(f"{v:g}" for v in fixed) if fixed else f"{d.distribution}({d.low:g}, {d.high:g})",
+                             seed=seed, trials=budget, samples=shape.train.samples * budget))
+            shares[name] = gpu_share(s.resources, shape) if on_gpu else None
+    if on_gpu:
+        for row in rows:
+            row["gpus"], row["gpu_mem_gb"] = shares[row["name"]][0], round(shares[row["name"]][1], 1)
+    if format == "json":
+        typer.echo(json.dumps(rows, indent=1))
+        return
+    print_table([{k: v for k, v in r.items() if k != "config"} for r in rows])
+    n_trials = sum(r.get("trials", 1) for r in rows)
+    typer.echo(f"{n_trials} trials, {sum(r['samples'] for r in rows):,} training samples in all -> {s.run_dir()}")
+    if on_gpu:
+        typer.echo(f"gpu_mem_gb: estimated peak GPU memory of a training step (workloads/memory.py), "
+                   f"against {s.resources.gpu_memory_gb:g} GB GPUs (resources.gpu_memory_gb)")
+        for warning in memory_warnings(s.resources.gpu_memory_gb, shares):
+            typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
+    typer.echo(_projection_line(s, device_name, devices, rates))
+
+
+def local_gpus() -> list[str]:
+    """The names of this machine's GPUs, as nvidia-smi gives them (none without it)."""
+    import shutil
+    import subprocess
+
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def _projection_line(s, device_name: Optional[str], devices: Optional[float], rates: Optional[Path]) -> str:
+    """'projected wall time: ...' from the measured rates of the device the spec would run on."""
+    import os
+
+    import math
+
+    from orchestrator.projection import RatesError, load_rates, project, rates_file, spec_trials
+
+    if devices is not None and not (math.isfinite(devices) and devices > 0):
+        fail(f"--devices: a positive number of GPUs or CPUs, got {devices:g}")
+    gpus = local_gpus() if s.resources.device != "cpu" and device_name is None else []
+    device = device_name or (gpus[0] if gpus else "cpu")
+    on_gpu = device != "cpu"
+    count = devices or (len(gpus) or 1 if on_gpu else os.cpu_count() or 1)
+    unit = "GPU" if on_gpu else "CPU"
+    path = rates or rates_file(device)
+    try:
+        record = load_rates(path)
+    except RatesError as e:
+        fail(f"--rates {e}")
+    if record is None:
+        return (f"projected wall time: unknown; no measured rates for {device} in {path} "
+                f"(`python bench/bench_sweep.py --device {'cuda' if on_gpu else 'cpu'}` on that device writes them)")
+    if record.device != device:
+        fail(f"--rates {path} was measured on {record.device}, not on {device}: a projection for one device from "
+              f"another's rates would be wrong; give --device-name {record.device!r} or that device's rates")
+    try:
+        p = project(spec_trials(s, on_gpu), record.classes, count)
+    except ValueError as e:
+        return f"projected wall time: unknown; {e} ({path})"
+    scaled = ", the others scaled by sample length from the nearest measured class" if p.scaled else ""
+    return (f"projected wall time: {p.describe()} on {count:g} {unit} ({device}), from the rates in {path}"
+            f"{scaled}; evaluation excluded")
+
+
+def _task_columns(task) -> dict:
+    """The task of a plan's row: its name and its other fields, as the trial's task
+    config holds them (task_params, axes.task or the task's defaults)."""
+    return {"task": task.name, **{field: getattr(task, field) for field in type(task).parameters()}}

@@ -1,0 +1,138 @@
+"""`status` and `report`: a run read as stored (no Ray), during or after it."""
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from orchestrator.cli.common import RUN_DIR, ListFormat, app, fail, print_table, run_location
+from workloads.tasks import TASKS
+
+
+def _read_run(run_dir: str):
+    """The run as stored (orchestrator.rundir.Run), read from a local copy when it is remote."""
+    from orchestrator.api import read_stored
+    from orchestrator.rundir import RunDirError
+    from orchestrator.storage import is_remote, local_view
+
+    _require_local_run(run_dir)
+    try:
+        with local_view(run_dir) as local:
+            return read_stored(local, locked=not is_remote(run_dir))
+    except (RunDirError, OSError) as e:
+        fail(f"{run_dir}: cannot be read ({e})")
+
+
+def _require_local_run(run_dir: str) -> None:
+    """Refuses a local path that does not exist or is not a directory, by name."""
+    from orchestrator.storage import is_remote
+
+    if is_remote(run_dir):
+        return
+    path = Path(run_dir)
+    if not path.exists():
+        fail(f"{run_dir}: no such run directory (a sweep's is <storage>/<name>, e.g. runs/istree_smoke)")
+    if not path.is_dir():
+        fail(f"{run_dir}: not a directory; a sweep's run directory is <storage>/<name>, e.g. runs/istree_smoke")
+
+
+@app.command("status")
+def status(run_dir: str = RUN_DIR, format: ListFormat = typer.Option("table", help="table, or json: one object per trial")):
+    """Trials of a sweep with their state and latest metrics (during or after it)."""
+    run = _read_run(run_location(run_dir))
+    df = run.trials
+    if df.empty:
+        fail(f"{run_dir}: no trials yet")
+    for note in run.notes:
+        typer.secho(f"note: {note}", fg=typer.colors.YELLOW, err=True)
+    from workloads.metrics import METRICS, PLOTTED
+
+    generates = TASKS[run.task][1].generates if run.task in TASKS else True
+    shown = [m for m in PLOTTED if generates or not METRICS[m].generation]
+    columns = ["trial", "state", "samples", "train_loss", *shown, "error"]
+    trials = df.sort_values("trial")
+    if format == "json":  # every value as stored: numbers as numbers, null where not measured
+        records = [{c: (None if isinstance(r[c], float) and r[c] != r[c] else r[c]) for c in columns}
+                   for r in trials.to_dict("records")]
+        typer.echo(json.dumps(records, indent=1, default=float))
+        return
+    rows = [
+        dict(trial=r["trial"], state=r["state"], samples=_int(r["samples"]), train_loss=_f(r["train_loss"]),
+             **{m: _f(r[m]) for m in shown}, error=r["error"][:60])
+        for _, r in trials.iterrows()
+    ]
+    print_table(rows)
+    typer.echo(", ".join(f"{v} {k}" for k, v in sorted(df["state"].value_counts().items())))
+
+
+def _int(v):
+    return "-" if v is None or v != v else int(v)
+
+
+def _f(v):
+    return "-" if v is None or v != v else f"{v:.3f}"
+
+
+@app.command("report")
+def report(
+    run_dir: str = RUN_DIR,
+    out: Optional[Path] = typer.Option(None, help="remote runs: also keep the report here (default ./reports/NAME)"),
+    solved: float = typer.Option(0.9, min=0.0, max=1.0, help="exact match at which the frontier counts a cell solved"),
+):
+    """Aggregate stored results: report.md, results.csv, best.csv, accuracy plots and, for a
+    sweep over several n, the frontier (frontier.csv, frontier.png), written into the run
+    directory (on remote storage too)."""
+    say_failed(write_and_print_report(run_location(run_dir), out, solved))
+
+
+def say_failed(trials) -> list[str]:
+    """Names the trials that failed for good, if any; returns them."""
+    failed = sorted(trials.loc[trials["state"] == "error", "trial"])
+    if failed:
+        typer.secho(f"{len(failed)} trial(s) failed (errors in the report): {', '.join(failed)}", fg=typer.colors.RED, err=True)
+    return failed
+
+
+def write_and_print_report(run_dir: str, out: Optional[Path] = None, solved: float = 0.9):
+    """Writes and prints the report (into the run directory; for a remote run also
+    into `out`, a local folder); returns the per-trial table."""
+    import shutil
+
+    import errno
+
+    from orchestrator.api import read_stored
+    from orchestrator.report import report_files, write_report
+    from orchestrator.rundir import RunDirError
+    from orchestrator.storage import is_remote, local_view, upload
+
+    remote = is_remote(run_dir)
+    _require_local_run(run_dir)
+    try:
+        with local_view(run_dir) as local:
+            run = read_stored(local, locked=not remote)
+            trials = run.trials
+            try:
+                text, _ = write_report(run, local, solved=solved)
+            except FileNotFoundError as e:
+                fail(str(e).replace(str(local), run_dir))
+            except OSError as e:
+                if e.errno != errno.ENOSPC:
+                    raise
+                # A full disk: the trials' files can still be read; what is left, and how to go on, is said.
+                typer.secho(f"The report cannot be written into {run_dir}: the disk is full. Free some space, then "
+                            f"`icr-sweep report {run_dir}` writes it.", fg=typer.colors.RED, err=True)
+                return trials
+            files = report_files(local)
+            if remote:
+                upload(files, run_dir)
+                out = out or Path("reports") / local.name
+                out.mkdir(parents=True, exist_ok=True)
+                for file in files:
+                    shutil.copy(file, out / file.name)
+    except (RunDirError, OSError) as e:
+        fail(f"{run_dir}: cannot be read or written ({e})")
+    typer.echo(text.split("## Every trial")[0].rstrip())
+    where = f"{run_dir}/report.md and {out}/report.md" if remote else f"{run_dir}/report.md"
+    typer.echo(f"Report: {where} ({', '.join(f.name for f in files if f.name != 'report.md')} beside it)")
+    return trials

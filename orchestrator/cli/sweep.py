@@ -1,0 +1,270 @@
+"""`launch` and `resume`: a sweep on Ray Tune, with its run directory locked,
+its checks made before Ray starts, and its report written at the end."""
+
+import os
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from orchestrator.cli.common import RUN_DIR, app, fail, run_location, spec_or_exit
+from orchestrator.cli.plan import local_gpus
+
+
+def _ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus):
+    """The embedded Ray's options, checked before anything starts: Ray itself fails
+    on a bad host or temp dir only after minutes, or with a traceback."""
+    import socket
+
+    if address is None:
+        try:
+            socket.getaddrinfo(dashboard_host, dashboard_port)
+            with socket.socket(socket.getaddrinfo(dashboard_host, None)[0][0]) as probe:
+                probe.bind((dashboard_host, 0))
+        except (OSError, UnicodeError) as e:
+            fail(f"--dashboard-host {dashboard_host}: not an address of this machine ({getattr(e, 'strerror', None) or e}); "
+                  "use 127.0.0.1, or 0.0.0.0 to listen on every interface")
+        if temp_dir is not None:
+            existing = Path(temp_dir)
+            while not existing.exists() and existing != existing.parent:
+                existing = existing.parent
+            if not existing.is_dir():
+                fail(f"--temp-dir {temp_dir}: {existing} is a file, not a directory")
+            if not os.access(existing, os.W_OK):
+                fail(f"--temp-dir {temp_dir}: {existing} cannot be written")
+    return dict(address=address, temp_dir=temp_dir, dashboard_host=dashboard_host,
+                dashboard_port=dashboard_port, num_cpus=num_cpus)
+
+
+def _start_ray(opts: dict, spec):
+    from orchestrator import cluster
+
+    try:
+        ctx, notes = cluster.start_ray(spec, **opts)
+        for note in notes:
+            typer.secho(note, fg=typer.colors.YELLOW, err=True)
+        url = getattr(ctx, "dashboard_url", None)
+        if url:
+            typer.secho(f"Ray dashboard: http://{url}", fg=typer.colors.GREEN, err=True)
+            typer.echo("  It asks for Ray's token: print it with `ray get-auth-token` (kept in ~/.ray/auth_token).", err=True)
+        resources, note = cluster.trial_resources(spec, attached=opts["address"] is not None)
+    except cluster.ClusterError as e:
+        fail(str(e))
+    except Exception as e:  # Ray's own start failed (a timeout, a daemon that died): one line, not its traceback
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        fail(f"Ray did not start ({type(e).__name__}: {first}); its logs are under --temp-dir "
+              f"(default /tmp/ray/session_latest/logs)")
+    typer.echo(f"Trials: {note}.", err=True)
+    return resources
+
+
+def _finish(run_dir: str) -> None:
+    """Reports the sweep; exits 130 when trials are left to run (interrupted), 1
+    when some failed for good, 0 when every planned trial finished."""
+    from orchestrator.cli.results import say_failed, write_and_print_report  # here: --help lists status after launch
+
+    trials = write_and_print_report(run_dir)
+    left = trials[trials["state"].isin(["pending", "interrupted", "running"])]
+    if len(left):
+        counts = ", ".join(f"{v} {k}" for k, v in sorted(left["state"].value_counts().items()))
+        typer.secho(f"The sweep stopped with {len(left)} of {len(trials)} trials unfinished ({counts}). "
+                    f"Continue it with:\n  icr-sweep resume {run_dir}", fg=typer.colors.YELLOW, err=True)
+        raise typer.Exit(130)
+    if say_failed(trials):
+        typer.echo(f"Retry them from their checkpoints with:\n  icr-sweep resume {run_dir}", err=True)
+        raise typer.Exit(1)
+
+
+def _run_locked(run_dir: str, work, fresh: bool = False) -> None:
+    """Runs `work()` holding the run directory's lock (local storage; remote storage
+    has no lock), then reports. Ctrl-C stops the sweep; the report then says what
+    is left and how to resume. A `fresh` launch that ends before any trial started
+    (a failed Ray start, a stop seconds in) leaves no run directory behind."""
+    import contextlib
+
+    from orchestrator.rundir import RunDirError, RunLock, discard_unstarted
+    from orchestrator.storage import is_remote
+
+    lock = contextlib.nullcontext() if is_remote(run_dir) else RunLock(run_dir)
+    interrupted = False
+    try:
+        with lock:
+            work()
+    except RunDirError as e:
+        fail(str(e))
+    except KeyboardInterrupt:
+        interrupted = True
+    except (SystemExit, typer.Exit):  # a refusal (exit 2) inside work: nothing of the launch is kept
+        if fresh:
+            discard_unstarted(run_dir)
+        raise
+    except Exception as e:  # the driver itself failed (a full disk, Tune's state cut short): the trials' files stay
+        import errno
+
+        full = isinstance(e, OSError) and e.errno == errno.ENOSPC or "truncated" in str(e)
+        typer.secho(f"The sweep's driver stopped: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                    + ("; the disk is full, or was: free some space before resuming" if full else ""),
+                    fg=typer.colors.RED, err=True)
+        interrupted = True
+    if fresh and discard_unstarted(run_dir):
+        typer.secho("Stopped before any trial started: nothing was kept. Launch the spec again to run it.",
+                    fg=typer.colors.YELLOW, err=True)
+        raise typer.Exit(130)
+    if interrupted:
+        typer.secho("Interrupted.", fg=typer.colors.YELLOW, err=True)
+    _finish(run_dir)
+
+
+RAY_OPTIONS = dict(
+    address=typer.Option(None, help="attach to a running Ray cluster (e.g. auto) instead of starting one"),
+    temp_dir=typer.Option(None, help="temp dir of the embedded Ray (default: Ray's)"),
+    dashboard_host=typer.Option("127.0.0.1", help="where the embedded Ray's dashboard listens"),
+    dashboard_port=typer.Option(8265, min=1, max=65535),
+    num_cpus=typer.Option(None, min=1, help="CPUs the embedded Ray may use (default: all)"),
+)
+
+
+@app.command("launch")
+def launch(
+    spec: Path = typer.Argument(..., metavar="SPEC", help="sweep spec (YAML)"),
+    storage: Optional[str] = typer.Option(None, help="override the spec's storage path"),
+    address: Optional[str] = RAY_OPTIONS["address"],
+    temp_dir: Optional[str] = RAY_OPTIONS["temp_dir"],
+    dashboard_host: str = RAY_OPTIONS["dashboard_host"],
+    dashboard_port: int = RAY_OPTIONS["dashboard_port"],
+    num_cpus: Optional[int] = RAY_OPTIONS["num_cpus"],
+):
+    """Run a sweep on Ray Tune (embedded local Ray unless --address) and write its report."""
+    from orchestrator.rundir import RunDirError, check_launch_dir, check_storage
+
+    s = spec_or_exit(spec, storage)
+    run_dir = s.run_dir()
+    opts = _ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus)
+    _check_trackers(s)
+    try:
+        check_storage(run_dir)  # first: it names paths too long to look into
+        check_launch_dir(run_dir)
+    except RunDirError as e:
+        fail(str(e))
+
+    def work():
+        from orchestrator import tune as sweep
+
+        if sweep.holds_sweep(run_dir):
+            fail(f"{run_dir} already holds a sweep; continue it with `icr-sweep resume {run_dir}`, "
+                  "or pick another name or --storage")
+        _check_optuna_storage(s, run_dir)
+        _preflight(s, on_this_cpu=address is None and (s.resources.device == "cpu" or (
+            s.resources.device == "auto" and not local_gpus())), cpus=num_cpus)
+        resources = _start_ray(opts, s)
+        if resources["gpu"]:
+            from orchestrator.packing import gpu_shares, memory_warnings
+
+            for warning in memory_warnings(s.resources.gpu_memory_gb, gpu_shares(s)):
+                typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
+        typer.echo(f"Sweep {s.name!r} -> {run_dir}", err=True)
+        sweep.launch(s, resources)
+
+    _run_locked(run_dir, work, fresh=True)
+
+
+def _check_trackers(s) -> None:
+    """The trackers the spec turns on can take the sweep (orchestrator/tracking.py):
+    exit 2 naming the field before Ray starts."""
+    from orchestrator.tracking import TrackerError, check_trackers
+    from orchestrator.tune import mlflow_uri
+
+    try:
+        check_trackers(s.tracking, mlflow_uri(s) if s.tracking.mlflow else None)
+    except TrackerError as e:
+        fail(str(e))
+
+
+def _check_optuna_storage(s, run_dir: str) -> None:
+    """An Optuna sweep's study storage opens, and holds no study of this sweep's name
+    yet (a new launch would otherwise continue an earlier sweep's studies)."""
+    if s.search.method != "optuna":
+        return
+    from orchestrator.optuna_search import optuna_storage, studies_in_use
+
+    storage = optuna_storage(s, run_dir)
+    if storage is None:
+        typer.secho("warning: the run directory is remote and search.storage is not set: the Optuna studies live "
+                    "in the driver's memory (and its checkpoints) only, out of optuna-dashboard's reach",
+                    fg=typer.colors.YELLOW, err=True)
+        return
+    try:
+        taken = studies_in_use(s, storage)
+    except Exception as e:  # a driver missing, a host down, a bad path: SQLAlchemy raises many kinds
+        fail(f"search.storage: cannot open the Optuna storage {storage}: {type(e).__name__}: {str(e).splitlines()[0]}")
+    if taken:
+        fail(f"search.storage: {storage} already holds studies of a sweep named {s.name!r} ({taken[0]}, ...); "
+              f"continue that sweep with `icr-sweep resume`, or rename this one")
+
+
+def _preflight(s, on_this_cpu: bool, cpus: Optional[int] = None) -> None:
+    """Builds and runs each distinct model of the sweep once on the CPU, and holds
+    CPU trials' memory against this machine's, before Ray starts: exit 2 naming
+    the trials that could not run."""
+    import os
+
+    from orchestrator.grid import shape_trials
+    from workloads.preflight import check_models, cpu_memory_problems
+
+    trials = shape_trials(s)
+    problems, warnings = [], []
+    if on_this_cpu:
+        slots = int((cpus or os.cpu_count() or 1) // s.resources.cpus_per_trial) or 1
+        concurrent = min(slots, s.resources.max_concurrent or slots, len(trials))
+        problems, warnings = cpu_memory_problems(trials, concurrent)
+    too_big = {p.split(" ", 1)[0] for p in problems}
+    problems += check_models([t for t in trials if t.name not in too_big])  # a model that does not fit is not built
+    for warning in warnings:
+        typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
+    if problems:
+        more = f"\n  ... and {len(problems) - 10} more" if len(problems) > 10 else ""
+        fail("no trial was started; these could not run:\n  " + "\n  ".join(problems[:10]) + more)
+
+
+@app.command("resume")
+def resume(
+    run_dir: str = RUN_DIR,
+    address: Optional[str] = RAY_OPTIONS["address"],
+    temp_dir: Optional[str] = RAY_OPTIONS["temp_dir"],
+    dashboard_host: str = RAY_OPTIONS["dashboard_host"],
+    dashboard_port: int = RAY_OPTIONS["dashboard_port"],
+    num_cpus: Optional[int] = RAY_OPTIONS["num_cpus"],
+):
+    """Continue an interrupted sweep: finished trials stay, the rest continue from their checkpoints."""
+    from orchestrator.rundir import RunDirError, check_storage, spec_location
+    from orchestrator.spec import SpecError, run_spec
+
+    run = run_location(run_dir)
+    try:
+        s = run_spec(run)
+    except SpecError as e:
+        fail(f"{e}; launch the spec again into a new directory (finished trials there are kept as they are)")
+    except (RunDirError, OSError) as e:
+        fail(f"{run_dir}: cannot be read ({e})")
+    if s is None:
+        fail(f"{run_dir} is not a sweep run directory (no {spec_location(run_dir).rsplit('/', 1)[-1]}, which launch writes)")
+    try:
+        check_storage(run, flag="place: copy the run directory somewhere writable and resume the copy")
+    except RunDirError as e:
+        fail(str(e))
+    _check_trackers(s)
+    opts = _ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus)
+
+    def work():
+        from orchestrator import tune as sweep
+        from orchestrator.cluster import ClusterError
+
+        if not sweep.can_resume(run) and not sweep.holds_sweep(run):
+            fail(f"{run_dir}: Ray Tune saved no experiment state there yet; launch the spec again")
+        resources = _start_ray(opts, s)
+        try:
+            sweep.resume(run, s, resources, say=lambda line: typer.secho(line, fg=typer.colors.YELLOW, err=True))
+        except ClusterError as e:
+            fail(str(e))
+
+    _run_locked(run, work)

@@ -1,0 +1,185 @@
+"""`icr-sweep train`: one trial without Ray, written as a sweep's trial is."""
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from orchestrator.cli.common import app, fail
+from orchestrator.cli.flags import (DIM_OPTION, FAMILY_OPTION, SET_OPTION, flag_error, model_dims, protocol_option,
+                                    setups_in_words, task_config_of_flags)
+from workloads.config import Device, Precision, TrainConfig
+from workloads.models.config import DEFAULT_LR, SIZES, Arch
+from workloads.naming import significant
+from workloads.tasks import DEFAULT_TASK
+
+
+@app.command("train")
+def train(
+    arch: Arch = typer.Option(..., help="architecture (`icr-sweep models` lists them)"),
+    size: str = typer.Option(..., help=f"a preset: {', '.join(SIZES)} (`icr-sweep models` lists them)"),
+    setup: str = typer.Option(..., help=setups_in_words()),
+    n: int = typer.Option(..., help="the task's size (istree: vertices; `icr-sweep tasks` says for each)"),
+    out: str = typer.Option(..., help="the trial's directory: params.json, result.json and the checkpoint, as a "
+                             "sweep's trial (status, report and load_run read it); the final metrics go to stdout as JSON"),
+    task: str = typer.Option(DEFAULT_TASK, help="a task name (`icr-sweep tasks` lists them)"),
+    sets: list[str] = SET_OPTION,
+    dims: list[str] = DIM_OPTION,
+    family: Optional[str] = FAMILY_OPTION,
+    samples: int = protocol_option("samples"),
+    lr: Optional[float] = typer.Option(None, help="peak learning rate [default: the architecture's, "
+                                       + ", ".join(f"{arch} {significant(rate, 3)}" for arch, rate in DEFAULT_LR.items()) + "]"),
+    seed: int = protocol_option("seed"),
+    batch_size: int = protocol_option("batch_size"),
+    warmup_samples: Optional[int] = typer.Option(
+        None, help="linear warm-up [default: 10,000 (the paper's), or a tenth of --samples when that is less]"
+    ),
+    eval_every: int = protocol_option("eval_every"),
+    checkpoint_every_s: float = protocol_option("checkpoint_every_s"),
+    val_samples: int = protocol_option("val_samples"),
+    val_seed: int = protocol_option("val_seed"),
+    eval_batch_size: int = protocol_option("eval_batch_size"),
+    length_groups: int = protocol_option("length_groups"),
+    gen_every_eval: bool = protocol_option("gen_every_eval"),
+    grad_clip: Optional[float] = protocol_option("grad_clip"),
+    device: Device = protocol_option("device"),
+    precision: Precision = protocol_option("precision"),
+    cpus: int = typer.Option(1, min=1, help="threads for torch, OpenMP and numba (resources.cpus_per_trial in a sweep)"),
+):
+    """Train and evaluate one trial without Ray. Re-running with the same --out resumes it."""
+    protocol = {k: v for k, v in locals().items() if k in TrainConfig.model_fields and k != "lr"}  # as data
+    if warmup_samples is None:
+        protocol["warmup_samples"] = min(TrainConfig.model_fields["warmup_samples"].default, samples // 10)
+    config = _trial_of_flags(arch, size, task_config_of_flags(task, n, setup, family, sets), lr, model_dims(arch, size, dims),
+                             protocol, out)
+    _train_trial(config, Path(out), cpus)
+
+
+def _trial_of_flags(arch: str, size: str, task_cfg, lr: Optional[float], dims: dict, protocol: dict, out: str):
+    """The trial `train`'s flags describe, checked as a sweep checks its trials (the
+    model built, its memory, `out` its own and writable); exits naming the flag."""
+    from pydantic import ValidationError
+
+    from orchestrator.rundir import RunDirError, check_storage, claim_trial_dir
+    from workloads.config import trial_config
+
+    try:
+        config = trial_config(arch, size, task_cfg, lr=lr, dims=dims, **protocol)
+        claim_trial_dir(out, config.model_dump(mode="json"), config.name)  # `out` as given: Path('') is '.'
+        _train_preflight(config)
+        check_storage(out, flag="--out")
+        Path(out).mkdir(parents=True, exist_ok=True)
+    except ValidationError as e:
+        fail(flag_error(e))
+    except (RunDirError, ValueError, OSError) as e:
+        fail(str(e))
+    return config
+
+
+def _train_trial(config, out: Path, cpus: int) -> None:
+    """Runs one trial in `out` (resuming from its checkpoint there), as a sweep's trial
+    is written; prints its final metrics as JSON, or exits saying why it stopped."""
+    from workloads.threads import bound_threads
+
+    bound_threads(cpus)  # before torch starts its pools
+    from tqdm import tqdm
+
+    from orchestrator.rundir import TrialFiles, repair_results, rows_unstored
+    from workloads.metrics import METRICS
+    from workloads.train import CHECKPOINT_FILE, CheckpointError, DiskSpaceError, run_trial
+
+    checkpoint = out / "checkpoint"
+    resume = checkpoint if (checkpoint / CHECKPOINT_FILE).exists() else None
+    typer.echo(f"{config.name}: {config.train.samples:,} samples -> {out}" + (" (resuming)" if resume else ""), err=True)
+    files = TrialFiles(out)  # the files of a sweep's trial, by the same writer
+    if resume is None:  # a fresh start (a resume keeps both: its checkpoint is checked to be of this config)
+        files.start_afresh()  # rows of a run that never checkpointed
+        files.write_config({"trial": config.model_dump(mode="json")})
+    bar = tqdm(total=config.train.samples, unit="sample", unit_scale=True, dynamic_ncols=True)
+
+    def on_step(done: int) -> None:
+        bar.update(done - bar.n)
+
+    def report(metrics: dict, _checkpoint) -> None:
+        shown = {k: metrics[k] for k in ("train_loss", *METRICS) if metrics.get(k) is not None}
+        bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items()})
+        files.append({k: v for k, v in metrics.items() if k != "config"})
+
+    def on_resume(rows: list[dict]) -> None:  # the rows a kill left out (as a sweep's trial)
+        if what := repair_results(out):
+            typer.echo(f"{config.name}: {what}", err=True)
+        for row in rows_unstored(files.stored_rows(), rows):
+            report(row, None)
+
+    stop = _StopSignals()
+    try:
+        with stop:
+            metrics = run_trial(config, report=report, checkpoint_dir=checkpoint, resume_from=resume, on_step=on_step,
+                                should_stop=stop.requested, on_resume=on_resume)
+    except (CheckpointError, DiskSpaceError) as e:
+        fail(str(e))
+    except FloatingPointError as e:  # the loss diverged: a rate too high for the model, most often
+        fail(f"{e}: the training diverged; lower --lr (this trial's: {config.train.lr:g}) or set --grad-clip. "
+              f"Its checkpoint, if any, is kept in {checkpoint}")
+    finally:
+        bar.close()
+    if not files.params.exists():  # a directory of an earlier version, resumed
+        files.write_config({"trial": config.model_dump(mode="json")})
+    if metrics.get("stopped"):
+        typer.secho(f"Stopped by {stop.name} at {metrics['samples']:,} samples, checkpointed in {checkpoint}. "
+                    "Run the same command to continue.", fg=typer.colors.YELLOW, err=True)
+        raise typer.Exit(130)
+    typer.echo(json.dumps({k: v for k, v in metrics.items() if k != "config"}))
+
+
+def _train_preflight(config) -> None:
+    """The checks a sweep makes before Ray starts, for the one trial of `train`: the
+    device there, the model built and run once, its memory within this machine's."""
+    from workloads.preflight import check_models, cpu_memory_problems
+
+    if config.train.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            fail("--device cuda: torch sees no CUDA GPU here; use --device auto or cpu")
+    import torch
+
+    problems = cpu_memory_problems([config], 1)[0] if config.train.device == "cpu" or not torch.cuda.is_available() else []
+    problems = problems or check_models([config])  # a model that does not fit is not built
+    if problems:
+        fail("; ".join(problems))
+
+
+class _StopSignals:
+    """SIGINT and SIGTERM (Ctrl-C, a cluster's or a spot instance's stop) ask the
+    trial to stop at its next step, checkpointed; a second signal stops at once."""
+
+    def __init__(self):
+        self.name = None
+        self._previous = {}
+
+    def requested(self) -> bool:
+        return self.name is not None
+
+    def _handle(self, signum, frame):
+        import signal
+
+        if self.name is not None:
+            raise KeyboardInterrupt
+        self.name = signal.Signals(signum).name
+        typer.secho(f"\n{self.name}: stopping after this step with a checkpoint (again to stop at once)",
+                    fg=typer.colors.YELLOW, err=True)
+
+    def __enter__(self):
+        import signal
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,180 @@
+"""The Ray a sweep runs on: an embedded local Ray with its dashboard, or a cluster
+at an address (checked to answer), and the resources each trial asks of it."""
+
+import contextlib
+import os
+import socket
+from pathlib import Path
+from typing import Optional
+
+import ray
+
+from orchestrator.packing import gpu_shares
+from orchestrator.spec import SweepSpec
+from workloads.threads import thread_env
+
+
+class ClusterError(RuntimeError):
+    """The Ray cluster cannot be reached, or cannot run the sweep's trials."""
+
+
+def resolve_address(address: str, timeout: float = 5.0) -> str:
+    """The host:port of the cluster `address` names (`auto` reads RAY_ADDRESS or
+    the last `ray start`), checked to answer within `timeout` seconds: Ray itself
+    retries an unreachable address forever."""
+    from ray._private.services import canonicalize_bootstrap_address
+
+    if address == "auto":
+        source = "RAY_ADDRESS" if os.environ.get("RAY_ADDRESS") else "Ray's record of the last `ray start` (ray_current_cluster)"
+    else:
+        source = "--address"
+    target = address.split("://", 1)[-1]  # ray://host:port: the client server's port
+    try:
+        resolved = target if "://" in address else canonicalize_bootstrap_address(target)
+    except (ConnectionError, ValueError) as e:
+        raise ClusterError(f"--address {address}: {e}") from None
+    host, _, port = resolved.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            pass
+    except (OSError, ValueError) as e:
+        shown = address if address == resolved else f"{address} ({resolved})"
+        raise ClusterError(f"nothing answers at {shown}, from {source}, within {timeout:g} s: {e}. Start the "
+                           "cluster (`ray start --head`, `ray up cluster.yaml`), or drop --address to run on a local Ray") from None
+    return address if "://" in address else resolved
+
+
+def _free_port(host: str, port: int) -> int:
+    """`port` if it can be bound on `host`, else a free one."""
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+            return port
+        except OSError:
+            pass
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def start_ray(spec: SweepSpec, address: Optional[str], temp_dir: Optional[str], dashboard_host: str,
+              dashboard_port: int, num_cpus: Optional[int]):
+    """Attaches to a cluster at `address`, or starts an embedded local Ray with its
+    dashboard (never a stale cluster found in RAY_ADDRESS or Ray's records).
+    Returns Ray's context and notes for the user."""
+    # Tune gives a trial its CPUs through a placement group and runs the trial in a
+    # thread of its own, so neither Ray nor torch.set_num_threads there bounds the
+    # OpenMP and numba pools: without this, a 1-CPU trial ran 3.6x slower, its
+    # extra threads spinning against the other trials.
+    runtime_env = {"env_vars": thread_env(max(1, int(spec.resources.cpus_per_trial)))}
+    # The dashboard's Jobs page names a job by its metadata's job_name: the sweep's.
+    job_config = ray.job_config.JobConfig(metadata={"job_name": spec.name})
+    if address:
+        return ray.init(address=resolve_address(address), runtime_env=runtime_env, job_config=job_config,
+                        log_to_driver=True), []
+    notes = []
+    port = _free_port(dashboard_host, dashboard_port)
+    if port != dashboard_port:
+        notes.append(f"Port {dashboard_port} is taken; the dashboard listens on {port} instead (--dashboard-port to choose).")
+    with _daemons_in_a_group_of_their_own():
+        ctx = ray.init(
+            address="local", include_dashboard=True, dashboard_host=dashboard_host, dashboard_port=port,
+            num_cpus=num_cpus, _temp_dir=temp_dir, runtime_env=runtime_env, job_config=job_config, log_to_driver=True,
+        )
+    return ctx, notes
+
+
+@contextlib.contextmanager
+def _daemons_in_a_group_of_their_own():
+    """Starts the embedded Ray's daemons (GCS, raylet, dashboard) in a process group
+    of their own. A stop sent to the driver's process group (`kill -TERM -PGID`, as
+    systemd, a batch scheduler or `docker stop` send it) then reaches the driver
+    alone, which stops the sweep as on Ctrl-C; in the driver's group, the daemons
+    died with it and the driver stalled on the lost GCS. Ray already starts its
+    trial workers in groups of their own, and still ends the daemons with the
+    driver (ray.shutdown, or the kernel's parent-death signal it sets on Linux)."""
+    from ray._private import services  # Ray 2.60 starts each daemon with its ConsolePopen (Ray is pinned)
+
+    real = getattr(services, "ConsolePopen", None)
+    if real is None:  # another Ray: its daemons stay in the driver's group
+        yield
+        return
+
+    class Grouped(real):
+        def __init__(self, *args, **kwargs):
+            if not kwargs.get("start_new_session") and kwargs.get("process_group") is None:
+                kwargs["process_group"] = 0
+            super().__init__(*args, **kwargs)
+
+    services.ConsolePopen = Grouped
+    try:
+        yield
+    finally:
+        services.ConsolePopen = real
+
+
+def _node_type_gpus(config: dict) -> dict[str, float]:
+    """GPUs per node of each worker type an autoscaler config may start."""
+    types = config.get("available_node_types") or {}
+    head = config.get("head_node_type")
+    return {name: float((t.get("resources") or {}).get("GPU", 0)) for name, t in types.items()
+            if name != head and isinstance(t, dict) and t.get("max_workers", config.get("max_workers", 0)) > 0}
+
+
+def addable_gpus() -> tuple[float, str]:
+    """GPUs per node that the cluster's autoscaler can add, and where that was read
+    (0 and "" when it cannot, or says nothing). Autoscaler v2 reports its node types
+    to the GCS; v1 (`ray up`) is asked through its config, which `ray up` puts on the
+    head as ~/ray_bootstrap_config.yaml (ICR_CLUSTER_CONFIG names another file)."""
+    try:
+        config = ray._private.state.state.get_cluster_config()
+        groups = {g.name: float(g.resources.get("GPU", 0)) for g in config.node_group_configs if g.max_count != 0} if config else {}
+    except Exception:  # an older GCS without the call: fall back to the file
+        groups = {}
+    if max(groups.values(), default=0) > 0:
+        return max(groups.values()), "the autoscaler's node types"
+    path = Path(os.environ.get("ICR_CLUSTER_CONFIG", "~/ray_bootstrap_config.yaml")).expanduser()
+    try:
+        import yaml
+
+        types = _node_type_gpus(yaml.safe_load(path.read_text()) or {})
+    except (OSError, ValueError, AttributeError, TypeError):
+        return 0.0, ""
+    if max(types.values(), default=0) > 0:
+        name = max(types, key=types.get)
+        return types[name], f"node type {name} in {path}"
+    return 0.0, ""
+
+
+def trial_resources(spec: SweepSpec, attached: bool) -> tuple[dict, str]:
+    """Ray resources per trial, and a note on how trials will run. With device auto,
+    trials ask for GPUs when the cluster has some, or (attached) its autoscaler can
+    add GPU nodes. Refuses (ClusterError) trials that no node of an embedded Ray can
+    hold; on an attached cluster an autoscaler may add nodes, so that is a note."""
+    res = spec.resources
+    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+    most = {kind: max((n.get(kind, 0) for n in nodes), default=0) for kind in ("CPU", "GPU")}
+    addable, source = addable_gpus() if attached and most["GPU"] == 0 else (0.0, "")
+    if res.device == "cpu" or (res.device == "auto" and most["GPU"] == 0 and addable == 0):
+        resources = {"cpu": res.cpus_per_trial, "gpu": 0}
+        note = f"no GPU in the cluster: trials run on CPU ({res.cpus_per_trial:g} CPU each)" if res.device == "auto" else "device: cpu"
+    else:
+        resources = {"cpu": res.cpus_per_trial, "gpu": res.gpus_per_trial}
+        if res.gpus_per_trial == "auto":
+            shares = sorted({share for share, _ in gpu_shares(spec).values()})
+            note = (f"{', '.join(f'{s:g}' for s in shares)} GPU per trial by estimated peak memory "
+                    f"(gpus_per_trial: auto; `icr-sweep plan` lists each) and {res.cpus_per_trial:g} CPU")
+        else:
+            note = f"{res.gpus_per_trial:g} GPU and {res.cpus_per_trial:g} CPU per trial"
+        if addable:
+            note += f" (no GPU node is up yet; the autoscaler can add nodes of {addable:g} GPU: {source})"
+    asked = {**resources, "gpu": max(shares) if resources["gpu"] == "auto" else resources["gpu"]}
+    short = [f"resources.{field} is {asked[key]:g}, but the largest node has {most[kind]:g} {kind}"
+             for field, key, kind in (("cpus_per_trial", "cpu", "CPU"), ("gpus_per_trial", "gpu", "GPU"))
+             if asked[key] > most[kind]]
+    if short and not attached:
+        hint = " (device: cuda asks for a GPU; use device: auto or cpu here)" if asked["gpu"] > most["GPU"] else ""
+        raise ClusterError("no trial could ever start: " + "; ".join(short) + hint)
+    if short:
+        note += ". Waiting for an autoscaler to add nodes: " + "; ".join(short)
+    return resources, note

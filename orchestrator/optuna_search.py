@@ -1,0 +1,264 @@
+"""The Optuna search of a sweep: one study per grid cell, each with its arch's
+learning-rate distribution and trial budget, kept in the run's optuna.db (or the
+spec's storage) and tied to the trials' names, directories and metrics."""
+
+import math
+import pickle
+from typing import Optional
+
+from optuna.distributions import FloatDistribution
+from ray.tune.search import Searcher
+from ray.tune.search.optuna import OptunaSearch
+
+from orchestrator.grid import cell_budget, cell_name, cell_rates, cells, trial_for
+from orchestrator.rundir import OPTUNA_FILE, sqlite_url
+from orchestrator.spec import SweepSpec
+from orchestrator.storage import is_remote
+from workloads.config import TrialConfig
+from workloads.metrics import METRICS, PROGRESS, measured
+from workloads.naming import significant
+
+
+def optuna_storage(spec: SweepSpec, run_dir: str) -> Optional[str]:
+    """Where the sweep keeps its Optuna studies: search.storage, else an SQLite file in
+    a local run directory; None (in memory only) for a remote run without one."""
+    return spec.search.storage or sqlite_url(run_dir, OPTUNA_FILE)
+
+
+def study_name(spec: SweepSpec, cell) -> str:
+    """The study of one cell: the sweep's name, then the cell's (as `plan` lists it)."""
+    return f"{spec.name}/{cell_name(cell)}"
+
+
+def studies_in_use(spec: SweepSpec, storage: str) -> list[str]:
+    """The sweep's study names that `storage` already holds (a launch must not mix a
+    new sweep into an earlier one's studies)."""
+    import optuna
+
+    known = set(optuna.get_all_study_names(storage))
+    return [name for name in (study_name(spec, c) for c in cells(spec) if not cell_rates(spec, c)) if name in known]
+
+
+class _CellStudy(OptunaSearch):
+    """Ray's OptunaSearch for one cell, made to agree with the study's storage. A
+    trial's end reaches Optuna's storage (at once) and Tune's experiment state (every
+    few seconds) apart: a driver killed between the two re-runs, on resume, a trial
+    that Optuna has finished. Such a trial's rows and end are Optuna's already, so
+    they are not told again (Optuna refuses them: UpdateFinishedTrialError).
+    Optuna is told only evaluations: a checkpoint's row between them has no metric,
+    and the trial's end is told with its last evaluation, not its last row. The
+    study names the trial the report chooses (`_name_choice`)."""
+
+    def __init__(self, *args, tie_break: Optional[str] = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.tie_break = tie_break
+        self._evaluated: dict[str, dict] = {}  # each running trial's last evaluation
+        self._name_objective()
+
+    def _name_choice(self) -> None:
+        """The study's user attributes name the trial the report chooses for this
+        cell and seed: the best metric, ties decided by the spec's tie-break (each as
+        measured, a trial's user attributes). Optuna's own best trial is the best
+        value alone, the earliest among equal ones; optuna-dashboard shows both on
+        the study's page."""
+        tie_break = getattr(self, "tie_break", None)  # None in a searcher pickled before this was kept
+        done = [t for t in self._ot_study.trials if t.state.is_finished() and t.value is not None
+                and math.isfinite(t.value) and "trial" in t.user_attrs]
+        if tie_break is None or not done:
+            return
+
+        def rank(t):
+            tie = t.user_attrs.get(tie_break, math.nan)
+            tie = -math.inf if not math.isfinite(tie) else (tie if METRICS[tie_break].mode == "max" else -tie)
+            return (t.value if self.mode == "max" else -t.value, tie)
+
+        best = max(done, key=rank)  # the first of equal ranks, as the report's stable sort
+        self._ot_study.set_user_attr("chosen_by_report", best.user_attrs["trial"])
+        self._ot_study.set_user_attr("chosen_by", f"{self.metric} ({self.mode}), ties by {tie_break} "
+                                                  f"({METRICS[tie_break].mode})")
+
+    def _name_objective(self) -> None:
+        """The objective is named after the metric (optuna-dashboard shows it)."""
+        if self._ot_study is not None and self._ot_study.metric_names != [self.metric]:
+            import warnings
+
+            import optuna
+
+            with warnings.catch_warnings():  # "experimental" since Optuna 3.2, and stable in use
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                self._ot_study.set_metric_names([self.metric])
+
+    def tag(self, trial_id: str, **attrs) -> None:
+        """User attributes of the Optuna trial behind Tune's `trial_id`."""
+        ot_trial = self._ot_trials.get(trial_id)
+        if ot_trial is not None:
+            for key, value in attrs.items():
+                ot_trial.set_user_attr(key, value)
+
+    def _tag_figures(self, trial_id: str, result: dict) -> None:
+        # The evaluation's other figures beside the objective: what a trial reached.
+        self.tag(trial_id, **measured(result, [k for k in (*PROGRESS, *METRICS) if k != self.metric]))
+
+    def _finished_in_storage(self, trial_id: str) -> bool:
+        ot_trial = self._ot_trials.get(trial_id)
+        if trial_id in self._completed_trials or ot_trial is None:
+            return trial_id in self._completed_trials
+        return self._ot_study._storage.get_trial(ot_trial._trial_id).state.is_finished()
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        if result.get("evaluated") is False or self.metric not in result:
+            return
+        self._evaluated[trial_id] = result
+        if not self._finished_in_storage(trial_id):
+            self._tag_figures(trial_id, result)
+            super().on_trial_result(trial_id, result)
+
+    def on_trial_complete(self, trial_id: str, result: Optional[dict] = None, error: bool = False) -> None:
+        last = self._evaluated.pop(trial_id, None)
+        if result is not None and (result.get("evaluated") is False or self.metric not in result):
+            result = last  # the trial's last row was a checkpoint between evaluations
+        if self._finished_in_storage(trial_id):
+            self._completed_trials.add(trial_id)
+            return
+        if result is not None:
+            self._tag_figures(trial_id, result)
+        super().on_trial_complete(trial_id, result, error)
+        if self._ot_study is not None:
+            self._name_choice()
+
+    def __getstate__(self):
+        # A study kept in a storage is pickled as its trials' ids, never as a live
+        # connection: Tune's tuner.pkl and the searcher's checkpoint would otherwise
+        # reopen the file where the run was launched, not where it is now.
+        state = self.__dict__.copy()
+        if self._storage is not None:
+            state["_ot_study"], state["_storage"] = None, None
+            state["_ot_trials"] = {tid: _trial_id(t) for tid, t in self._ot_trials.items()}
+        return state
+
+    @property
+    def detached(self) -> bool:
+        return self._ot_study is None and self._study_name != "optuna"
+
+    def reattach(self, storage) -> None:
+        """Opens the study and its trials in `storage` (the run's own optuna.db)."""
+        import optuna
+
+        study = optuna.load_study(study_name=self._study_name, storage=storage, sampler=self._sampler)
+        self._ot_study, self._storage = study, storage
+        self._ot_trials = {tid: optuna.trial.Trial(study, _trial_id(t)) for tid, t in self._ot_trials.items()}
+        self._name_objective()
+
+
+def _trial_id(trial) -> int:
+    return trial if isinstance(trial, int) else trial._trial_id
+
+
+# The run directory `resume` works on: a restored searcher whose studies live in the
+# run directory's own optuna.db opens that file there, wherever the run was launched.
+RESUMING: dict[str, str] = {}
+
+
+class CellwiseOptuna(Searcher):
+    """One Optuna study per grid cell (arch, setup, size, n, seed), each given the
+    learning-rate distribution of its arch and `num_samples` trials, so that each
+    cell gets its own best learning rate, as the paper's sweep does; a cell whose arch
+    has fixed rates in the spec runs each of them once, unsearched. With `storage`
+    (an Optuna storage URL) the studies live there, named by `study_name`, for
+    optuna-dashboard and `optuna.load_study`; they continue where they were on resume."""
+
+    def __init__(self, spec: SweepSpec, storage: Optional[str] = None):
+        search = spec.search
+        super().__init__(metric=search.metric, mode=search.mode)
+        self.spec = spec
+        self.studies, self.used, self.owner = {}, {}, {}
+        self.names: dict = {}  # cell -> the names of its trials so far
+        self.storage = storage
+        self.own_storage = storage is not None and spec.search.storage is None  # the run directory's optuna.db
+        rdb = None
+        if storage:
+            import optuna
+
+            rdb = optuna.storages.RDBStorage(storage)  # one connection pool for every study
+        self.fixed, self.budgets = {}, {}
+        for i, cell in enumerate(cells(spec)):
+            self.used[cell], self.budgets[cell] = 0, cell_budget(spec, cell)
+            if cell_rates(spec, cell):  # an arch at fixed rates: its cells run each rate once, unsearched
+                self.fixed[cell] = cell_rates(spec, cell)
+                continue
+            dist = getattr(spec.lr, cell.arch)
+            space = {"lr": FloatDistribution(dist.low, dist.high, log=dist.distribution == "loguniform")}
+            self.studies[cell] = _CellStudy(space=space, metric=search.metric, mode=search.mode, seed=i,
+                                            tie_break=search.ties_by,
+                                            storage=rdb, study_name=study_name(spec, cell) if rdb else None)
+
+    def suggest(self, trial_id: str):
+        open_cells = [c for c in self.used if self.used[c] < self.budgets[c]]
+        if not open_cells:
+            return Searcher.FINISHED
+        self._attach()
+        cell = min(open_cells, key=lambda c: self.used[c])  # round robin over cells
+        if cell in self.fixed:
+            lr = self.fixed[cell][self.used[cell]]
+        else:
+            suggestion = self.studies[cell].suggest(trial_id)
+            if suggestion is None:
+                return None
+            lr = suggestion["lr"]
+            self.owner[trial_id] = cell
+        self.used[cell] += 1
+        trial = trial_for(self.spec, *cell, lr)
+        name = self._name(cell, trial)
+        if cell not in self.fixed:
+            run_dir = RESUMING.get("run_dir") or self.spec.run_dir()
+            self.studies[cell].tag(trial_id, trial=name, trial_dir=f"{str(run_dir).rstrip('/')}/{name}")
+        return {"trial": trial.model_dump(mode="json"), "grid": False, "name": name}
+
+    def _name(self, cell, trial: TrialConfig) -> str:
+        """The trial's name, its rate to three significant digits: more where an
+        earlier trial of the cell has the name already."""
+        taken = self.names.setdefault(cell, [])
+        name = next((n for n in (trial.named(significant(trial.train.lr, d)) for d in range(3, 18)) if n not in taken),
+                    f"{trial.name}-{len(taken)}")  # the very same rate twice
+        taken.append(name)
+        return name
+
+    def _attach(self) -> None:
+        """Opens the studies in their storage where they were restored detached: the
+        run directory's own optuna.db (where `resume` finds the run now), else the
+        storage the spec names."""
+        detached = [study for study in self.studies.values() if study.detached]
+        if not detached:
+            return
+        import optuna
+
+        run_dir = RESUMING.get("run_dir")
+        url = sqlite_url(run_dir, OPTUNA_FILE) if self.own_storage and run_dir and not is_remote(run_dir) else self.storage
+        rdb = optuna.storages.RDBStorage(url)
+        for study in detached:
+            study.reattach(rdb)
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        self._attach()
+        if trial_id in self.owner:
+            self.studies[self.owner[trial_id]].on_trial_result(trial_id, result)
+
+    def on_trial_complete(self, trial_id: str, result: Optional[dict] = None, error: bool = False) -> None:
+        self._attach()
+        if trial_id in self.owner:
+            self.studies[self.owner.pop(trial_id)].on_trial_complete(trial_id, result, error)
+
+    def save(self, checkpoint_path: str) -> None:
+        # OptunaSearch's own save() persists its __dict__ (the in-memory study with it).
+        state = {"used": self.used, "owner": self.owner, "names": self.names,
+                 "studies": {c: s.__getstate__() for c, s in self.studies.items()}}
+        with open(checkpoint_path, "wb") as f:
+            pickle.dump(state, f)
+
+    def restore(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "rb") as f:
+            state = pickle.load(f)
+        self.used, self.owner, self.names = state["used"], state["owner"], state.get("names", {})
+        for cell, study_state in state["studies"].items():
+            self.studies[cell].__dict__.update(study_state)
+        self._attach()
