@@ -15,7 +15,7 @@ from orchestrator.rundir import OPTUNA_FILE, sqlite_url
 from orchestrator.spec import SweepSpec
 from orchestrator.storage import is_remote
 from workloads.config import TrialConfig
-from workloads.metrics import METRICS, PROGRESS, measured
+from workloads.metrics import METRICS, PROGRESS, measured, rank_key
 from workloads.naming import significant
 
 
@@ -67,10 +67,8 @@ class _CellStudy(OptunaSearch):
         if tie_break is None or not done:
             return
 
-        def rank(t):
-            tie = t.user_attrs.get(tie_break, math.nan)
-            tie = -math.inf if not math.isfinite(tie) else (tie if METRICS[tie_break].mode == "max" else -tie)
-            return (t.value if self.mode == "max" else -t.value, tie)
+        def rank(t):  # as the report ranks (workloads.metrics.rank_key)
+            return rank_key(t.value, self.mode), rank_key(t.user_attrs.get(tie_break), METRICS[tie_break].mode)
 
         best = max(done, key=rank)  # the first of equal ranks, as the report's stable sort
         self._ot_study.set_user_attr("chosen_by_report", best.user_attrs["trial"])

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.rundir import Run
-from workloads.metrics import HEADLINE, METRICS, PLOTTED
+from workloads.metrics import HEADLINE, METRICS, PLOTTED, rank_key
 from workloads.models.config import SIZES
 from workloads.naming import significant
 from workloads.tasks import DEFAULT_TASK, TASKS
@@ -57,7 +57,7 @@ def best_by_cell(df: pd.DataFrame, metric: str = HEADLINE, mode: str = "max", ti
 
     def key(m, how):  # higher is better, whatever the metric's direction; never measured never wins
         values = done[m] if m in done else pd.Series(math.nan, index=done.index)
-        return (values if how == "max" else -values).fillna(-math.inf)
+        return values.map(lambda v: rank_key(v, how)).astype(float)
 
     done = done.assign(_key=key(metric, mode), _tie=key(tie_break, tie_mode),
                        _cell_seeds=done.groupby(GROUP)["seed"].transform("nunique"))

@@ -67,3 +67,12 @@ def measured(row: dict, keys) -> dict:
     metric never measured is None or NaN), in the order of `keys`."""
     return {k: row[k] for k in keys if isinstance(row.get(k), (int, float)) and not isinstance(row[k], bool)
             and math.isfinite(row[k])}
+
+
+def rank_key(value, mode: str) -> float:
+    """`value` as a key where higher is better whatever the metric's direction (mode
+    max or min); a value never measured (None, NaN) ranks below every measured one.
+    The report's choice of a cell's rate and the Optuna study's record of it rank so."""
+    if value is None or value != value:
+        return -math.inf
+    return value if mode == "max" else -value

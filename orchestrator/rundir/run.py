@@ -89,24 +89,26 @@ def _state(status: str | None, results: list[dict], trial_dir: Path, live: bool)
 
 
 def load_trials(run_dir: Path, planned: dict[str, dict] | None = None, locked: bool = True,
-                only: str | None = None, kept: dict | None = None) -> pd.DataFrame:
+                only: str | None = None) -> pd.DataFrame:
     """One row per trial, planned or found: its flattened config, state and latest
     metrics. `planned` maps the names of the trials a sweep will run to their
     configs (those not started are `pending`). A trial whose files cannot be read
     is listed as `unreadable`, with the file and the problem in `error`. Without a
     run lock to ask (`locked` False: a copy of a remote run), a trial is running
-    when Tune last recorded it so. `kept`, a mapping, receives each trial's rows
-    and config by name: {"rows": {...}, "configs": {...}}."""
+    when Tune last recorded it so."""
+    return _trials(run_dir, planned, locked, only)[0]
+
+
+def _trials(run_dir: Path, planned: dict[str, dict] | None, locked: bool,
+            only: str | None = None) -> tuple[pd.DataFrame, dict[str, list[dict]], dict[str, dict]]:
+    """load_trials' table, with each trial's rows and config by name (what read_run keeps)."""
     run_dir = Path(run_dir)
     planned = planned or {}
     recorded, problem = tune_trials(run_dir)
     statuses = {name: status for name, (status, _) in recorded.items()}
     live = driver_is_live(run_dir) if locked else None
     names = {only} if only is not None else trial_names(run_dir) | set(statuses) | set(planned)
-    kept = kept if kept is not None else {}
-    kept.setdefault("rows", {})
-    kept.setdefault("configs", {})
-    rows = []
+    kept_rows, configs, rows = {}, {}, []
     for name in sorted(names):
         trial_dir = run_dir / name
         config, config_problem = _read_config(trial_dir) if trial_dir.is_dir() else (None, "")
@@ -125,9 +127,9 @@ def load_trials(run_dir: Path, planned: dict[str, dict] | None = None, locked: b
             elif config_problem and (results or (trial_dir / PARAMS_FILE).exists()):
                 # (Tune makes a pending trial's directory before it writes params.json: nothing amiss)
                 problems.append(config_problem + "; config taken from the plan")
-        kept["rows"][name] = results
+        kept_rows[name] = results
         if config:
-            kept["configs"][name] = config
+            configs[name] = config
         last = results[-1] if results else {}
         # Rows between evaluations (time-based checkpoints) carry progress only: the
         # metrics are the last evaluation's, the progress the latest row's.
@@ -136,7 +138,7 @@ def load_trials(run_dir: Path, planned: dict[str, dict] | None = None, locked: b
         metrics = {k: (last if k in PROGRESS else last_eval).get(k) for k in METRIC_KEYS}
         flat = pd.json_normalize(config, sep=".").iloc[0].to_dict() if config else {}
         rows.append({"trial": name, "state": state, **metrics, "error": "; ".join(filter(None, [error, *problems])), **flat})
-    return _as_table(rows, problem)
+    return _as_table(rows, problem), kept_rows, configs
 
 
 def _as_table(rows: list[dict], problem: str) -> pd.DataFrame:
@@ -162,13 +164,12 @@ def read_run(run_dir: Path, locked: bool = True, plan_of: Optional[Callable[[dic
     notes = [] if locked else ["a remote run has no driver lock: 'running' is Tune's last record, "
                                "which a driver killed mid-sweep leaves behind (`icr-sweep resume` continues it)"]
     run_dir = Path(run_dir)
-    kept: dict = {}
     if is_trial_dir(run_dir):  # `icr-sweep train --out`: the same files as one trial of a sweep
-        df = load_trials(run_dir.parent, None, locked, only=run_dir.name, kept=kept)
-        return Run(df, None, notes, kept["rows"], kept["configs"])
+        df, rows, configs = _trials(run_dir.parent, None, locked, only=run_dir.name)
+        return Run(df, None, notes, rows, configs)
     spec, plan = _records(run_dir, notes, plan_of)
-    df = load_trials(run_dir, (plan or {}).get("trials"), locked, kept=kept)
-    run = Run(df, spec, notes, kept["rows"], kept["configs"], plan)
+    df, rows, configs = _trials(run_dir, (plan or {}).get("trials"), locked)
+    run = Run(df, spec, notes, rows, configs, plan)
     if df.empty:
         return run
     if df.attrs.get("problem"):

@@ -140,10 +140,13 @@ def test_a_killed_driver_resumes_without_rerunning_finished_trials(tmp_path, ray
     run_dir = storage / "killme"
     finished, interrupted = _kill_midway(spec_path, storage, run_dir, ray_temp, port, rows=2)
     before = {name: (run_dir / name / "result.json").read_text() for name in finished}
+    plan = json.loads((run_dir / "plan.json").read_text())
+    (run_dir / "plan.json").unlink()  # as a run launched before plans were stored: resume writes it
 
     result = subprocess.run(cli("resume", str(run_dir), ray_temp=ray_temp, port=free_port()),
                             capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert json.loads((run_dir / "plan.json").read_text()) == plan
     df = load_trials(run_dir)
     assert len(df) == 3 and (df["state"] == "finished").all(), df[["trial", "state"]]
     for name, text in before.items():
