@@ -102,7 +102,7 @@ def trial_for(spec, arch: str, setup: str, size: str, n: int, seed: int, lr: flo
     model = model_variants(arch, spec.axes.sizes, spec.axes.model_axes(arch))[size]
     device = "cpu" if spec.resources.device == "cpu" else "auto"
     return trial_config(arch, model.size, variant_task(spec, task, n), lr=lr, dims=model.fields, task_label=task.label,
-                        seed=seed, device=device, **spec.training_for(arch, task.setup).model_dump())
+                        seed=seed, device=device, **spec.training_for(arch, task.setup, n).model_dump())
 
 
 def expand(spec) -> list[TrialConfig]:

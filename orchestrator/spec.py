@@ -221,13 +221,15 @@ def _optional(info):
     return info
 
 
-# A rule of `training_overrides`: the trials it applies to (the archs and setups
-# named; all where a list is left out) and the training fields it sets for them.
+# A rule of `training_overrides`: the trials it applies to (the archs, setups and
+# task sizes named; all where a list is left out) and the training fields it sets.
+SELECTORS = ("archs", "setups", "n")
 TrainingOverride = create_model(
     "TrainingOverride", __base__=_Spec,
-    __doc__="Training fields for some archs and setups (later rules win over earlier ones, all over `training`).",
+    __doc__="Training fields for some archs, setups and n (later rules win over earlier ones, all over `training`).",
     archs=(Optional[list[Arch]], Field(None, min_length=1, description="the archs it applies to (all: leave it out)")),
     setups=(Optional[list[str]], Field(None, min_length=1, description="the setups it applies to (all: leave it out)")),
+    n=(Optional[list[int]], Field(None, min_length=1, description="the task sizes it applies to (all: leave it out)")),
     **{name: (Optional[info.annotation], _optional(info)) for name, info in TrainingSpec.model_fields.items()},
 )
 
@@ -470,25 +472,27 @@ class SweepSpec(_Spec):
             bad = [v for v in rule.setups or [] if v not in setups]
             if bad:
                 raise ValueError(f"{where}.setups: {', '.join(bad)} is not a setup of {self.task} ({', '.join(setups)})")
-            if not rule.model_dump(exclude={"archs", "setups"}, exclude_none=True):
+            if not rule.model_dump(exclude=set(SELECTORS), exclude_none=True):
                 raise ValueError(f"{where}: sets no training field (`icr-sweep schema` lists them under TrainingSpec)")
-        for arch, setup in itertools.product(self.axes.archs, self.axes.setups):
+        for arch, setup, n in itertools.product(self.axes.archs, self.axes.setups, self.axes.n):
             try:
-                t = self.training_for(arch, setup)
+                t = self.training_for(arch, setup, n)
             except ValidationError as e:
                 msg = e.errors()[0]["msg"].removeprefix("Value error, ")
-                raise ValueError(f"training_overrides: for {arch} with {setup}: {msg}") from None
+                raise ValueError(f"training_overrides: for {arch} with {setup} at n {n}: {msg}") from None
             if t.warmup_samples >= t.samples:
-                raise ValueError(f"training_overrides: for {arch} with {setup}, warmup_samples ({t.warmup_samples}) "
-                                 f"must be below samples ({t.samples})")
+                raise ValueError(f"training_overrides: for {arch} with {setup} at n {n}, warmup_samples "
+                                 f"({t.warmup_samples}) must be below samples ({t.samples})")
 
-    def training_for(self, arch: str, setup: str) -> "TrainingSpec":
-        """The training protocol of the trials of `arch` in `setup`: `training` with
-        the overrides that name them (or leave archs or setups out) applied in order."""
+    def training_for(self, arch: str, setup: str, n: int) -> "TrainingSpec":
+        """The training protocol of the trials of `arch` in `setup` at size `n`:
+        `training` with the overrides that name them (or leave that selector out)
+        applied in order."""
         fields = self.training.model_dump()
         for rule in self.training_overrides:
-            if (rule.archs is None or arch in rule.archs) and (rule.setups is None or setup in rule.setups):
-                fields.update(rule.model_dump(exclude={"archs", "setups"}, exclude_none=True))
+            if all(chosen is None or value in chosen for chosen, value in
+                   ((rule.archs, arch), (rule.setups, setup), (rule.n, n))):
+                fields.update(rule.model_dump(exclude=set(SELECTORS), exclude_none=True))
         return TrainingSpec.model_validate(fields) if self.training_overrides else self.training
 
     def storage_uri(self) -> str:

@@ -20,6 +20,7 @@ RAY_MODULES = frozenset({
 })
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups off the markers
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.nodeid.split("::")[0] in RAY_MODULES:

@@ -81,6 +81,21 @@ def test_training_overrides_set_each_trials_protocol_by_arch_and_setup_the_later
     assert [t.train.samples for t in expand(again)] == [t.train.samples for t in expand(spec)]
 
 
+def test_a_training_override_can_name_the_task_sizes_it_applies_to():
+    """Issue 29: a budget per n (the laptop spec trains the answer alone longer at
+    the n where it is still being learnt), checked as the other selectors are."""
+    base = dict(name="x", axes=dict(archs=["mamba"], setups=["vanilla", "cot"], sizes=["tiny"], n=[4, 5]),
+                training=dict(samples=4000, warmup_samples=500, eval_every=2000))
+    spec = SweepSpec.model_validate(dict(base, training_overrides=[dict(setups=["vanilla"], n=[4], samples=6000),
+                                                                   dict(n=[5], eval_every=1000)]))
+    got = {(t.setup, t.task.n): (t.train.samples, t.train.eval_every) for t in expand(spec)}
+    assert got == {("vanilla", 4): (6000, 2000), ("vanilla", 5): (4000, 1000), ("cot", 4): (4000, 2000),
+                   ("cot", 5): (4000, 1000)}
+    with pytest.raises(ValidationError, match=r"for mamba with vanilla at n 4, warmup_samples \(500\) must be below "
+                                              r"samples \(400\)"):
+        SweepSpec.model_validate(dict(base, training_overrides=[dict(setups=["vanilla"], n=[4], samples=400)]))
+
+
 def test_optuna_spec_has_one_cell_per_axis_combination():
     spec = load_spec(SWEEPS / "istree_lr_optuna.yaml")
     assert len(cells(spec)) == 3 * 2 * 1 * 2 * 1
