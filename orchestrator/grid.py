@@ -87,8 +87,9 @@ def cells(spec) -> list[Cell]:
     """Every cell of the grid, in a stable order."""
     a = spec.axes
     setups = task_variants(a.setups, a.task)
-    return [Cell(arch, setup, size, n, seed) for arch in a.archs for setup in setups
-            for size in model_variants(arch, a.sizes, a.model_axes(arch)) for n in a.n for seed in a.seeds]
+    return [Cell(arch, setup, size, n, seed) for arch in a.archs for setup, variant in setups.items()
+            for size in model_variants(arch, a.sizes, a.model_axes(arch)) for n in a.n_for(variant.setup)
+            for seed in a.seeds]
 
 
 def cell_name(cell: Cell) -> str:

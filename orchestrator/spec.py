@@ -88,8 +88,10 @@ class AxesSpec(_Spec):
     archs: list[Arch] = Field(["transformer", "mamba", "hybrid"], min_length=1)
     setups: Optional[list[str]] = Field(None, min_length=1, description="those the task has (default: all of them)")
     sizes: list[Size] = Field(["0.5M", "1M", "2M"], min_length=1)
-    n: list[int] = Field([16, 32, 64], min_length=1, description="the task's size (the paper's task: vertices in "
-                         "each graph); `icr-sweep tasks` says what it counts for each task and its bounds")
+    n: Union[list[int], dict[str, list[int]]] = Field(
+        [16, 32, 64], description="the task's size (the paper's task: vertices in each graph); `icr-sweep tasks` says "
+        "what it counts for each task and its bounds. One list for every setup, or one per setup: {vanilla: [5], "
+        "cot: [4, 5], retrieval: [4, 5]}")
     # Kept as the specs so far spell it; a task field like the rest, moved into
     # task_params before validation (SweepSpec._family_is_a_task_field).
     family: Optional[str] = Field(
@@ -139,12 +141,31 @@ class AxesSpec(_Spec):
             return self.model.get(arch, {})
         return self.model
 
-    @field_validator("archs", "setups", "sizes", "n", "seeds")
+    @field_validator("archs", "setups", "sizes", "seeds")
     @classmethod
     def _no_repeats(cls, values):
         if values is not None and len(set(values)) != len(values):
             raise ValueError(f"repeated values in {values}")
         return values
+
+    @field_validator("n")
+    @classmethod
+    def _n_lists(cls, value):
+        for setup, values in (value.items() if isinstance(value, dict) else [(None, value)]):
+            where = f"{setup}: " if setup is not None else ""
+            if not values:
+                raise ValueError(f"{where}a list of one or more sizes, got {values}")
+            if len(set(values)) != len(values):
+                raise ValueError(f"{where}repeated values in {values}")
+        return value
+
+    def n_for(self, setup: str) -> list[int]:
+        """The task sizes swept with `setup` (a bare setup: vanilla, not vanilla-seqlen64)."""
+        return self.n[setup] if isinstance(self.n, dict) else self.n
+
+    def all_n(self) -> list[int]:
+        """Every task size some setup sweeps, ascending."""
+        return sorted({v for setup in self.setups or [] for v in self.n_for(setup)} if isinstance(self.n, dict) else self.n)
 
 
 class Distribution(_Spec):
@@ -401,8 +422,15 @@ class SweepSpec(_Spec):
         bad = [s for s in axes.setups if s not in setups]
         if bad:
             raise ValueError(f"setups: {task} has the setups {', '.join(setups)}; got {bad}")
+        if isinstance(axes.n, dict):
+            missing, unknown = [s for s in axes.setups if s not in axes.n], [s for s in axes.n if s not in axes.setups]
+            if missing or unknown:
+                raise ValueError(f"n: one list per setup swept ({', '.join(axes.setups)}); "
+                                 + (f"no sizes for {', '.join(missing)}" if missing else "")
+                                 + ("; " if missing and unknown else "")
+                                 + (f"{', '.join(unknown)} is not a setup swept" if unknown else ""))
         lo, hi = config_cls.n_range()
-        bad = [v for v in axes.n if (lo is not None and v < lo) or (hi is not None and v > hi)]
+        bad = [v for v in axes.all_n() if (lo is not None and v < lo) or (hi is not None and v > hi)]
         if bad:
             raise ValueError(f"n: {task} sizes must be in {lo}..{hi} (n: {config_cls.n_means()}), got {bad}")
         return axes
@@ -454,14 +482,18 @@ class SweepSpec(_Spec):
             if field in self.task_params:
                 raise ValueError(f"axes.task: {field} is also in task_params; give it in one place")
         where = "axes.task" if self.axes.task else "task_params"
-        for (label, variant), n in itertools.product(task_variants(self.axes.setups, self.axes.task).items(), self.axes.n):
+        for label, variant in task_variants(self.axes.setups, self.axes.task).items():
+            self._check_task_variant(label, variant, where)
+        return self
+
+    def _check_task_variant(self, label: str, variant, where: str) -> None:
+        for n in self.axes.n_for(variant.setup):
             try:
                 variant_task(self, variant, n)
             except ValidationError as e:
                 first = e.errors()[0]
                 raise ValueError(f"{where}: {'.'.join(map(str, first['loc'])) or self.task}: "
                                  f"{first['msg'].removeprefix('Value error, ')} (task {self.task}, setup {label}, n {n})") from None
-        return self
 
     def _check_overrides(self) -> None:
         setups = TASKS[self.task][0].setups()
@@ -474,15 +506,19 @@ class SweepSpec(_Spec):
                 raise ValueError(f"{where}.setups: {', '.join(bad)} is not a setup of {self.task} ({', '.join(setups)})")
             if not rule.model_dump(exclude=set(SELECTORS), exclude_none=True):
                 raise ValueError(f"{where}: sets no training field (`icr-sweep schema` lists them under TrainingSpec)")
-        for arch, setup, n in itertools.product(self.axes.archs, self.axes.setups, self.axes.n):
-            try:
-                t = self.training_for(arch, setup, n)
-            except ValidationError as e:
-                msg = e.errors()[0]["msg"].removeprefix("Value error, ")
-                raise ValueError(f"training_overrides: for {arch} with {setup} at n {n}: {msg}") from None
-            if t.warmup_samples >= t.samples:
-                raise ValueError(f"training_overrides: for {arch} with {setup} at n {n}, warmup_samples "
-                                 f"({t.warmup_samples}) must be below samples ({t.samples})")
+        for arch, setup in itertools.product(self.axes.archs, self.axes.setups):
+            for n in self.axes.n_for(setup):
+                self._check_override(arch, setup, n)
+
+    def _check_override(self, arch: str, setup: str, n: int) -> None:
+        try:
+            t = self.training_for(arch, setup, n)
+        except ValidationError as e:
+            msg = e.errors()[0]["msg"].removeprefix("Value error, ")
+            raise ValueError(f"training_overrides: for {arch} with {setup} at n {n}: {msg}") from None
+        if t.warmup_samples >= t.samples:
+            raise ValueError(f"training_overrides: for {arch} with {setup} at n {n}, warmup_samples "
+                             f"({t.warmup_samples}) must be below samples ({t.samples})")
 
     def training_for(self, arch: str, setup: str, n: int) -> "TrainingSpec":
         """The training protocol of the trials of `arch` in `setup` at size `n`:
@@ -505,7 +541,7 @@ class SweepSpec(_Spec):
     def trial_count(self) -> int:
         """How many trials the spec runs, computed without building the trials."""
         a = self.axes
-        per_model = len(a.setups) * math.prod(len(v) for v in a.task.values()) * len(a.n) * len(a.seeds)
+        per_model = sum(len(a.n_for(s)) for s in a.setups) * math.prod(len(v) for v in a.task.values()) * len(a.seeds)
         models = {arch: len(model_variants(arch, a.sizes, a.model_axes(arch))) for arch in a.archs}
         if self.search.method == "optuna":  # a searched arch: num_samples per cell; a fixed one: one per rate
             return sum((len(self.lr.values(arch)) or self.search.num_samples) * models[arch] for arch in a.archs) * per_model

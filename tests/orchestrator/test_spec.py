@@ -96,6 +96,23 @@ def test_a_training_override_can_name_the_task_sizes_it_applies_to():
         SweepSpec.model_validate(dict(base, training_overrides=[dict(setups=["vanilla"], n=[4], samples=400)]))
 
 
+def test_each_setup_can_sweep_task_sizes_of_its_own():
+    """Issue 29: the laptop spec runs the answer alone only at its largest n; the
+    grid, its count, the budgets by n and the plan follow each setup's list."""
+    spec = SweepSpec.model_validate(dict(
+        name="x", axes=dict(archs=["transformer", "mamba"], setups=["vanilla", "cot"], sizes=["tiny"], seeds=[0, 1],
+                            n={"vanilla": [5], "cot": [4, 5]}),
+        training=dict(samples=4000, warmup_samples=500, eval_every=2000),
+        training_overrides=[dict(n=[4], samples=6000)]))
+    trials = expand(spec)
+    got = sorted({(t.model.arch, t.setup, t.task.n) for t in trials})
+    assert got == [(arch, setup, n) for arch in ("mamba", "transformer") for setup, n in (("cot", 4), ("cot", 5), ("vanilla", 5))]
+    assert len(trials) == spec.trial_count() == 2 * 3 * 2
+    assert {t.task.n: t.train.samples for t in trials} == {4: 6000, 5: 4000}
+    assert spec.axes.all_n() == [4, 5]
+    assert SweepSpec.model_validate(spec.model_dump()) == spec  # as launch stores it and a resume reads it back
+
+
 def test_optuna_spec_has_one_cell_per_axis_combination():
     spec = load_spec(SWEEPS / "istree_lr_optuna.yaml")
     assert len(cells(spec)) == 3 * 2 * 1 * 2 * 1
@@ -128,6 +145,13 @@ BAD_SPECS = {
     "dimension of no mixer": ("name: x\naxes: {model: {heads: [0]}}\n", ["axes.model", "heads: a list of distinct positive values"]),
     "n too small": ("name: x\naxes: {n: [16, 3]}\n", ["axes.n", "in 4..1024", "[3]"]),
     "n too large": ("name: x\naxes: {n: [16, 4096]}\n", ["axes.n", "in 4..1024", "[4096]"]),
+    "n per setup, one missing": ("name: x\naxes: {setups: [vanilla, cot], n: {vanilla: [16]}}\n",
+                                 ["axes", "n: one list per setup swept (vanilla, cot)", "no sizes for cot"]),
+    "n per setup, one not swept": ("name: x\naxes: {setups: [cot], n: {cot: [16], retrieval: [16]}}\n",
+                                   ["axes", "retrieval is not a setup swept"]),
+    "n per setup repeated": ("name: x\naxes: {setups: [cot], n: {cot: [16, 16]}}\n", ["axes.n", "cot: repeated values in [16, 16]"]),
+    "n per setup too small": ("name: x\naxes: {setups: [cot, vanilla], n: {cot: [16], vanilla: [3]}}\n",
+                              ["axes", "in 4..1024", "[3]"]),
     "lr nan": ("name: x\nlr: {transformer: .nan}\n", ["lr.transformer", "finite and > 0", "nan"]),
     "lr inf in a list": ("name: x\nlr: {mamba: [1.0e-3, .inf]}\n", ["lr.mamba", "finite and > 0", "inf"]),
     "distribution bound inf": ("name: x\nlr: {mamba: {distribution: uniform, low: 1.0e-4, high: .inf}}\n"
