@@ -95,6 +95,18 @@ def best_by_cell(df: pd.DataFrame, metric: str = HEADLINE, mode: str = "max", ti
 ROBUST = ("robust_exact_match", "robust_exact_match_std", "rates_solving", "rates")
 
 
+def by_base_size(best: pd.DataFrame):
+    """(base size, its rows) for each preset size (tiny, 0.5M, ...), in order, each
+    row with a `model` label: its arch, and its size where that is a variant of the
+    base (mamba (tiny-dmodel16)), so that the variants of one size share a table and a
+    figure with the presets they are compared with."""
+    base = best["size"].map(lambda label: str(label).partition("-")[0])
+    for size in sorted(base.unique(), key=size_key):
+        part = best[base == size]
+        variant = part["size"].astype(str) != size
+        yield size, part.assign(model=part["arch"].where(~variant, part["arch"] + " (" + part["size"].astype(str) + ")"))
+
+
 def robust_by_cell(done: pd.DataFrame, ranked: dict, solved: float = SOLVED) -> pd.DataFrame:
     """Per cell of finished trials `done` (ranked by their `_key` and `_tie`
     columns, as best_by_cell ranks): robust_exact_match, the mean over seeds of the
@@ -118,14 +130,13 @@ def robust_tables(best: pd.DataFrame) -> str:
     if "robust_exact_match" not in best or best["robust_exact_match"].isna().all():
         return ""
     out = []
-    for size in sorted(best["size"].unique(), key=size_key):
-        part = best[best["size"] == size]
+    for size, part in by_base_size(best):
         ns = sorted(part["n"].unique())
         out += [f"### {size} models: held-out exact match at each seed's rate, and the rates that solve\n",
                 "| setup | arch | " + " | ".join(f"n={n}" for n in ns) + " |", "|---|---|" + "---|" * len(ns)]
-        for (setup, arch), rows in part.groupby(["setup", "arch"], sort=True):
+        for (setup, model), rows in part.groupby(["setup", "model"], sort=True):
             cells = {r["n"]: _fmt_robust(r) for _, r in rows.iterrows()}
-            out.append(f"| {setup} | {arch} | " + " | ".join(cells.get(n, "-") for n in ns) + " |")
+            out.append(f"| {setup} | {model} | " + " | ".join(cells.get(n, "-") for n in ns) + " |")
         out.append("")
     return "\n".join(out)
 
@@ -155,12 +166,11 @@ def _fmt(row, metric: str, with_lr: bool) -> str:
 
 
 def markdown_tables(best: pd.DataFrame, selected_by: str = f"{HEADLINE} max") -> str:
-    """Per size, a table (rows setup x arch, columns n) per metric measured: exact
-    match, the headline, then generation accuracy and token accuracy of the same
-    trials."""
+    """Per size (its variants beside its presets), a table (rows setup x arch,
+    columns n) per metric measured: exact match, the headline, then generation
+    accuracy and token accuracy of the same trials."""
     out = []
-    for size in sorted(best["size"].unique(), key=size_key):
-        part = best[best["size"] == size]
+    for size, part in by_base_size(best):
         ns = sorted(part["n"].unique())
         for metric, title in _measured(part):
             first = metric == HEADLINE
@@ -170,9 +180,9 @@ def markdown_tables(best: pd.DataFrame, selected_by: str = f"{HEADLINE} max") ->
                            f"per cell the lr chosen by {selected_by}.\n")
             out.append("| setup | arch | " + " | ".join(f"n={n}" for n in ns) + " |")
             out.append("|---|---|" + "---|" * len(ns))
-            for (setup, arch), rows in part.groupby(["setup", "arch"], sort=True):
+            for (setup, model), rows in part.groupby(["setup", "model"], sort=True):
                 cells = {r["n"]: _fmt(r, metric, with_lr=first) for _, r in rows.iterrows()}
-                out.append(f"| {setup} | {arch} | " + " | ".join(cells.get(n, "-") for n in ns) + " |")
+                out.append(f"| {setup} | {model} | " + " | ".join(cells.get(n, "-") for n in ns) + " |")
             out.append("")
     return "\n".join(out)
 
@@ -185,7 +195,8 @@ def _measured(best: pd.DataFrame) -> list[tuple[str, str]]:
 
 def plot(best: pd.DataFrame, out_dir: Path, task: str = DEFAULT_TASK) -> list[Path]:
     """The paper's figure (accuracy against n, a panel per setup, a line per arch),
-    one PNG per size and metric: exact_match_<size>.png and gen_accuracy_<size>.png.
+    one PNG per size (its variants beside its presets) and metric:
+    exact_match_<size>.png and gen_accuracy_<size>.png.
     Where the task says what guessing scores (`exact_match_chance`), a dashed line
     marks it."""
     import matplotlib
@@ -197,13 +208,12 @@ def plot(best: pd.DataFrame, out_dir: Path, task: str = DEFAULT_TASK) -> list[Pa
     paths = []
     setups = sorted(set(best["setup"]), key=setup_key)
     for metric, _ in _measured(best):
-        for size in sorted(best["size"].unique(), key=size_key):
-            part = best[best["size"] == size]
+        for size, part in by_base_size(best):
             fig, axes = plt.subplots(1, len(setups), figsize=(max(6, 4 * len(setups)), 3.4), sharey=True, squeeze=False)
             for ax, setup in zip(axes[0], setups):
-                for arch, rows in part[part["setup"] == setup].groupby("arch"):
+                for model, rows in part[part["setup"] == setup].groupby("model"):
                     rows = rows.sort_values("n")
-                    ax.errorbar(rows["n"], rows[metric], yerr=rows[metric + "_std"], marker="o", capsize=3, label=arch)
+                    ax.errorbar(rows["n"], rows[metric], yerr=rows[metric + "_std"], marker="o", capsize=3, label=model)
                 ax.set_title(setup)
                 ax.set_xlabel(task_cls.n_label)
                 ax.set_xscale("log", base=2)

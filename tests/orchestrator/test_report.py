@@ -549,6 +549,30 @@ def test_figures_label_their_axes_in_words_and_every_chance_line(tmp_path, monke
         plt.close(fig)
 
 
+def test_a_variant_of_a_size_shares_its_table_and_figure_with_the_presets_it_is_compared_with(tmp_path, monkeypatch):
+    """Issue 29: the laptop spec's Mamba is tiny-dmodel16 beside the tiny Transformer;
+    in tables and figures of its own it was never seen beside the model it is
+    compared with."""
+    import matplotlib.pyplot as plt
+
+    from orchestrator.report import plot
+
+    df = _trials([("transformer", n, 1e-3, 0, 0.9) for n in (4, 5)] + [("mamba", n, 1e-3, 0, 0.5) for n in (4, 5)])
+    df.loc[df["arch"] == "mamba", "size"] = "tiny-dmodel16"
+    other = _trials([("transformer", 4, 1e-3, 0, 0.7), ("transformer", 5, 1e-3, 0, 0.6)]).assign(size="0.5M")
+    best = best_by_cell(pd.concat([df, other]))
+    text = markdown_tables(best)
+    tiny = text.split("### tiny models: teacher-forced exact match")[1].split("###")[0]
+    assert "| cot | mamba (tiny-dmodel16) | 0.500 (lr 1e-3, 1 seed) |" in tiny and "| cot | transformer | 0.900" in tiny
+    assert "tiny-dmodel16 models" not in text and "### 0.5M models: teacher-forced exact match" in text
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    paths = plot(best, tmp_path)
+    assert sorted(p.name for p in paths if p.name.startswith("exact_match_")) == ["exact_match_0.5M.png", "exact_match_tiny.png"]
+    tiny_figure = figures[[p.name for p in paths].index("exact_match_tiny.png")]
+    assert sorted(t.get_text() for t in tiny_figure.axes[-1].get_legend().get_texts()) == ["mamba (tiny-dmodel16)", "transformer"]
+
+
 def test_the_robust_score_picks_each_seeds_rate_on_validation_and_scores_it_held_out():
     """Two archs equally good at their best rate: the Transformer solves n=5 at every
     rate, Mamba at one lucky rate. Best-per-cell cannot tell them apart; the robust
