@@ -423,12 +423,14 @@ class SweepSpec(_Spec):
         if bad:
             raise ValueError(f"setups: {task} has the setups {', '.join(setups)}; got {bad}")
         if isinstance(axes.n, dict):
-            missing, unknown = [s for s in axes.setups if s not in axes.n], [s for s in axes.n if s not in axes.setups]
-            if missing or unknown:
-                raise ValueError(f"n: one list per setup swept ({', '.join(axes.setups)}); "
-                                 + (f"no sizes for {', '.join(missing)}" if missing else "")
-                                 + ("; " if missing and unknown else "")
-                                 + (f"{', '.join(unknown)} is not a setup swept" if unknown else ""))
+            # A setup of the task that the axes leave out is no error (a spec narrowed
+            # to fewer setups keeps its sizes), as in training_overrides.
+            unknown = [s for s in axes.n if s not in setups]
+            if unknown:
+                raise ValueError(f"n: {', '.join(unknown)} is not a setup of {task} ({', '.join(setups)})")
+            missing = [s for s in axes.setups if s not in axes.n]
+            if missing:
+                raise ValueError(f"n: one list per setup swept ({', '.join(axes.setups)}); no sizes for {', '.join(missing)}")
         lo, hi = config_cls.n_range()
         bad = [v for v in axes.all_n() if (lo is not None and v < lo) or (hi is not None and v > hi)]
         if bad:

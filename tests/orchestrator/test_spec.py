@@ -111,6 +111,9 @@ def test_each_setup_can_sweep_task_sizes_of_its_own():
     assert {t.task.n: t.train.samples for t in trials} == {4: 6000, 5: 4000}
     assert spec.axes.all_n() == [4, 5]
     assert SweepSpec.model_validate(spec.model_dump()) == spec  # as launch stores it and a resume reads it back
+    narrowed = spec.model_dump()
+    narrowed["axes"]["setups"] = ["cot"]  # a spec narrowed to fewer setups keeps its sizes per setup
+    assert {t.task.n for t in expand(SweepSpec.model_validate(narrowed))} == {4, 5}
 
 
 def test_optuna_spec_has_one_cell_per_axis_combination():
@@ -147,8 +150,8 @@ BAD_SPECS = {
     "n too large": ("name: x\naxes: {n: [16, 4096]}\n", ["axes.n", "in 4..1024", "[4096]"]),
     "n per setup, one missing": ("name: x\naxes: {setups: [vanilla, cot], n: {vanilla: [16]}}\n",
                                  ["axes", "n: one list per setup swept (vanilla, cot)", "no sizes for cot"]),
-    "n per setup, one not swept": ("name: x\naxes: {setups: [cot], n: {cot: [16], retrieval: [16]}}\n",
-                                   ["axes", "retrieval is not a setup swept"]),
+    "n per setup, not a setup": ("name: x\naxes: {setups: [cot], n: {cot: [16], retreival: [16]}}\n",
+                                 ["axes", "retreival is not a setup of istree (vanilla, cot, retrieval)"]),
     "n per setup repeated": ("name: x\naxes: {setups: [cot], n: {cot: [16, 16]}}\n", ["axes.n", "cot: repeated values in [16, 16]"]),
     "n per setup too small": ("name: x\naxes: {setups: [cot, vanilla], n: {cot: [16], vanilla: [3]}}\n",
                               ["axes", "in 4..1024", "[3]"]),
