@@ -386,7 +386,8 @@ def write_report(run: Run, out_dir: Path, solved: float = SOLVED) -> tuple[str, 
     falling = still_falling(run.rows, best)
     if falling:
         lines += ["", f"**Under-trained:** the training loss of these cells fell by more than {FALLING:.0%} between "
-                  "their last two evaluations, so more samples may change them: " + "; ".join(falling) + "."]
+                  "their last two evaluations, so more samples may change them (cells at exact match 1.000 on every "
+                  "seed are left out): " + "; ".join(falling) + "."]
     if not best.empty and best["n"].nunique() >= 2:
         lines += _frontier_section(best, run, out_dir, solved, robust=bool(robust))
     lines += _trials_section(df)
@@ -460,9 +461,13 @@ FALLING = 0.05  # a relative drop of the training loss between the last two eval
 def still_falling(rows: dict[str, list[dict]], best: pd.DataFrame) -> list[str]:
     """Cells (at their chosen learning rate) where some seed's training loss was still
     falling at its last evaluation: by more than FALLING relative to the one before.
-    `rows`: each trial's result rows, by name."""
+    A cell at exact match 1 on every seed is left out: more samples cannot raise it,
+    and a cosine schedule's loss falls to its last step. `rows`: each trial's result
+    rows, by name."""
     out = []
     for _, cell in best.iterrows():
+        if cell[HEADLINE] >= 1.0:
+            continue
         for name in str(cell["trials"]).split(";"):
             losses = [r["train_loss"] for r in rows.get(name, [])
                       if r.get("evaluated", True) and r.get("train_loss") is not None]

@@ -420,6 +420,18 @@ def test_an_istree_report_says_what_it_shows_of_the_papers_findings_and_what_is_
     assert text.count("(1.000 -> 0.500)") == 1
 
 
+def test_a_cell_solved_on_every_seed_is_not_called_under_trained_however_its_loss_falls():
+    """Run 6 of the laptop spec named every CoT and retrieval cell under-trained, those at
+    exact match 1.000 on both seeds too (a cosine schedule's loss falls to its end)."""
+    from orchestrator.report import still_falling
+
+    best = best_by_cell(_trials([("transformer", 4, 1e-3, s, 1.0) for s in (0, 1)]
+                                + [("transformer", 5, 1e-3, 0, 1.0), ("transformer", 5, 1e-3, 1, 0.96)]))
+    rows = {t: [{"train_loss": 0.03, "evaluated": True}, {"train_loss": 0.02, "evaluated": True}]
+            for t in ";".join(best["trials"]).split(";")}
+    assert still_falling(rows, best) == ["transformer cot tiny n=5 (0.030 -> 0.020)"]
+
+
 def _trials(rows):
     """A load_trials-shaped frame of finished trials: (arch, n, lr, seed, exact match)."""
     return pd.DataFrame([dict(trial=f"{arch}-n{n}-lr{lr:g}-s{seed}", state="finished", arch=arch, setup="cot",
