@@ -12,7 +12,7 @@ import pandas as pd
 from orchestrator.rundir import Run
 from workloads.metrics import HEADLINE, METRICS, PLOTTED, rank_key
 from workloads.models.config import SIZES
-from workloads.naming import significant
+from workloads.naming import preset_of, significant
 from workloads.tasks import DEFAULT_TASK, TASKS
 
 GROUP = ["arch", "setup", "size", "n"]
@@ -100,7 +100,7 @@ def by_base_size(best: pd.DataFrame):
     row with a `model` label: its arch, and its size where that is a variant of the
     base (mamba (tiny-dmodel16)), so that the variants of one size share a table and a
     figure with the presets they are compared with."""
-    base = best["size"].map(lambda label: str(label).partition("-")[0])
+    base = best["size"].map(preset_of)
     for size in sorted(base.unique(), key=size_key):
         part = best[base == size]
         variant = part["size"].astype(str) != size

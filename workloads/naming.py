@@ -18,6 +18,12 @@ def joined(*parts: str) -> str:
     return "-".join(filter(None, parts))
 
 
+def preset_of(size: str) -> str:
+    """The preset size a size label varies (tiny-dmodel16 -> tiny; 0.5M -> 0.5M):
+    what `joined(size, field_label(...))` was given."""
+    return str(size).partition("-")[0]
+
+
 def short_float(value: float) -> str:
     """1e-3, 3e-4, 1.2345e-3: the fewest digits (at least three) that give `value`
     back exactly, so that two learning rates never share a trial name."""

@@ -15,6 +15,8 @@ from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING, Callable, Optional
 
+from workloads.naming import preset_of
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -116,7 +118,7 @@ def _cells(best: pd.DataFrame, setup: str, archs: tuple) -> list[_Cells]:
     part = best[best["setup"] == setup]
     variants = {}  # (base, arch) -> its sizes of that base
     for arch, size in {(r["arch"], r["size"]) for _, r in part.iterrows()}:
-        variants.setdefault((str(size).split("-")[0], arch), set()).add(size)
+        variants.setdefault((preset_of(size), arch), set()).add(size)
     out = []
     for base in sorted({b for b, _ in variants}):
         if any((base, arch) not in variants for arch in archs):
