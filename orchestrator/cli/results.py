@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 
 from orchestrator.cli.common import RUN_DIR, ListFormat, app, fail, print_table, run_location
+from workloads.metrics import SOLVED
 from workloads.tasks import TASKS
 
 
@@ -78,7 +79,7 @@ def _f(v):
 def report(
     run_dir: str = RUN_DIR,
     out: Optional[Path] = typer.Option(None, help="remote runs: also keep the report here (default ./reports/NAME)"),
-    solved: float = typer.Option(0.9, min=0.0, max=1.0, help="exact match at which the frontier counts a cell solved"),
+    solved: float = typer.Option(SOLVED, min=0.0, max=1.0, help="exact match at which the frontier counts a cell solved"),
 ):
     """Aggregate stored results: report.md, results.csv, best.csv, accuracy plots and, for a
     sweep over several n, the frontier (frontier.csv, frontier.png), written into the run
@@ -94,7 +95,7 @@ def say_failed(trials) -> list[str]:
     return failed
 
 
-def write_and_print_report(run_dir: str, out: Optional[Path] = None, solved: float = 0.9):
+def write_and_print_report(run_dir: str, out: Optional[Path] = None, solved: float = SOLVED):
     """Writes and prints the report (into the run directory; for a remote run also
     into `out`, a local folder); returns the per-trial table."""
     import shutil

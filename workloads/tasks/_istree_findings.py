@@ -1,21 +1,23 @@
 """What an IsTree sweep shows of the paper's findings (PAPER.md, "What the paper
-found"), decided from the report's per-cell table of teacher-forced exact match.
+found"), decided from the report's per-cell table by the rules of docs/findings.md,
+which were written before they were run on the laptop's data.
 
-Each finding is Reproduced, Not reproduced, Not decided, or Not testable by this
-sweep (an architecture, a setup or a second n missing), and says the cells that
-decide it. A contrast between cells that all sit at guessing level decides
-nothing ("Not decided"), however the numbers order; a finding that says "solves"
-needs the cell solved. A finding is Reproduced only where the cells' mean over
-seeds shows it and so does each seed on its own; where seeds disagree it is Not
-decided. The thresholds are fixed here, not tuned per run.
+In short: every comparison is made on counts of validation samples (exact
+fractions, never rounded floats) against a threshold with a noise margin of two
+standard errors; it is decided on the mean over the seeds its cells share and on
+each of those seeds; models are compared only at equal size (parameter counts
+within 1.2x); and a comparison whose cells cannot show the claim (a floor, a
+ceiling, a missing contrast) is left out, with the reason, instead of deciding it.
 """
 
 from __future__ import annotations
 
-import itertools
-from typing import TYPE_CHECKING, Callable, Optional
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import TYPE_CHECKING, Callable, Optional, Union
 
-from workloads.naming import preset_of
+from workloads.metrics import SOLVED as SOLVED_LEVEL
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -24,222 +26,522 @@ if TYPE_CHECKING:
 # answer alone is balanced; a trace is never guessed whole.
 CHANCE = {"vanilla": 0.5, "cot": 0.0, "retrieval": 0.0}
 GUESS = CHANCE["vanilla"]
-SOLVED = 0.9  # exact match at which a model solves a cell
-CLOSE = 0.1  # exact match apart that still counts as close
-FALLS = 0.2  # drop in exact match from the smallest to the largest n that counts as falling
-GUESS_BAND = 0.05  # above the exact match of a model that guesses, still guessing
+SETUPS = tuple(CHANCE)  # in the paper's order
 
-SEEDS_COLUMN = "val_exact_match_by_seed"  # best_by_cell: each seed's exact match, by seed, "/"-joined
+SOLVED = Fraction(str(SOLVED_LEVEL))  # exact match at which a model solves a cell
+FAR = Fraction(1, 5)  # "falls far more": a relative fall of at least this
+CLOSE = Fraction(1, 10)  # "comes close", "tracks": at most this far below
+SAME_SIZE = Fraction(6, 5)  # parameter counts within this ratio: the paper's presets differ by at most 1.19x
+STATE_RATIO = 3  # the state ablation's models differ in state floats by at least this
+Z = 2.0  # the noise margin in standard errors
 
-# A cell's exact match: (arch, setup, size, n) -> value, or None where not run.
-Lookup = Callable[[str, str, str, int], Optional[float]]
+SEEDS_COLUMN = "val_exact_match_by_seed"  # best_by_cell: each seed's exact match, "/"-joined in seed order
+SEED_IDS_COLUMN = "seed_ids"  # best_by_cell: those seeds, "/"-joined
+
+Skip = str  # a comparison that its cells cannot decide: the reason
+Outcome = Union[bool, None, Skip]  # shown, refuted, within noise (None), or left out
 
 
-def guessing(setup: str, value: float) -> bool:
-    """Whether an exact match is at what guessing scores in this setup."""
-    return value <= CHANCE.get(setup, 0.0) + GUESS_BAND
+@dataclass(frozen=True)
+class Model:
+    arch: str
+    size: str
+    params: Optional[int]  # trainable parameters (None: not known)
+    state: Optional[int]  # recurrent state floats
+
+    def __str__(self) -> str:
+        return f"{self.arch} {self.size} ({self.params:,} params)" if self.params else f"{self.arch} {self.size}"
 
 
-def _lookups(best: pd.DataFrame) -> list[Lookup]:
-    """The mean's lookup, then one per seed (as many as every cell has)."""
-    index = {(r["arch"], r["setup"], r["size"], int(r["n"])): r for _, r in best.iterrows()}
+def same_size(a: Model, b: Model) -> bool:
+    """Whether two models' parameter counts are within SAME_SIZE of each other."""
+    if not a.params or not b.params:
+        return False
+    return Fraction(max(a.params, b.params), min(a.params, b.params)) <= SAME_SIZE
 
-    def mean(arch, setup, size, n):
-        row = index.get((arch, setup, size, n))
-        return None if row is None else float(row["val_exact_match"])
 
-    by_seed = [str(r[SEEDS_COLUMN]).split("/") for r in index.values()] if SEEDS_COLUMN in best else []
-    seeds = min((len(v) for v in by_seed), default=1)
+@dataclass(frozen=True)
+class Cell:
+    model: Model
+    setup: str
+    n: int
+    right: dict  # seed -> validation samples right under teacher forcing
+    total: int  # validation samples per seed
+    still: str  # where its training loss was still falling: "0.943 -> 0.271", else ""
 
-    def seed(k):
-        def lookup(arch, setup, size, n):
-            row = index.get((arch, setup, size, n))
-            return None if row is None else float(str(row[SEEDS_COLUMN]).split("/")[k])
-        return lookup
+    @property
+    def name(self) -> str:
+        return f"{self.model.arch} {self.setup} {self.model.size} n={self.n}"
 
-    return [mean] + ([seed(k) for k in range(seeds)] if seeds > 1 else [])
+
+View = Optional[tuple]  # the seeds a comparison reads, pooled; one seed alone is a seed's view
+
+
+def rate(cell: Cell, view: tuple) -> tuple[Fraction, int]:
+    """A cell's exact match under a view (its counts over the view's seeds) and the
+    samples behind it."""
+    total = cell.total * len(view)
+    return Fraction(sum(cell.right[s] for s in view), total), total
+
+
+class Stat:
+    """A signed sum of cells' exact match, plus a constant: sum(c * k/N) + const."""
+
+    def __init__(self, terms: list[tuple[Fraction, Cell]], const: Fraction = Fraction(0)):
+        self.terms, self.const = terms, const
+
+    def value(self, view: tuple) -> Fraction:
+        return sum((c * rate(cell, view)[0] for c, cell in self.terms), self.const)
+
+    def margin(self, view: tuple) -> float:
+        var = 0.0
+        for c, cell in self.terms:
+            k, total = rate(cell, view)
+            p = (float(k) * total + 1) / (total + 2)
+            var += float(c) ** 2 * p * (1 - p) / total
+        return Z * math.sqrt(var)
+
+    def against(self, threshold: Fraction, view: tuple) -> Optional[bool]:
+        """Shown (True) where the statistic exceeds `threshold` by more than its
+        margin, refuted (False) where it falls short by more, None within noise."""
+        gap, margin = self.value(view) - threshold, self.margin(view)
+        return True if gap > margin else False if gap < -margin else None
+
+
+def one(cell: Cell) -> Stat:
+    return Stat([(Fraction(1), cell)])
+
+
+def minus(a: Cell, b: Cell) -> Stat:
+    return Stat([(Fraction(1), a), (Fraction(-1), b)])
+
+
+def chance(cell: Cell) -> Fraction:
+    return Fraction(str(CHANCE.get(cell.setup, 0.0)))
+
+
+def solves(cell: Cell, view: tuple) -> bool:
+    return one(cell).against(SOLVED, view) is True
+
+
+def off_floor(cell: Cell, view: tuple) -> bool:
+    return one(cell).against(chance(cell), view) is True
+
+
+def at_ceiling(cell: Cell, view: tuple) -> bool:
+    return one(cell).against(Fraction(1), view) is not False
+
+
+def skill(cell: Cell) -> Stat:
+    """Exact match above chance as a share of what chance leaves: one scale for the
+    answer alone (chance 0.5) and a trace (chance 0)."""
+    c = chance(cell)
+    return Stat([(1 / (1 - c), cell)], -c / (1 - c))
+
+
+def em(cell: Cell, view: tuple) -> str:
+    return f"{float(rate(cell, view)[0]):.3f}"
+
+
+class Table:
+    """The report's best-per-cell table as cells with counts per seed."""
+
+    def __init__(self, best: pd.DataFrame):
+        self.cells: dict[tuple, Cell] = {}
+        self.unknown_size = "val_samples" not in best or best["val_samples"].isna().any()
+        for _, r in best.iterrows():
+            model = Model(r["arch"], str(r["size"]), _int(r.get("params")), _int(r.get("state_floats")))
+            total = _int(r.get("val_samples")) or 1
+            values, seeds = self._by_seed(r)
+            if seeds == ["pooled"]:  # the mean alone, over several seeds: one count over all their samples
+                total *= _int(r["seeds"])
+            right = {s: round(v * total) for s, v in zip(seeds, values)}
+            still = r.get("still_training")
+            self.cells[(model.arch, model.size, r["setup"], int(r["n"]))] = Cell(
+                model, r["setup"], int(r["n"]), right, total, still if isinstance(still, str) else "")
+
+    @staticmethod
+    def _by_seed(r) -> tuple[list[float], list[str]]:
+        """Each seed's exact match and the seeds' ids ("pooled" where the table gives
+        only the mean of several seeds)."""
+        if isinstance(r.get(SEEDS_COLUMN), str):
+            values = [float(v) for v in r[SEEDS_COLUMN].split("/")]
+            ids = str(r[SEED_IDS_COLUMN]).split("/") if isinstance(r.get(SEED_IDS_COLUMN), str) else range(len(values))
+            return values, [str(s) for s in ids]
+        seeds = _int(r.get("seeds")) or 1
+        return [float(r["val_exact_match"])], ["0" if seeds == 1 else "pooled"]
+
+    def models(self, arch: str) -> list[Model]:
+        return sorted({c.model for c in self.cells.values() if c.model.arch == arch}, key=lambda m: (m.params or 0, m.size))
+
+    def get(self, model: Model, setup: str, n: int) -> Optional[Cell]:
+        return self.cells.get((model.arch, model.size, setup, n))
+
+    def ns(self, setup: str, *models: Model) -> list[int]:
+        """The n that every one of `models` has in `setup`."""
+        shared = None
+        for m in models:
+            got = {n for (a, s, st, n) in self.cells if (a, s, st) == (m.arch, m.size, setup)}
+            shared = got if shared is None else shared & got
+        return sorted(shared or [])
+
+    def setups(self) -> set[str]:
+        return {c.setup for c in self.cells.values()}
+
+
+def _int(value) -> Optional[int]:
+    return None if value is None or value != value else int(value)
+
+
+class Comparison:
+    """One comparison of a line: `judge(view)` gives its outcome under a view of the
+    seeds and the text that says its cells."""
+
+    def __init__(self, cells: list[Cell], judge: Callable[[tuple], tuple[Outcome, str]], label: str):
+        self.cells, self.judge, self.label = cells, judge, label
+        shared = set.intersection(*(set(c.right) for c in cells)) if cells else set()
+        self.seeds = tuple(sorted(shared, key=_seed_order))
+
+    def decide(self) -> tuple[Outcome, str]:
+        """The outcome on the mean of the shared seeds, kept where every seed on its
+        own agrees; else None, with each seed's reading. Where the mean cannot show
+        the claim, the comparison is left out."""
+        if not self.seeds:
+            return "its cells share no seed", ""
+        outcome, text = self.judge(self.seeds)
+        if isinstance(outcome, str) or len(self.seeds) < 2:
+            return outcome, text
+        by_seed = [(s, *self.judge((s,))) for s in self.seeds]
+        if all(o == outcome for _, o, _ in by_seed):
+            return outcome, text
+        readings = "; ".join(f"seed {s}: {_said(o)}" for s, o, _ in by_seed)
+        return None, f"{text} (seeds disagree: {readings})"
+
+
+def _seed_order(seed: str):
+    return (0, int(seed)) if seed.isdigit() else (1, seed)
+
+
+def _said(outcome: Outcome) -> str:
+    if isinstance(outcome, str):
+        return f"cannot show it ({outcome})"
+    return {True: "shown", False: "refuted", None: "within noise"}[outcome]
+
+
+HEADS = {True: "Reproduced", False: "Not reproduced", None: "Not decided"}
+
+
+def verdict(name: str, comparisons: list[Comparison], untestable: str, heads: dict = HEADS,
+            combine: Callable[[list], object] = None) -> str:
+    """The line of a finding: its verdict over its comparisons (`combine` of their
+    outcomes, a key of `heads`; by default all shown, any refuted, else within
+    noise), how many seeds they share, the comparisons that decide it, those left
+    out and why, and the deciding cells still training."""
+    if not comparisons:
+        return f"- **Not testable here**: {name} ({untestable})."
+    results = [(c, *c.decide()) for c in comparisons]
+    decided = [(c, o, t) for c, o, t in results if not isinstance(o, str)]
+    reasons = {}  # why a comparison was left out -> the comparisons
+    for c, o, _ in results:
+        if isinstance(o, str):
+            reasons.setdefault(o, []).append(c.label)
+    left_out = [f"{reason} ({', '.join(labels)})" for reason, labels in reasons.items()]
+    seeds = min(comparisons, key=lambda c: len(c.seeds)).seeds
+    on = " (the mean over seeds only)" if seeds == ("pooled",) else f" on {len(seeds)} seeds" if len(seeds) > 1 else " (1 seed)"
+    if not decided:
+        return f"- **{heads[None]}**{on}: {name}. No comparison here can show it: " + "; ".join(left_out) + "."
+    outcome = (combine or _all)([o for _, o, _ in decided])
+    shown = [t for _, o, t in decided if o == outcome or combine]
+    text = f"- **{heads[outcome]}**{on}: {name}. " + "; ".join(shown) + "."
+    if left_out:
+        text += " Left out, as they cannot show it: " + "; ".join(left_out) + "."
+    training = sorted({f"{cell.name} (loss {cell.still})" for c, _, _ in decided for cell in c.cells if cell.still})
+    if training:
+        text += " Still training at the last evaluation, so more samples may change this: " + "; ".join(training) + "."
+    return text
 
 
 def _all(parts: list[Optional[bool]]) -> Optional[bool]:
-    """False if any part fails, else None if any is undecided, else True."""
+    """False if any part is refuted, else None if any is within noise, else True."""
     return False if False in parts else (None if None in parts else True)
 
 
-def _contrast(ok: bool, setup_values: list[tuple[str, float]]) -> Optional[bool]:
-    """A comparison's outcome, or None (undecided) where every cell in it is at guessing level."""
-    return None if all(guessing(s, v) for s, v in setup_values) else ok
+def _pairs(table: Table, a: str, b: str) -> tuple[list[tuple[Model, Model]], list[str]]:
+    """The (A, B) models of archs a and b at equal size, and, where a pair of one base
+    size is not, why (both counts and their ratio)."""
+    pairs, unequal = [], []
+    for x in table.models(a):
+        for y in table.models(b):
+            if same_size(x, y):
+                pairs.append((x, y))
+            elif x.size.split("-")[0] == y.size.split("-")[0]:
+                if x.params and y.params:
+                    ratio = max(x.params, y.params) / min(x.params, y.params)
+                    unequal.append(f"{x} against {y}: {ratio:.2f}x apart")
+                else:
+                    unequal.append(f"{x} against {y}: parameter counts unknown")
+    return pairs, unequal
 
 
-class _Check:
-    """One unit of a finding (a size, a setup): `judge(em)` gives its outcome under a
-    lookup and `describe(em)` the cells behind it."""
-
-    def __init__(self, judge: Callable[[Lookup], Optional[bool]], describe: Callable[[Lookup], str]):
-        self.judge, self.describe = judge, describe
-
-    def outcome(self, lookups: list[Lookup]) -> tuple[Optional[bool], str]:
-        mean, seeds = lookups[0], lookups[1:]
-        verdict, text = self.judge(mean), self.describe(mean)
-        if verdict and any(self.judge(em) is not True for em in seeds):
-            verdict = None
-            text += " (seeds disagree: " + "; ".join(f"seed #{k + 1}: {self.describe(em)}" for k, em in enumerate(seeds)) + ")"
-        elif verdict is None:
-            text += f" (all at guessing level: exact match within {GUESS_BAND:g} of chance)"
-        return verdict, text
+def _sized(name: str, comparisons: list[Comparison], unequal: list[str], needs: str, paired: bool) -> str:
+    """A line whose models were paired by size: Not testable at equal size where
+    pairs of its archs exist but none within SAME_SIZE."""
+    if not comparisons and unequal and not paired:
+        return (f"- **Not testable at equal size**: {name} (parameter counts more than {float(SAME_SIZE):g}x apart: "
+                + "; ".join(unequal) + ").")
+    return verdict(name, comparisons, needs)
 
 
-def _verdict(name: str, checks: list[_Check], lookups: list[Lookup], seeds: int, untestable: str) -> str:
-    if not checks:
-        return f"- **Not testable here**: {name} ({untestable})."
-    outcomes = [c.outcome(lookups) for c in checks]
-    verdict = _all([v for v, _ in outcomes])
-    head = {True: "Reproduced", False: "Not reproduced", None: "Not decided"}[verdict]
-    shown = [text for v, text in outcomes if v == verdict]
-    on = f" on {seeds} seeds" if seeds > 1 else " (1 seed)" if seeds == 1 else ""
-    return f"- **{head}**{on}: {name}. " + "; ".join(shown) + "."
+def fall_line(table: Table, setup: str) -> str:
+    """(a) in one setup: Mamba falls with n far more than the same-size Transformer and hybrid."""
+    name = (f"{setup}: Mamba's exact match falls as n grows, far more than the Transformer's and the hybrid's of "
+            f"the same size (by >= {float(FAR):g} more from the smallest n to the largest)")
+    comparisons, unequal, paired = [], [], False
+    for other in ("transformer", "hybrid"):
+        pairs, apart = _pairs(table, "mamba", other)
+        unequal += apart
+        for m, c in pairs:
+            paired = True
+            ns = table.ns(setup, m, c)
+            if len(ns) >= 2:
+                comparisons.append(_fall(table, setup, m, c, ns))
+    return _sized(name, comparisons, unequal, f"needs Mamba and the Transformer or hybrid with {setup} at two or more n",
+                  paired)
 
 
-class _Cells:
-    """The cells one check compares: each arch's size (a variant of one base size,
-    e.g. a Transformer at tiny beside a Mamba at tiny-dstate1) and the n they share."""
+def _fall(table: Table, setup: str, m: Model, c: Model, ns: list[int]) -> Comparison:
+    ms, cs = [table.get(m, setup, n) for n in ns], [table.get(c, setup, n) for n in ns]
+    label = c.arch.capitalize() if c.arch != "transformer" else "Transformer"
 
-    def __init__(self, sizes: dict[str, str], ns: list[int]):
-        self.sizes, self.ns = sizes, ns
-        shown = sorted(set(sizes.values()))
-        self.label = shown[0] if len(shown) == 1 else ", ".join(f"{arch} {size}" for arch, size in sizes.items())
+    def judge(view):
+        text = (f"{m} against {c}: Mamba {' / '.join(em(x, view) for x in ms)} at n={' / '.join(map(str, ns))}, "
+                f"{label} {' / '.join(em(x, view) for x in cs)}")
+        if not solves(ms[0], view):
+            return f"Mamba does not solve n={ns[0]}, so it has no n to fall from", text
+        if solves(ms[-1], view):
+            return f"Mamba still solves n={ns[-1]}: these n are too small to show a fall", text
+        if not off_floor(cs[-1], view):
+            return f"the {label} is at guessing level at n={ns[-1]} too: no contrast", text
+        falls = [Stat([(Fraction(1), ms[0]), (Fraction(-1), mj), (Fraction(-1), cs[0]), (Fraction(1), cj)])
+                 for mj, cj in zip(ms[1:], cs[1:])]
+        last = falls[-1]
+        text += f": Mamba falls {float(last.value(view)):.3f} more (margin {last.margin(view):.3f})"
+        if any(f.against(Fraction(0), view) is False for f in falls[:-1]):
+            return False, text + ", but less than the " + label + " at a smaller n"
+        if any(minus(b, a).against(Fraction(0), view) is True for a, b in zip(ms, ms[1:])):
+            return False, text + ", but it rises with n in between"
+        return last.against(FAR, view), text
 
-    def __call__(self, arch: str) -> str:
-        return self.sizes[arch]
-
-
-def _cells(best: pd.DataFrame, setup: str, archs: tuple) -> list[_Cells]:
-    """For each base size (tiny, 0.5M, ...), each choice of one variant of it per arch
-    of `archs` (tiny, tiny-dstate1, ...) where they have the setup at 2+ shared n."""
-    part = best[best["setup"] == setup]
-    variants = {}  # (base, arch) -> its sizes of that base
-    for arch, size in {(r["arch"], r["size"]) for _, r in part.iterrows()}:
-        variants.setdefault((preset_of(size), arch), set()).add(size)
-    out = []
-    for base in sorted({b for b, _ in variants}):
-        if any((base, arch) not in variants for arch in archs):
-            continue
-        for choice in itertools.product(*(sorted(variants[(base, arch)]) for arch in archs)):
-            sizes = dict(zip(archs, choice))
-            shared = None
-            for arch, size in sizes.items():
-                ns = set(part[(part["arch"] == arch) & (part["size"] == size)]["n"])
-                shared = ns if shared is None else shared & ns
-            if shared and len(shared) >= 2:
-                out.append(_Cells(sizes, sorted(int(n) for n in shared)))
-    return out
+    return Comparison(ms + cs, judge, f"{m} against {c}")
 
 
-def _cot_checks(best: pd.DataFrame) -> list[_Check]:
-    """With CoT the Transformer solves the largest n it trains, while Mamba falls as n grows."""
-    checks = []
-    for cells in _cells(best, "cot", ("transformer", "mamba")):
-        lo, hi, t_size, m_size = cells.ns[0], cells.ns[-1], cells("transformer"), cells("mamba")
+def cot_line(table: Table) -> str:
+    """(b) CoT improves every architecture: CoT's skill above the answer alone's."""
+    name = "CoT improves every architecture (its exact match above the answer alone's, each as a share of what guessing leaves)"
 
-        def judge(em, lo=lo, hi=hi, t_size=t_size, m_size=m_size):
-            t, m0, m1 = em("transformer", "cot", t_size, hi), em("mamba", "cot", m_size, lo), em("mamba", "cot", m_size, hi)
-            return _all([t >= SOLVED, _contrast(m0 - m1 >= FALLS, [("cot", m0), ("cot", m1)])])
+    def can_show(vanilla, cot, view):
+        if not off_floor(vanilla, view) and not off_floor(cot, view):
+            return "both at guessing level"
+        if at_ceiling(vanilla, view):
+            return "the answer alone is already at the ceiling"
+        return None
 
-        def describe(em, lo=lo, hi=hi, t_size=t_size, m_size=m_size, label=cells.label):
-            return (f"{label}: Transformer {em('transformer', 'cot', t_size, hi):.3f} at n={hi}, "
-                    f"Mamba {em('mamba', 'cot', m_size, lo):.3f} at n={lo} -> {em('mamba', 'cot', m_size, hi):.3f} at n={hi}")
+    def stat(vanilla, cot):
+        return Stat(skill(cot).terms + [(-c, cell) for c, cell in skill(vanilla).terms], skill(cot).const - skill(vanilla).const)
 
-        checks.append(_Check(judge, describe))
-    return checks
+    def text(vanilla, cot, view):
+        return (f"cot {em(cot, view)} against {em(vanilla, view)} with the answer alone (above guessing: "
+                f"{float(skill(cot).value(view)):.3f} against {float(skill(vanilla).value(view)):.3f})")
 
-
-def _retrieval_checks(best: pd.DataFrame) -> list[_Check]:
-    """Retrieval lifts Mamba above its CoT to within CLOSE of the Transformer at the largest n."""
-    checks = []
-    for cells in _cells(best, "retrieval", ("transformer", "mamba")):
-        n, t_size, m_size = cells.ns[-1], cells("transformer"), cells("mamba")
-
-        def judge(em, n=n, t_size=t_size, m_size=m_size):
-            t, m, cot = em("transformer", "retrieval", t_size, n), em("mamba", "retrieval", m_size, n), em("mamba", "cot", m_size, n)
-            parts = [_contrast(abs(m - t) <= CLOSE, [("retrieval", m), ("retrieval", t)])]
-            if cot is not None:
-                parts.append(_contrast(m > cot, [("retrieval", m), ("cot", cot)]))
-            return _all(parts)
-
-        def describe(em, n=n, t_size=t_size, m_size=m_size, label=cells.label):
-            cot = em("mamba", "cot", m_size, n)
-            return (f"{label}, n={n}: Mamba {em('mamba', 'retrieval', m_size, n):.3f} with retrieval"
-                    + (f" ({cot:.3f} with CoT)" if cot is not None else "")
-                    + f", Transformer {em('transformer', 'retrieval', t_size, n):.3f}")
-
-        checks.append(_Check(judge, describe))
-    return checks
+    return _improves(table, name, "vanilla", "cot", can_show, stat, text, "needs the answer alone and CoT at a shared n")
 
 
-def _hybrid_checks(best: pd.DataFrame) -> list[_Check]:
-    """The hybrid tracks the Transformer: within CLOSE at every n where either is off guessing level."""
-    checks = []
-    for setup in sorted(best["setup"].unique()):
-        for cells in _cells(best, setup, ("transformer", "hybrid")):
-            h_size, t_size = cells("hybrid"), cells("transformer")
+def retrieval_line(table: Table) -> str:
+    """(c) Retrieval improves every architecture more than CoT."""
+    name = "retrieval improves every architecture more than CoT (its exact match above CoT's)"
 
-            def gaps(em, setup=setup, h_size=h_size, t_size=t_size, ns=cells.ns):
-                pairs = [(em("hybrid", setup, h_size, n), em("transformer", setup, t_size, n), n) for n in ns]
-                return [(abs(h - t), n, h, t) for h, t, n in pairs if not (guessing(setup, h) and guessing(setup, t))]
+    def can_show(cot, ret, view):
+        if not off_floor(cot, view) and not off_floor(ret, view):
+            return "both at guessing level"
+        if at_ceiling(cot, view):
+            return "CoT is already at the ceiling"
+        return None
 
-            def judge(em, gaps=gaps):
-                found = gaps(em)
-                return None if not found else max(found)[0] <= CLOSE
+    def text(cot, ret, view):
+        return f"retrieval {em(ret, view)} against {em(cot, view)} with CoT"
 
-            def describe(em, setup=setup, ns=cells.ns, gaps=gaps, label=cells.label):
-                found = gaps(em)
-                if not found:
-                    return f"{setup} {label}: hybrid and Transformer at n={', '.join(map(str, ns))}"
-                gap, n, h, t = max(found)
-                return f"{setup} {label}: largest gap {gap:.3f} at n={n} (hybrid {h:.3f}, Transformer {t:.3f})"
-
-            checks.append(_Check(judge, describe))
-    return checks
+    return _improves(table, name, "cot", "retrieval", can_show, lambda cot, ret: minus(ret, cot), text,
+                     "needs CoT and retrieval at a shared n")
 
 
-def _vanilla_checks(best: pd.DataFrame) -> list[_Check]:
-    """The answer alone is hard for every architecture at the largest n (no contrast: no floor)."""
-    vanilla = best[best["setup"] == "vanilla"]
-    if vanilla.empty:
-        return []
-    n = int(vanilla["n"].max())
-    checks = []
-    for _, r in vanilla[vanilla["n"] == n].iterrows():
-        arch, size = r["arch"], r["size"]
-        checks.append(_Check(lambda em, arch=arch, size=size: em(arch, "vanilla", size, n) < SOLVED,
-                             lambda em, arch=arch, size=size: f"{arch} {size} {em(arch, 'vanilla', size, n):.3f} at n={n}"))
-    return checks
+def _improves(table: Table, name: str, before: str, after: str, can_show, stat, says, needs: str) -> str:
+    comparisons = []
+    for arch in sorted({m.arch for m in (c.model for c in table.cells.values())}):
+        for model in table.models(arch):
+            for n in sorted(set(table.ns(before, model)) & set(table.ns(after, model))):
+                a, b = table.get(model, before, n), table.get(model, after, n)
+
+                def judge(view, a=a, b=b, model=model, n=n):
+                    text = f"{model} n={n}: {says(a, b, view)}"
+                    reason = can_show(a, b, view)
+                    return (reason, text) if reason else (stat(a, b).against(Fraction(0), view), text)
+
+                comparisons.append(Comparison([a, b], judge, f"{model} n={n}"))
+    return verdict(name, comparisons, needs)
+
+
+def close_line(table: Table) -> str:
+    """(d) With retrieval Mamba comes close to the same-size Transformer, where CoT left a gap."""
+    name = (f"with retrieval Mamba comes close to the Transformer of the same size (at most {float(CLOSE):g} below it, "
+            "where it lags with CoT)")
+    pairs, unequal = _pairs(table, "mamba", "transformer")
+    comparisons = []
+    for m, t in pairs:
+        for n in sorted(set(table.ns("retrieval", m, t)) & set(table.ns("cot", m, t))):
+            mr, tr, mc, tc = table.get(m, "retrieval", n), table.get(t, "retrieval", n), table.get(m, "cot", n), table.get(t, "cot", n)
+
+            def judge(view, mr=mr, tr=tr, mc=mc, tc=tc, m=m, t=t, n=n):
+                text = (f"{m} against {t}, n={n}: with retrieval Mamba {em(mr, view)}, Transformer {em(tr, view)} "
+                        f"(with CoT {em(mc, view)} and {em(tc, view)})")
+                if not solves(tr, view):
+                    return "the Transformer does not solve retrieval here (unsolved models are not compared)", text
+                if minus(tc, mc).against(Fraction(0), view) is not True:
+                    return "Mamba does not lag the Transformer with CoT: no gap to close", text
+                return minus(mr, tr).against(-CLOSE, view), text
+
+            comparisons.append(Comparison([mr, tr, mc, tc], judge, f"{m} against {t}, n={n}"))
+    needs = "needs Mamba and the Transformer with retrieval and with CoT (the gap retrieval closes) at a shared n"
+    return _sized(name, comparisons, unequal, needs, bool(pairs))
+
+
+def hybrid_line(table: Table) -> str:
+    """(e) The hybrid tracks the same-size Transformer, where plain Mamba does not."""
+    name = (f"the hybrid tracks the Transformer of the same size (at most {float(CLOSE):g} below it, where a Mamba "
+            "of the same size lags)")
+    pairs, unequal = _pairs(table, "hybrid", "transformer")
+    mambas = table.models("mamba")
+    comparisons = []
+    for h, t in pairs:
+        for setup in sorted(table.setups()):
+            for n in table.ns(setup, h, t):
+                hc, tc = table.get(h, setup, n), table.get(t, setup, n)
+                ms = [c for c in (table.get(m, setup, n) for m in mambas if same_size(m, t)) if c is not None]
+
+                def judge(view, hc=hc, tc=tc, ms=ms, h=h, t=t, setup=setup, n=n):
+                    text = (f"{h} against {t}, {setup} n={n}: hybrid {em(hc, view)}, Transformer {em(tc, view)}"
+                            + "".join(f", {mc.model} {em(mc, view)}" for mc in ms))
+                    if not solves(tc, view):
+                        return "the Transformer does not solve it (unsolved models are not compared)", text
+                    if not any(minus(tc, mc).against(Fraction(0), view) is True for mc in ms):
+                        return ("no Mamba of the same size lags the Transformer here" if ms
+                                else "no Mamba of the same size to show a gap"), text
+                    return minus(hc, tc).against(-CLOSE, view), text
+
+                comparisons.append(Comparison([hc, tc, *ms], judge, f"{h} against {t}, {setup} n={n}"))
+    return _sized(name, comparisons, unequal, "needs the hybrid and the Transformer at a shared n", bool(pairs))
+
+
+STATE_HEADS = {True: "State ablation: the state's size decided the gap",
+               False: "State ablation: the state's size did not decide the gap",
+               "some": "State ablation: the state's size decided the gap at some n only",
+               None: "State ablation: cannot tell"}
+
+
+def _state_verdict(outcomes: list) -> object:
+    """Decided where the smaller state is shown lower at every n that can show it,
+    not where it is at none, "some" in between."""
+    shown = [o is True for o in outcomes]
+    return True if all(shown) else False if not any(shown) else "some"
+
+
+def state_lines(table: Table) -> list[str]:
+    """(f) Does the recurrent state's size decide Mamba's gap? Per setup: Mambas of
+    equal parameters whose states differ STATE_RATIO-fold, where either lags the
+    Transformer."""
+    mambas = table.models("mamba")
+    transformers = table.models("transformer")
+    pairs = [(small, large) for small in mambas for large in mambas
+             if small.state and large.state and large.state >= STATE_RATIO * small.state and same_size(small, large)]
+    name = (f"does the size of Mamba's recurrent state decide its gap to the Transformer (Mambas of the same size whose "
+            f"states differ {STATE_RATIO}x or more: is the smaller state below the larger?)")
+    if not pairs:
+        return [f"- **State ablation: not testable here**: {name} (needs two Mambas within {float(SAME_SIZE):g}x in "
+                f"parameters whose states differ {STATE_RATIO}x or more)."]
+    lines = []
+    for setup in [s for s in SETUPS if s in table.setups()]:
+        comparisons = []
+        for small, large in pairs:
+            ts = [t for t in transformers if same_size(t, small) and same_size(t, large)]
+            for n in table.ns(setup, small, large):
+                s, l = table.get(small, setup, n), table.get(large, setup, n)
+                comparisons.append(_state(s, l, [c for c in (table.get(t, setup, n) for t in ts) if c is not None]))
+        if comparisons:
+            lines.append(verdict(f"{setup}: {name}", comparisons, "", STATE_HEADS, _state_verdict))
+    return lines
+
+
+def _state(s: Cell, l: Cell, tcs: list[Cell]) -> Comparison:
+    def judge(view):
+        text = (f"{s.setup} n={s.n}: {s.model.size} ({s.model.state:,} state floats, {s.model.params:,} params) "
+                f"{em(s, view)}, {l.model.size} ({l.model.state:,} floats, {l.model.params:,} params) {em(l, view)}"
+                + "".join(f", Transformer {em(t, view)}" for t in tcs))
+        if not tcs:
+            return "no Transformer of the same size to show a gap", text
+        if not any(minus(t, x).against(Fraction(0), view) is True for t in tcs for x in (s, l)):
+            return "neither Mamba lags the Transformer here: no gap to explain", text
+        if not off_floor(s, view) and not off_floor(l, view):
+            return "both at guessing level", text
+        gap = minus(l, s)
+        return gap.against(Fraction(0), view), text + f" (difference {float(gap.value(view)):.3f}, margin {gap.margin(view):.3f})"
+
+    return Comparison([s, l, *tcs], judge, f"{s.model} against {l.model}, n={s.n}")
 
 
 def findings(best: pd.DataFrame) -> list[str]:
-    """Markdown lines, one per finding."""
-    lookups = _lookups(best)
-    seeds = int(best["seeds"].min()) if "seeds" in best and len(best) else 0  # 0: not known
-    return [
-        _verdict(f"with CoT the Transformer solves the largest n it trains (exact match >= {SOLVED:g}) while Mamba "
-                 f"falls as n grows (by >= {FALLS:g})", _cot_checks(best), lookups, seeds,
-                 "needs the Transformer and Mamba with CoT at two or more n"),
-        _verdict(f"retrieval lifts Mamba (above its CoT) to within {CLOSE:g} of the Transformer at the largest n",
-                 _retrieval_checks(best), lookups, seeds, "needs the Transformer and Mamba with retrieval at two or more n"),
-        _verdict(f"the hybrid tracks the Transformer (within {CLOSE:g} in every cell off guessing level)",
-                 _hybrid_checks(best), lookups, seeds, "needs the hybrid and the Transformer at two or more n"),
-        _verdict(f"the answer alone (vanilla) is hard for every architecture (below {SOLVED:g} at the largest n)",
-                 _vanilla_checks(best), lookups, seeds, "needs the vanilla setup"),
-    ]
+    """Markdown lines, one per finding: (a) per setup, (b) to (e), then (f), the state
+    ablation, per setup. A run with task axes (setups like cot-familyrandom) is decided per
+    task variant, its lines prefixed with it."""
+    out = []
+    labels = best["setup"].astype(str).str.partition("-")
+    for variant in sorted(set(labels[2])):
+        part = best[labels[2] == variant].assign(setup=labels[0][labels[2] == variant])
+        lines = _lines(part)
+        out += [line.replace("- **", f"- [{variant}] **", 1) for line in lines] if variant else lines
+    return out
+
+
+def _lines(best: pd.DataFrame) -> list[str]:
+    table = Table(best)
+    if table.unknown_size:
+        return ["- **Not decided**: the paper's findings (the validation set's size is not known, so no comparison "
+                "can be given its noise margin; `icr-sweep report` of this run with today's version records it)."]
+    setups = [s for s in SETUPS if s in table.setups()]
+    return ([fall_line(table, s) for s in setups] + [cot_line(table), retrieval_line(table), close_line(table),
+                                                     hybrid_line(table)] + state_lines(table))
 
 
 def at_guessing(best: pd.DataFrame) -> list[str]:
-    """Cells whose exact match sits at what guessing the answer gets (vanilla: 0.5)
-    or whose generation accuracy does while exact match is about 0 (CoT, retrieval)."""
+    """Cells whose exact match is not shown above what guessing gets (vanilla 0.5,
+    a trace 0) and, for a trace, whose generation accuracy is not shown apart from
+    guessing the answer (0.5): models that learnt nothing."""
     out = []
+    table = Table(best)
     for _, r in best.iterrows():
-        em, gen = r["val_exact_match"], r.get("gen_accuracy")
-        if r["setup"] == "vanilla" and abs(em - GUESS) <= GUESS_BAND:
-            out.append(f"{r['arch']} {r['setup']} {r['size']} n={r['n']} (exact match {em:.3f})")
-        elif r["setup"] != "vanilla" and em <= GUESS_BAND and gen == gen and gen is not None and abs(gen - GUESS) <= GUESS_BAND:
-            out.append(f"{r['arch']} {r['setup']} {r['size']} n={r['n']} (exact match {em:.3f}, generation {gen:.3f})")
+        cell = table.cells.get((r["arch"], str(r["size"]), r["setup"], int(r["n"])))
+        if cell is None or not cell.right:
+            continue
+        view = tuple(cell.right)
+        if off_floor(cell, view):
+            continue
+        value = float(rate(cell, view)[0])
+        if r["setup"] == "vanilla":
+            out.append(f"{r['arch']} {r['setup']} {r['size']} n={r['n']} (exact match {value:.3f})")
+            continue
+        gen = r.get("gen_accuracy")
+        if gen is None or gen != gen:
+            continue
+        total = cell.total * len(view)
+        guessed = Stat([(Fraction(1), Cell(cell.model, "vanilla", cell.n, {"g": round(gen * total)}, total, ""))])
+        if guessed.against(Fraction(1, 2), ("g",)) is None:
+            out.append(f"{r['arch']} {r['setup']} {r['size']} n={r['n']} (exact match {value:.3f}, generation {gen:.3f})")
     return out
