@@ -47,21 +47,31 @@ def task_variants(setups: list[str], task_axes: dict[str, list]) -> dict[str, Ta
     return out
 
 
-def model_variants(arch: str, sizes: list[str], dims: dict[str, list[int]]) -> dict[str, ModelVariant]:
-    """The models of `arch` swept, by size label: each size's preset and, with
-    model dimensions, each combination of their values (tiny-dstate4-expand1). A
-    dimension the architecture has no layer for (d_state of a Transformer, n_heads
+def model_variants(arch: str, sizes: list[str], dims: dict[str, list[int]] | list[dict[str, int]]) -> dict[str, ModelVariant]:
+    """The models of `arch` swept, by size label: with model dimensions `dims` as a
+    dict of lists, each size's preset with each combination of their values
+    (tiny-dstate4-expand1); as a list of dicts, each size's preset with each dict's
+    fields ({} the preset itself, tiny; {d_state: 1, n_layers: 4}, tiny-dstate1-nlayers4).
+    A dimension the architecture has no layer for (d_state of a Transformer, n_heads
     of Mamba) is not swept for it: the variants would be one model trained twice.
     Raises ValueError (or ValidationError) for a variant that is no valid model."""
     out = {}
     for size in sizes:
         base = preset(arch, size)
-        own = {k: v for k, v in dims.items() if k in base.dimensions}
-        for values in itertools.product(*own.values()):
-            fields = dict(zip(own, values))
+        for fields in _variant_fields(dims, base.dimensions):
             config = base.variant(fields)
             out[config.size] = ModelVariant(size, fields, config)
     return out
+
+
+def _variant_fields(dims, known: set[str]) -> list[dict]:
+    """Each variant's fields, those of `known` dimensions: the listed ones, or the
+    crossing of the dimensions' lists."""
+    if isinstance(dims, list):
+        variants = [{k: v for k, v in fields.items() if k in known} for fields in dims]
+        return list({tuple(f.items()): f for f in variants}.values())  # a field dropped may leave twins
+    own = {k: v for k, v in dims.items() if k in known}
+    return [dict(zip(own, values)) for values in itertools.product(*own.values())]
 
 
 def _task_variant(spec, setup: str) -> TaskVariant:

@@ -82,6 +82,22 @@ class _Spec(BaseModel):
         return value
 
 
+def _is_variant_list(value) -> bool:
+    """An arch's models given one by one: a list of dicts ([{}, {d_state: 1, n_layers: 4}])."""
+    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+
+
+def _check_variant_list(arch: str, variants: list[dict], known: str) -> None:
+    for i, fields in enumerate(variants):
+        for field, v in fields.items():
+            if field not in MODEL_DIMENSIONS:
+                raise ValueError(f"{arch}[{i}]: {field!r} is not a model dimension; known: {known}")
+            if isinstance(v, bool) or v < 1:
+                raise ValueError(f"{arch}[{i}].{field}: a positive integer, got {v!r}")
+    if len({tuple(sorted(f.items())) for f in variants}) != len(variants):
+        raise ValueError(f"{arch}: a model is listed twice in {variants}")
+
+
 class AxesSpec(_Spec):
     """The grid: one trial per combination (and per learning rate, see `lr`)."""
 
@@ -98,10 +114,11 @@ class AxesSpec(_Spec):
         None, description="IsTree's graph family (binary or random) for every trial: task_params.family, written "
         "here; default: the task's. Sweep it as axes.task: {family: [binary, random]}")
     seeds: list[Seed] = Field([0], min_length=1)
-    model: dict[str, Union[list[int], dict[str, list[int]]]] = Field(
+    model: dict[str, Union[list[int], dict[str, list[int]], list[dict[str, int]]]] = Field(
         {}, description="model dimensions to sweep beyond the presets, each a list crossed with sizes, e.g. "
         "{d_state: [4, 16, 64]}: a preset with its fields replaced, named like tiny-dstate4; per arch: "
-        "{mamba: {d_state: [4, 16]}, transformer: {d_model: [64]}}")
+        "{mamba: {d_state: [4, 16]}, transformer: {d_model: [64]}}; or per arch a list of models, each a preset's "
+        "fields to replace ({} the preset itself), not crossed: {mamba: [{}, {d_state: 1, n_layers: 4}]}")
 
     task: dict[str, list[Union[bool, int, float, str]]] = Field(
         {}, description="the task's other config fields to sweep, each a list crossed with setups, e.g. "
@@ -118,15 +135,18 @@ class AxesSpec(_Spec):
     @field_validator("model")
     @classmethod
     def _model_axes(cls, value):
-        per_arch = [isinstance(v, dict) for v in value.values()]
+        per_arch = [isinstance(v, dict) or _is_variant_list(v) for v in value.values()]
         if any(per_arch) and not all(per_arch):
             raise ValueError("give dimensions for every arch ({d_state: [4, 16]}) or per arch "
                              "({mamba: {d_state: [4, 16]}}), not both")
         archs = Arch.__args__
         known = ", ".join(map(repr, MODEL_DIMENSIONS))
         for key, axes in value.items():
-            if isinstance(axes, dict) and key not in archs:
+            if (isinstance(axes, dict) or _is_variant_list(axes)) and key not in archs:
                 raise ValueError(f"{key!r} is not an arch; known: {', '.join(map(repr, archs))}")
+            if _is_variant_list(axes):
+                _check_variant_list(key, axes, known)
+                continue
             for field, values in (axes.items() if isinstance(axes, dict) else [(key, axes)]):
                 if field not in MODEL_DIMENSIONS:
                     raise ValueError(f"{field!r} is not a model dimension to sweep; known: {known}")
@@ -135,9 +155,10 @@ class AxesSpec(_Spec):
                     raise ValueError(f"{where}: a list of distinct positive values, got {values}")
         return value
 
-    def model_axes(self, arch: str) -> dict[str, list[int]]:
-        """The model dimensions swept for `arch`: `model` itself, or its entry for the arch."""
-        if any(isinstance(v, dict) for v in self.model.values()):
+    def model_axes(self, arch: str) -> Union[dict[str, list[int]], list[dict[str, int]]]:
+        """The model dimensions swept for `arch`: `model` itself, or its entry for the
+        arch (a dict of lists, crossed, or a list of models)."""
+        if any(isinstance(v, dict) or _is_variant_list(v) for v in self.model.values()):
             return self.model.get(arch, {})
         return self.model
 
@@ -464,7 +485,8 @@ class SweepSpec(_Spec):
         if self.training.warmup_samples >= self.training.samples:
             raise ValueError(f"training.warmup_samples ({self.training.warmup_samples}) must be below training.samples")
         self._check_overrides()
-        unswept = [arch for arch in self.axes.model if isinstance(self.axes.model[arch], dict) and arch not in self.axes.archs]
+        unswept = [arch for arch, axes in self.axes.model.items()
+                   if (isinstance(axes, dict) or _is_variant_list(axes)) and arch not in self.axes.archs]
         if unswept:
             raise ValueError(f"axes.model names {', '.join(unswept)}, which axes.archs does not sweep "
                              f"({', '.join(self.axes.archs)})")

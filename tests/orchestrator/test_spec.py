@@ -146,6 +146,12 @@ BAD_SPECS = {
     "unknown arch": ("name: x\naxes: {archs: [transformer, rwkv]}\n", ["axes.archs[1]", "'transformer', 'mamba', 'hybrid', 'mamba2'", "rwkv"]),
     "unknown arch in lr": ("name: x\nlr: {rwkv: 1.0e-3}\n", ["lr", "no architecture named 'rwkv'", "mamba2, mamba2_hybrid, gated_deltanet"]),
     "dimension of no mixer": ("name: x\naxes: {model: {heads: [0]}}\n", ["axes.model", "heads: a list of distinct positive values"]),
+    "unknown dimension in a model list": ("name: x\naxes: {archs: [mamba], model: {mamba: [{}, {d_stat: 1}]}}\n",
+                                          ["axes.model", "mamba[1]", "'d_stat' is not a model dimension", "'d_state'"]),
+    "a model listed twice": ("name: x\naxes: {archs: [mamba], model: {mamba: [{d_state: 1}, {d_state: 1}]}}\n",
+                             ["axes.model", "mamba: a model is listed twice"]),
+    "a model list for an arch not swept": ("name: x\naxes: {archs: [transformer], model: {mamba: [{d_state: 1}]}}\n",
+                                           ["axes.model names mamba", "transformer"]),
     "n too small": ("name: x\naxes: {n: [16, 3]}\n", ["axes.n", "in 4..1024", "[3]"]),
     "n too large": ("name: x\naxes: {n: [16, 4096]}\n", ["axes.n", "in 4..1024", "[4096]"]),
     "n per setup, one missing": ("name: x\naxes: {setups: [vanilla, cot], n: {vanilla: [16]}}\n",
@@ -443,6 +449,21 @@ def test_model_axes_per_arch_vary_only_that_arch():
     by_size = {t.model.size: t.model for t in trials}
     assert by_size["tiny-dmodel64"].d_model == 64 and by_size["tiny"].mixer.d_state == preset("hybrid", "tiny").mixer.d_state
     assert by_size["tiny-dstate1"].state_floats < by_size["tiny-dstate16"].state_floats
+
+
+def test_an_arch_can_list_its_models_one_by_one_instead_of_crossing_dimensions():
+    # The laptop's state ablation: the tiny Mamba beside one with a 3.6x smaller state and
+    # as many parameters (d_state 1 with a fourth layer), not the 2 x 2 crossing.
+    spec = SweepSpec(name="x", axes=dict(archs=["transformer", "mamba"], setups=["cot"], sizes=["tiny"], n=[4, 6],
+                                         model={"mamba": [{}, {"d_state": 1, "n_layers": 4}]}))
+    trials = expand(spec)
+    assert len(trials) == spec.trial_count() == 2 * 3
+    models = {t.model.size: t.model for t in trials}
+    assert set(models) == {"tiny", "tiny-dstate1-nlayers4"}  # the transformer's and the preset Mamba's "tiny"
+    small = models["tiny-dstate1-nlayers4"]
+    assert small.mixer.d_state == 1 and small.n_layers == 4 and small.arch == "mamba"
+    assert preset("mamba", "tiny").state_floats >= 3 * small.state_floats
+    assert 1 / 1.2 <= small.n_params / preset("mamba", "tiny").n_params <= 1.2
 
 
 def test_the_frontier_spec_plans_what_its_comments_say():
