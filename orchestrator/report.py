@@ -10,13 +10,13 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.rundir import Run
-from workloads.metrics import HEADLINE, METRICS, PLOTTED, rank_key
+from workloads.metrics import HEADLINE, METRICS, PLOTTED, SOLVED, rank_key
+from workloads.models import preset
 from workloads.models.config import SIZES
 from workloads.naming import preset_of, significant
 from workloads.tasks import DEFAULT_TASK, TASKS
 
 GROUP = ["arch", "setup", "size", "n"]
-SOLVED = 0.9  # exact match at which a cell counts as solved (the frontier, the rates that solve)
 SIZE_ORDER = {size: i for i, size in enumerate(SIZES)}
 
 
@@ -35,6 +35,7 @@ def setup_key(label: str):
 # figure. Generation accuracy with the real retriever is ours and stands beside it
 # (workloads/metrics.py holds every metric's names and direction).
 BY_SEED = f"{HEADLINE}_by_seed"  # each seed's value of the headline, by seed, "/"-joined (the findings' check)
+SEED_IDS = "seed_ids"  # those seeds, "/"-joined
 SUMMARIES = tuple(METRICS)  # best.csv: mean and std of each
 
 
@@ -48,8 +49,10 @@ def best_by_cell(df: pd.DataFrame, metric: str = HEADLINE, mode: str = "max", ti
     lucky seed never stands for the cell. Where none did (an Optuna search: each seed
     has a study of its own, its own rates), each seed contributes its own best trial
     and the cell is their mean; `lr` is then the rates' geometric mean and `lrs` names
-    each. `trials` lists the trials a row summarises."""
-    columns = GROUP + ["lr", "lrs", "seeds", "trials", BY_SEED] + [f"{m}{s}" for m in SUMMARIES for s in ("", "_std")]
+    each. `trials` lists the trials a row summarises, `val_samples` the validation
+    samples each seed's exact match counts (NaN where its trials differ)."""
+    columns = (GROUP + ["lr", "lrs", "seeds", "trials", BY_SEED, SEED_IDS, "val_samples"]
+               + [f"{m}{s}" for m in SUMMARIES for s in ("", "_std")])
     done = df[df["state"] == "finished"]
     if done.empty:
         return pd.DataFrame(columns=columns)
@@ -71,10 +74,13 @@ def best_by_cell(df: pd.DataFrame, metric: str = HEADLINE, mode: str = "max", ti
         lrs = sorted(trials["lr"])
         lr = lrs[0] if lrs[0] == lrs[-1] else math.exp(sum(map(math.log, lrs)) / len(lrs))
         by_seed = trials.sort_values("seed")
+        sizes = set(trials["train.val_samples"]) if "train.val_samples" in trials else set()
         row = dict(zip(GROUP, cell), lr=float(lr), lrs="/".join(significant(v, 3) for v in by_seed["lr"]),
                    seeds=len(trials), trials=";".join(by_seed["trial"]), _key=trials["_key"].mean(),
-                   _tie=trials["_tie"].mean(),
-                   **{BY_SEED: "/".join(f"{v:.4g}" for v in by_seed[HEADLINE])})
+                   _tie=trials["_tie"].mean(), val_samples=sizes.pop() if len(sizes) == 1 else math.nan,
+                   # enough digits that k = value * val_samples is recovered exactly (the findings count samples)
+                   **{BY_SEED: "/".join(f"{v:.8g}" for v in by_seed[HEADLINE]),
+                      SEED_IDS: "/".join(str(int(s)) for s in by_seed["seed"])})
         for m in SUMMARIES:  # (a frame of an older run may lack a newer metric: NaN)
             values = trials[m] if m in trials else pd.Series(math.nan, index=trials.index)
             row[m], row[f"{m}_std"] = values.mean(), values.std()
@@ -252,14 +258,12 @@ def frontier(best: pd.DataFrame, solved: float = SOLVED, model_of=None, metric: 
     state a sequence carries (state_floats) and attention's KV cache per token.
     largest_solved is NaN where no n is solved; solves_all where every n tried is.
     `model_of(arch, size)` gives the model config (the preset by default)."""
-    from workloads.models import preset
-
     model_of = model_of or preset
     rows = []
     for (setup, arch, size), cell in best.groupby(["setup", "arch", "size"], sort=False):
         cfg = model_of(arch, size)
         ok = cell.loc[cell[metric] >= solved, "n"]
-        rows.append(dict(setup=setup, arch=arch, size=size, state_floats=cfg.state_floats,
+        rows.append(dict(setup=setup, arch=arch, size=size, params=cfg.n_params, state_floats=cfg.state_floats,
                          kv_floats_per_token=cfg.kv_floats_per_token,
                          largest_solved=int(ok.max()) if len(ok) else math.nan, largest_tried=int(cell["n"].max()),
                          solves_all=len(ok) == len(cell)))
@@ -288,11 +292,16 @@ def _frontier_panel(ax, part: pd.DataFrame, setup: str, markers: dict, sample_le
                    label="solves every n tried")
     if part["largest_solved"].isna().any():
         ax.axhline(floor, color="grey", lw=0.5, ls=":")
+    for _, r in part.iterrows():  # what varies between the points: each model's parameters beside it
+        ax.annotate(f"{r['params'] / 1000:,.1f}k params", (r["x"], r["largest_solved"] if r["largest_solved"] == r["largest_solved"]
+                    else floor), xytext=(4, -9), textcoords="offset points", fontsize=6, color="dimgrey")
     recurrent = part[(part["kv_floats_per_token"] == 0) & part["largest_solved"].notna()]
-    if len(recurrent):
+    if recurrent["x"].nunique() >= 2:
+        # A reference, not a fit: slope 1 (the paper's bound, n proportional to the state)
+        # through the recurrent models' points, drawn only where two states differ.
         ratio = math.exp((recurrent["largest_solved"].map(math.log) - recurrent["x"].map(math.log)).mean())
         ys = [floor, top * 1.5]
-        ax.plot([y / ratio for y in ys], ys, color="grey", lw=0.8, ls="--", label="slope 1 (n ∝ state)")
+        ax.plot([y / ratio for y in ys], ys, color="grey", lw=0.8, ls="--", label="slope 1 reference (n ∝ state)")
     ax.set_xscale("log")
     ax.set_yscale("log", base=2)
     # Limits and ticks of its own, so that a panel where nothing is solved (every
@@ -309,18 +318,19 @@ def _frontier_panel(ax, part: pd.DataFrame, setup: str, markers: dict, sample_le
     lo, hi = part["x"].min(), part["x"].max()
     ax.set_xlim(lo / 2, hi * 2)
     ax.set_title(setup)
-    ax.set_xlabel("state (floats; attention only: KV cache at the largest n)")
+    ax.set_xlabel("recurrent state (floats; attention only: KV cache at the largest n)")
     ax.grid(alpha=0.3, which="both")
 
 
 def plot_frontier(table: pd.DataFrame, out_dir: Path, solved: float, sample_length=None,
                   robust: bool = False) -> Path:
     """frontier.png: largest n solved against state size, log-log, a panel per setup
-    and a marker per arch; models with attention carry a KV cache instead of (or
-    beside) a fixed state, and are drawn at their recurrent state, or, without
-    one, at the cache they hold at the largest n tried. A line of slope 1 (n
-    proportional to state: the paper's linear bound) runs through the recurrent
-    models' points. `sample_length(setup, n)` gives the tokens of a sample (the default
+    and a marker per arch, each point labelled with its model's parameters; models
+    with attention carry a KV cache instead of (or beside) a fixed state, and are
+    drawn at their recurrent state, or, without one, at the cache they hold at the
+    largest n tried. A reference line of slope 1 (n proportional to state: the
+    paper's linear bound) runs through the recurrent models' points where two or
+    more differ in state, never through a single point. `sample_length(setup, n)` gives the tokens of a sample (the default
     task's), for the cache of models without a recurrent state. `robust`: the table
     was decided by the robust score (frontier_robust.png)."""
     import matplotlib
@@ -346,7 +356,8 @@ def plot_frontier(table: pd.DataFrame, out_dir: Path, solved: float, sample_leng
         for handle, label in zip(*ax.get_legend_handles_labels()):
             shown.setdefault(label, handle)
     axes[0][-1].legend(shown.values(), shown.keys(), fontsize=8, loc="best")
-    fig.suptitle("How far each model retrieves against its state" + ("\n(robust to the learning rate)" if robust else ""))
+    fig.suptitle("Largest n solved against the recurrent state (floats), each model's parameters beside it"
+                 + ("\n(robust to the learning rate)" if robust else ""), fontsize=10)
     fig.tight_layout()
     path = out_dir / ("frontier_robust.png" if robust else "frontier.png")
     fig.savefig(path, dpi=120)
@@ -366,6 +377,8 @@ def write_report(run: Run, out_dir: Path, solved: float = SOLVED) -> tuple[str, 
     metric, mode, tie_break = run.chosen_by
     df.to_csv(out_dir / "results.csv", index=False)
     best = best_by_cell(df, metric, mode, tie_break)
+    falling = still_falling(run.rows, best)
+    best = with_models(best, run).assign(still_training=[falling.get(key, "") for key in _keys(best)])
     best.to_csv(out_dir / "best.csv", index=False)
     for stale in (p for pattern in PLOT_FILES for p in out_dir.glob(pattern)):
         stale.unlink()  # the report owns these names: a plot of a metric no longer measured must not linger
@@ -377,23 +390,60 @@ def write_report(run: Run, out_dir: Path, solved: float = SOLVED) -> tuple[str, 
              f"{len(df)} trials: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + ".", "",
              *[f"**Note:** {note}\n" for note in run.notes],
              _headline(best, run.task), "",
+             *_models_section(best),
              "## Best learning rate per cell", "",
              markdown_tables(best, selected_by) if not best.empty else "No finished trial yet.\n"]
     lines += [f"![{p.stem}]({p.name})" for p in plots]
     robust = robust_tables(best) if not best.empty else ""
     lines += _robust_section(robust, solved)
     lines += _findings_section(best, run.task)
-    falling = still_falling(run.rows, best)
     if falling:
         lines += ["", f"**Under-trained:** the training loss of these cells fell by more than {FALLING:.0%} between "
                   "their last two evaluations, so more samples may change them (cells at exact match 1.000 on every "
-                  "seed are left out): " + "; ".join(falling) + "."]
+                  "seed are left out): " + "; ".join(f"{' '.join(map(str, key[:3]))} n={key[3]} ({drop})"
+                                                     for key, drop in falling.items()) + "."]
     if not best.empty and best["n"].nunique() >= 2:
         lines += _frontier_section(best, run, out_dir, solved, robust=bool(robust))
     lines += _trials_section(df)
     text = "\n".join(lines) + "\n"
     (out_dir / "report.md").write_text(text)
     return text, best
+
+
+def _keys(best: pd.DataFrame) -> list[tuple]:
+    return [tuple(r) for r in best[GROUP].itertuples(index=False)]
+
+
+def with_models(best: pd.DataFrame, run: Run) -> pd.DataFrame:
+    """`best` with each cell's model's trainable parameters (`params`) and recurrent
+    state (`state_floats`), from the configs the run stored (the presets for a run
+    that stored none; NaN where neither says): the findings compare models of equal
+    size by them, and the report names them."""
+    model_of, _ = cell_shapes(run)
+
+    def facts(arch, size):
+        try:
+            cfg = model_of(arch, size) if model_of else preset(arch, size)
+        except (KeyError, ValueError):
+            return math.nan, math.nan
+        return cfg.n_params, cfg.state_floats
+
+    pairs = [facts(arch, size) for arch, size in zip(best["arch"], best["size"])]
+    return best.assign(params=[p for p, _ in pairs], state_floats=[f for _, f in pairs])
+
+
+def _models_section(best: pd.DataFrame) -> list[str]:
+    """The models the run compares: parameters and recurrent state, which the findings read."""
+    if best.empty or best["params"].isna().all():
+        return []
+    lines = ["## Models", "", "Trainable parameters (the frozen embedding aside) and the recurrent state a sequence "
+             "carries; the findings compare models whose parameters are within 1.2x of each other.", "",
+             "| arch | size | params | state floats |", "|---|---|---|---|"]
+    models = best.drop_duplicates(["arch", "size"])
+    order = {label: i for i, label in enumerate(sorted(models["size"].unique(), key=size_key))}
+    for _, r in models.sort_values(["size", "arch"], key=lambda c: c.map(order) if c.name == "size" else c).iterrows():
+        lines.append(f"| {r['arch']} | {r['size']} | {_num(r['params'], '{:,.0f}')} | {_num(r['state_floats'], '{:,.0f}')} |")
+    return lines + [""]
 
 
 def _robust_section(robust: str, solved: float) -> list[str]:
@@ -421,10 +471,10 @@ def _frontier_section(best: pd.DataFrame, run: Run, out_dir: Path, solved: float
     table.to_csv(out_dir / "frontier.csv", index=False)
     plot_frontier(table, out_dir, solved, longest)
     lines = ["", f"## Frontier: the largest n each model solves (exact match >= {solved:g})", "",
-             "| setup | arch | size | state_floats | kv_floats_per_token | largest n solved | of n up to |",
-             "|---|---|---|---|---|---|---|"]
+             "| setup | arch | size | params | state_floats | kv_floats_per_token | largest n solved | of n up to |",
+             "|---|---|---|---|---|---|---|---|"]
     for _, r in table.iterrows():
-        lines.append(f"| {r['setup']} | {r['arch']} | {r['size']} | {r['state_floats']:,} | "
+        lines.append(f"| {r['setup']} | {r['arch']} | {r['size']} | {r['params']:,} | {r['state_floats']:,} | "
                      f"{r['kv_floats_per_token']:,} | {_solved_upto(r)} | {r['largest_tried']} |")
     lines += ["", "![frontier](frontier.png)"]
     if not robust:
@@ -458,22 +508,21 @@ def _trials_section(df: pd.DataFrame) -> list[str]:
 FALLING = 0.05  # a relative drop of the training loss between the last two evaluations that counts as falling
 
 
-def still_falling(rows: dict[str, list[dict]], best: pd.DataFrame) -> list[str]:
+def still_falling(rows: dict[str, list[dict]], best: pd.DataFrame) -> dict[tuple, str]:
     """Cells (at their chosen learning rate) where some seed's training loss was still
-    falling at its last evaluation: by more than FALLING relative to the one before.
-    A cell at exact match 1 on every seed is left out: more samples cannot raise it,
-    and a cosine schedule's loss falls to its last step. `rows`: each trial's result
-    rows, by name."""
-    out = []
-    for _, cell in best.iterrows():
+    falling at its last evaluation: by more than FALLING relative to the one before,
+    as {(arch, setup, size, n): "0.943 -> 0.271"}. A cell at exact match 1 on every
+    seed is left out: more samples cannot raise it, and a cosine schedule's loss falls
+    to its last step. `rows`: each trial's result rows, by name."""
+    out = {}
+    for key, (_, cell) in zip(_keys(best), best.iterrows()):
         if cell[HEADLINE] >= 1.0:
             continue
         for name in str(cell["trials"]).split(";"):
             losses = [r["train_loss"] for r in rows.get(name, [])
                       if r.get("evaluated", True) and r.get("train_loss") is not None]
             if len(losses) >= 2 and losses[-2] > 0 and (losses[-2] - losses[-1]) / losses[-2] > FALLING:
-                out.append(f"{cell['arch']} {cell['setup']} {cell['size']} n={cell['n']} "
-                           f"({losses[-2]:.3f} -> {losses[-1]:.3f})")
+                out[key] = f"{losses[-2]:.3f} -> {losses[-1]:.3f}"
                 break
     return out
 

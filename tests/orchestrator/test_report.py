@@ -289,7 +289,7 @@ def test_the_frontier_figure_draws_every_point_of_a_panel_where_nothing_is_solve
 
     from orchestrator.report import plot_frontier
 
-    rows = [dict(setup=setup, arch=arch, size="tiny", state_floats=state, kv_floats_per_token=kv,
+    rows = [dict(setup=setup, arch=arch, size="tiny", params=30000, state_floats=state, kv_floats_per_token=kv,
                  largest_solved=math.nan if setup == "retrieval" or arch == "transformer" else 4, largest_tried=6,
                  solves_all=False)
             for setup in ("cot", "retrieval") for arch, state, kv in (("transformer", 0, 64), ("mamba", 2048, 0))]
@@ -304,6 +304,33 @@ def test_the_frontier_figure_draws_every_point_of_a_panel_where_nothing_is_solve
         labels = [t.get_text() for t in ax.get_yticklabels()]
         assert labels[0] == "none" and "6" in labels
     plt.close(figures[0])
+
+
+def test_the_frontier_figure_fits_no_line_through_one_point_and_names_each_models_parameters(tmp_path, monkeypatch):
+    """Issue 41: frontier.png drew "slope 1 (n proportional to state)" through a single
+    Mamba point, presenting one model's learning speed as the paper's state bound."""
+    import matplotlib.pyplot as plt
+
+    from orchestrator.report import plot_frontier
+
+    def figure(mambas):
+        rows = [dict(setup="cot", arch="transformer", size="tiny", params=30944, state_floats=0, kv_floats_per_token=192,
+                     largest_solved=8, largest_tried=8, solves_all=True)]
+        rows += [dict(setup="cot", arch="mamba", size=size, params=params, state_floats=state, kv_floats_per_token=0,
+                      largest_solved=solved, largest_tried=8, solves_all=False) for size, params, state, solved in mambas]
+        figures = []
+        monkeypatch.setattr(plt, "close", figures.append)
+        plot_frontier(pd.DataFrame(rows), tmp_path, 0.9, sample_length=lambda setup, n: 10 * n)
+        (ax,) = figures[0].axes
+        plt.close(figures[0])
+        return ax
+
+    one = figure([("tiny", 29888, 3648, 4)])
+    assert not [line for line in one.get_lines() if "slope" in line.get_label()]
+    assert {t.get_text() for t in one.texts} >= {"29.9k params", "30.9k params"}
+    assert "recurrent state (floats" in one.get_xlabel()
+    two = figure([("tiny", 29888, 3648, 6), ("tiny-dstate1-nlayers4", 28320, 1024, 4)])
+    assert [line for line in two.get_lines() if "slope 1 reference" in line.get_label()]
 
 
 def test_report_writes_the_frontier_for_a_sweep_over_n(tmp_path):
@@ -413,8 +440,11 @@ def test_an_istree_report_says_what_it_shows_of_the_papers_findings_and_what_is_
     text, _ = write_report(read_run(run, locked=False), run)
     assert "## What this run shows of the paper's findings" in text
     # fake_run sweeps the Transformer and Mamba with CoT only: what needs more is said to be untestable.
-    assert "- **Not testable here**: retrieval lifts Mamba" in text
+    assert "- **Not testable here**: with retrieval Mamba comes close" in text
     assert "- **Not testable here**: the hybrid tracks the Transformer" in text
+    # Models are compared at equal size, each named with its count; the report lists them.
+    assert "mamba 0.5M (523,328 params) against transformer 0.5M (525,376 params)" in text
+    assert "| mamba | 0.5M | 523,328 | 38,912 |" in text and "| transformer | 0.5M | 525,376 | 0 |" in text
     cell = f"{falling.model.arch} cot 0.5M n={falling.task.n} (1.000 -> 0.500)"
     assert "**Under-trained:**" in text and cell in text
     assert text.count("(1.000 -> 0.500)") == 1
@@ -429,7 +459,7 @@ def test_a_cell_solved_on_every_seed_is_not_called_under_trained_however_its_los
                                 + [("transformer", 5, 1e-3, 0, 1.0), ("transformer", 5, 1e-3, 1, 0.96)]))
     rows = {t: [{"train_loss": 0.03, "evaluated": True}, {"train_loss": 0.02, "evaluated": True}]
             for t in ";".join(best["trials"]).split(";")}
-    assert still_falling(rows, best) == ["transformer cot tiny n=5 (0.030 -> 0.020)"]
+    assert still_falling(rows, best) == {("transformer", "cot", "tiny", 5): "0.030 -> 0.020"}
 
 
 def _trials(rows):
