@@ -39,7 +39,18 @@ SEEDS_COLUMN = "val_exact_match_by_seed"  # best_by_cell: each seed's exact matc
 SEED_IDS_COLUMN = "seed_ids"  # best_by_cell: those seeds, "/"-joined
 
 Skip = str  # a comparison that its cells cannot decide: the reason
-Outcome = Union[bool, None, Skip]  # shown, refuted, within noise (None), or left out
+
+
+class _SeedsDisagree:
+    """The outcome of a comparison that the mean and the seeds on their own decide
+    differently: it decides nothing."""
+
+    def __repr__(self) -> str:
+        return "seeds disagree"
+
+
+DISAGREE = _SeedsDisagree()
+Outcome = Union[bool, None, Skip, _SeedsDisagree]  # shown, refuted, within noise (None), seeds disagree, or left out
 
 
 @dataclass(frozen=True)
@@ -215,7 +226,7 @@ class Comparison:
         if all(o == outcome for _, o, _ in by_seed):
             return outcome, text
         readings = "; ".join(f"seed {s}: {_said(o)}" for s, o, _ in by_seed)
-        return None, f"{text} (seeds disagree: {readings})"
+        return DISAGREE, f"{text} [seeds disagree: mean {_said(outcome)}; {readings}]"
 
 
 def _seed_order(seed: str):
@@ -225,7 +236,7 @@ def _seed_order(seed: str):
 def _said(outcome: Outcome) -> str:
     if isinstance(outcome, str):
         return f"cannot show it ({outcome})"
-    return {True: "shown", False: "refuted", None: "within noise"}[outcome]
+    return {True: "shown", False: "refuted", None: "within noise"}.get(outcome, str(outcome))
 
 
 HEADS = {True: "Reproduced", False: "Not reproduced", None: "Not decided"}
@@ -251,7 +262,7 @@ def verdict(name: str, comparisons: list[Comparison], untestable: str, heads: di
     if not decided:
         return f"- **{heads[None]}**{on}: {name}. No comparison here can show it: " + "; ".join(left_out) + "."
     outcome = (combine or _all)([o for _, o, _ in decided])
-    shown = [t for _, o, t in decided if o == outcome or combine]
+    shown = [t if o is DISAGREE else f"{t} [{_said(o)}]" for _, o, t in decided]
     text = f"- **{heads[outcome]}**{on}: {name}. " + "; ".join(shown) + "."
     if left_out:
         text += " Left out, as they cannot show it: " + "; ".join(left_out) + "."
@@ -261,8 +272,10 @@ def verdict(name: str, comparisons: list[Comparison], untestable: str, heads: di
     return text
 
 
-def _all(parts: list[Optional[bool]]) -> Optional[bool]:
-    """False if any part is refuted, else None if any is within noise, else True."""
+def _all(parts: list) -> Optional[bool]:
+    """False if any part is refuted, else None if any is within noise or its seeds
+    disagree, else True."""
+    parts = [None if p is DISAGREE else p for p in parts]
     return False if False in parts else (None if None in parts else True)
 
 
@@ -449,8 +462,11 @@ STATE_HEADS = {True: "State ablation: the state's size decided the gap",
 
 def _state_verdict(outcomes: list) -> object:
     """Decided where the smaller state is shown lower at every n that can show it,
-    not where it is at none, "some" in between."""
-    shown = [o is True for o in outcomes]
+    not where it is at none, "some" in between; a comparison whose seeds disagree
+    decides nothing (None where no other does)."""
+    shown = [o is True for o in outcomes if o is not DISAGREE]
+    if not shown:
+        return None
     return True if all(shown) else False if not any(shown) else "some"
 
 
