@@ -5,6 +5,7 @@ always be regenerated from the stored results.
 """
 
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -13,7 +14,7 @@ from orchestrator.rundir import Run
 from workloads.metrics import HEADLINE, METRICS, PLOTTED, SOLVED, rank_key
 from workloads.models import preset
 from workloads.models.config import SIZES
-from workloads.naming import preset_of, significant
+from workloads.naming import preset_of, short_float, significant
 from workloads.tasks import DEFAULT_TASK, TASKS
 
 GROUP = ["arch", "setup", "size", "n"]
@@ -166,9 +167,16 @@ def _fmt(row, metric: str, with_lr: bool) -> str:
     if with_lr:
         lrs = row.get("lrs")
         by_seed = isinstance(lrs, str) and len(set(lrs.split("/"))) > 1
-        rate = f"lr {lrs} by seed" if by_seed else f"lr {significant(row['lr'], 3)}"
+        rate = f"lr {lrs} by seed" if by_seed else f"lr {_rate(row['lr'])}"
         text += f" ({rate}, {int(row['seeds'])} seed{'s' if row['seeds'] > 1 else ''})"
     return text
+
+
+def _rate(lr: float) -> str:
+    """A learning rate as written in a spec (1.004e-3 whole, never rounded to 1e-3), or,
+    one an Optuna search drew, to three significant digits as its trial's name."""
+    exact = short_float(lr)
+    return exact if len(exact.split("e")[0].replace(".", "").lstrip("-")) <= 4 else significant(lr, 3)
 
 
 def markdown_tables(best: pd.DataFrame, selected_by: str = f"{HEADLINE} max") -> str:
@@ -292,16 +300,10 @@ def _frontier_panel(ax, part: pd.DataFrame, setup: str, markers: dict, sample_le
                    label="solves every n tried")
     if part["largest_solved"].isna().any():
         ax.axhline(floor, color="grey", lw=0.5, ls=":")
-    for _, r in part.iterrows():  # what varies between the points: each model's parameters beside it
-        ax.annotate(f"{r['params'] / 1000:,.1f}k params", (r["x"], r["largest_solved"] if r["largest_solved"] == r["largest_solved"]
-                    else floor), xytext=(4, -9), textcoords="offset points", fontsize=6, color="dimgrey")
-    recurrent = part[(part["kv_floats_per_token"] == 0) & part["largest_solved"].notna()]
-    if recurrent["x"].nunique() >= 2:
-        # A reference, not a fit: slope 1 (the paper's bound, n proportional to the state)
-        # through the recurrent models' points, drawn only where two states differ.
-        ratio = math.exp((recurrent["largest_solved"].map(math.log) - recurrent["x"].map(math.log)).mean())
-        ys = [floor, top * 1.5]
-        ax.plot([y / ratio for y in ys], ys, color="grey", lw=0.8, ls="--", label="slope 1 reference (n ∝ state)")
+    for i, (_, r) in enumerate(part.sort_values("x").iterrows()):  # what varies: each model's parameters beside it
+        y = r["largest_solved"] if r["largest_solved"] == r["largest_solved"] else floor
+        ax.annotate(f"{r['params'] / 1000:,.1f}k params", (r["x"], y), xytext=(4, -9 - 7 * (i % 2)),
+                    textcoords="offset points", fontsize=6, color="dimgrey")
     ax.set_xscale("log")
     ax.set_yscale("log", base=2)
     # Limits and ticks of its own, so that a panel where nothing is solved (every
@@ -318,7 +320,7 @@ def _frontier_panel(ax, part: pd.DataFrame, setup: str, markers: dict, sample_le
     lo, hi = part["x"].min(), part["x"].max()
     ax.set_xlim(lo / 2, hi * 2)
     ax.set_title(setup)
-    ax.set_xlabel("recurrent state (floats; attention only: KV cache at the largest n)")
+    ax.set_xlabel("state floats (attention only: KV cache at largest n)", fontsize=8)
     ax.grid(alpha=0.3, which="both")
 
 
@@ -328,9 +330,9 @@ def plot_frontier(table: pd.DataFrame, out_dir: Path, solved: float, sample_leng
     and a marker per arch, each point labelled with its model's parameters; models
     with attention carry a KV cache instead of (or beside) a fixed state, and are
     drawn at their recurrent state, or, without one, at the cache they hold at the
-    largest n tried. A reference line of slope 1 (n proportional to state: the
-    paper's linear bound) runs through the recurrent models' points where two or
-    more differ in state, never through a single point. `sample_length(setup, n)` gives the tokens of a sample (the default
+    largest n tried. No line is fitted or drawn through the points: a handful of
+    models at a few n cannot show a slope, and a reference line would be placed by
+    its own assumption. `sample_length(setup, n)` gives the tokens of a sample (the default
     task's), for the cache of models without a recurrent state. `robust`: the table
     was decided by the robust score (frontier_robust.png)."""
     import matplotlib
@@ -342,7 +344,7 @@ def plot_frontier(table: pd.DataFrame, out_dir: Path, solved: float, sample_leng
         def sample_length(setup, n):
             return TASKS[DEFAULT_TASK][0](n=n, setup=setup).longest_sample
 
-    setups = list(dict.fromkeys(table["setup"]))
+    setups = sorted(dict.fromkeys(table["setup"]), key=setup_key)  # the paper's order, as the other figures
     fig, axes = plt.subplots(1, len(setups), figsize=(max(6, 4.5 * len(setups)), 3.8), squeeze=False)
     from workloads.models import PRESETS
 
@@ -460,8 +462,17 @@ def _findings_section(best: pd.DataFrame, task: str) -> list[str]:
     found = TASKS[task][1].findings(best) if not best.empty else []
     if not found:
         return []
+    verdicts = [m.groups() for m in map(_VERDICT.match, found) if m and not m.group(1).startswith("At guessing")]
+    summary = (["| verdict | finding |", "|---|---|", *[f"| {head}{seeds} | {name} |" for head, seeds, name in verdicts], ""]
+               if verdicts else [])
     return ["", "## What this run shows of the paper's findings", "",
-            "Decided from the table above (teacher-forced exact match, mean over seeds):", "", *found]
+            "Decided from the table above (teacher-forced exact match) by the rules of docs/findings.md: models "
+            "compared at equal size, on counts of validation samples with a noise margin, on the mean over seeds "
+            "and on each seed.", "", *summary, *found]
+
+
+# A findings line: "- **HEAD** on 2 seeds: NAME. what decides it" (the summary table's row).
+_VERDICT = re.compile(r"^- (?:\[\w+\] )?\*\*([^*]+)\*\*((?: on \d+ seeds| \(1 seed\)| \([^)]*\))?): (.*?)(?:\. |\.$| \()")
 
 
 def _frontier_section(best: pd.DataFrame, run: Run, out_dir: Path, solved: float, robust: bool) -> list[str]:

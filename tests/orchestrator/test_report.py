@@ -308,7 +308,8 @@ def test_the_frontier_figure_draws_every_point_of_a_panel_where_nothing_is_solve
 
 def test_the_frontier_figure_fits_no_line_through_one_point_and_names_each_models_parameters(tmp_path, monkeypatch):
     """Issue 41: frontier.png drew "slope 1 (n proportional to state)" through a single
-    Mamba point, presenting one model's learning speed as the paper's state bound."""
+    Mamba point, presenting one model's learning speed as the paper's state bound. No
+    line is drawn, through one point or two; each point names its parameters."""
     import matplotlib.pyplot as plt
 
     from orchestrator.report import plot_frontier
@@ -325,12 +326,11 @@ def test_the_frontier_figure_fits_no_line_through_one_point_and_names_each_model
         plt.close(figures[0])
         return ax
 
-    one = figure([("tiny", 29888, 3648, 4)])
-    assert not [line for line in one.get_lines() if "slope" in line.get_label()]
-    assert {t.get_text() for t in one.texts} >= {"29.9k params", "30.9k params"}
-    assert "recurrent state (floats" in one.get_xlabel()
-    two = figure([("tiny", 29888, 3648, 6), ("tiny-dstate1-nlayers4", 28320, 1024, 4)])
-    assert [line for line in two.get_lines() if "slope 1 reference" in line.get_label()]
+    for mambas in ([("tiny", 29888, 3648, 4)], [("tiny", 29888, 3648, 6), ("tiny-dstate1-nlayers4", 28320, 1024, 4)]):
+        ax = figure(mambas)
+        assert not [line for line in ax.get_lines() if "slope" in line.get_label()]
+        assert {t.get_text() for t in ax.texts} >= {f"{p / 1000:.1f}k params" for _, p, _, _ in mambas} | {"30.9k params"}
+        assert "state floats" in ax.get_xlabel()
 
 
 def test_report_writes_the_frontier_for_a_sweep_over_n(tmp_path):
@@ -491,6 +491,9 @@ def test_rates_that_tie_on_the_metric_are_decided_by_the_tie_break_and_printed_t
     row = best_by_cell(df).iloc[0]
     assert row["lr"] == 3.538453590906551e-3 and row["val_loss"] == pytest.approx(1.575)
     assert "(lr 3.54e-3, 2 seeds)" in markdown_tables(best_by_cell(df))
+    # A rate a spec wrote is printed whole (issue 42: 1.004e-3 read "lr 1e-3").
+    exact = _trials([("transformer", 5, 1.004e-3, 0, 0.5), ("transformer", 5, 1.004e-3, 1, 0.5)])
+    assert "(lr 1.004e-3, 2 seeds)" in markdown_tables(best_by_cell(exact))
     # Another tie-break in its own direction: the highest token accuracy.
     df["val_token_accuracy"] = [0.7, 0.5, 0.7, 0.5]
     assert best_by_cell(df, tie_break="val_token_accuracy").iloc[0]["lr"] == 1e-3
