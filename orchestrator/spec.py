@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from orchestrator.grid import model_variants, plan, task_variants, variant_task
 from workloads.config import PER_TRIAL, Device, Seed, TrainConfig
 from workloads.metrics import HEADLINE, METRICS
-from workloads.models.config import DEFAULT_LR, MODEL_DIMENSIONS, Arch, Size
+from workloads.models.config import DEFAULT_LR, MODEL_DIMENSIONS, Arch, Size, preset
 from workloads.tasks import DEFAULT_TASK, TASKS
 
 # Where Ray Tune can store results (pyarrow filesystems); a plain path is local.
@@ -80,6 +80,17 @@ class _Spec(BaseModel):
                 raise ValueError(f"a number is expected, not the YAML boolean {str(value).lower()}")
             raise ValueError(f"numbers are expected, not YAML booleans: {json.dumps(value)}")
         return value
+
+
+def _no_bool_as_number(where: str, field, values: list) -> None:
+    """A boolean is refused where the task's field is a number (pydantic would take
+    true as 1.0)."""
+    if field.annotation is bool:
+        return
+    bad = [v for v in values if isinstance(v, bool)]
+    if bad:
+        kind = getattr(field.annotation, "__name__", str(field.annotation))
+        raise ValueError(f"{where}: {str(bad[0]).lower()} is a boolean; the field takes a {kind}")
 
 
 def _is_variant_list(value) -> bool:
@@ -490,6 +501,7 @@ class SweepSpec(_Spec):
         if unswept:
             raise ValueError(f"axes.model names {', '.join(unswept)}, which axes.archs does not sweep "
                              f"({', '.join(self.axes.archs)})")
+        self._check_model_dimensions()
         for arch in self.axes.archs:
             try:
                 model_variants(arch, self.axes.sizes, self.axes.model_axes(arch))  # every variant is a valid model
@@ -505,10 +517,32 @@ class SweepSpec(_Spec):
                                  f"its parameters: {', '.join(other) or 'none'} (n and setup have axes of their own)")
             if field in self.task_params:
                 raise ValueError(f"axes.task: {field} is also in task_params; give it in one place")
+            _no_bool_as_number(f"axes.task.{field}", fields[field], self.axes.task[field])
+        for field, value in self.task_params.items():
+            if field in fields:
+                _no_bool_as_number(f"task_params.{field}", fields[field], [value])
         where = "axes.task" if self.axes.task else "task_params"
         for label, variant in task_variants(self.axes.setups, self.axes.task).items():
             self._check_task_variant(label, variant, where)
         return self
+
+    def _check_model_dimensions(self) -> None:
+        """A dimension given for an arch that has no layer for it is refused by name
+        (as `train --dim` refuses it); one given for every arch must fit one of them."""
+        per_arch = any(isinstance(v, dict) or _is_variant_list(v) for v in self.axes.model.values())
+        own = {arch: preset(arch, self.axes.sizes[0]).dimensions for arch in self.axes.archs}
+        if per_arch:
+            for arch in self.axes.archs:
+                axes = self.axes.model_axes(arch)
+                given = {f for fields in axes for f in fields} if isinstance(axes, list) else set(axes)
+                lacking = sorted(given - own[arch])
+                if lacking:
+                    raise ValueError(f"axes.model.{arch}: {arch} has no {', '.join(lacking)} to set; its dimensions: "
+                                     f"{', '.join(sorted(own[arch]))}")
+            return
+        unused = sorted(f for f in self.axes.model if not any(f in dims for dims in own.values()))
+        if unused:
+            raise ValueError(f"axes.model: no arch swept ({', '.join(self.axes.archs)}) has {', '.join(unused)}")
 
     def _check_task_variant(self, label: str, variant, where: str) -> None:
         for n in self.axes.n_for(variant.setup):
@@ -530,6 +564,12 @@ class SweepSpec(_Spec):
                 raise ValueError(f"{where}.setups: {', '.join(bad)} is not a setup of {self.task} ({', '.join(setups)})")
             if not rule.model_dump(exclude=set(SELECTORS), exclude_none=True):
                 raise ValueError(f"{where}: sets no training field (`icr-sweep schema` lists them under TrainingSpec)")
+        swept_n = self.axes.all_n()
+        for i, rule in enumerate(self.training_overrides):
+            unswept = [v for v in rule.n or [] if v not in swept_n]
+            if unswept:
+                raise ValueError(f"training_overrides[{i}].n: no setup sweeps n {', '.join(map(str, unswept))} "
+                                 f"(axes.n: {', '.join(map(str, swept_n))}); the rule would apply to nothing")
         for arch, setup in itertools.product(self.axes.archs, self.axes.setups):
             for n in self.axes.n_for(setup):
                 self._check_override(arch, setup, n)
@@ -600,6 +640,8 @@ def stored_spec(data: dict) -> "SweepSpec":
     with the first problem where it no longer validates."""
     try:
         return SweepSpec.model_validate(_stored_before_family_was_the_tasks(data))
+    except ValidationError as e:  # the first problem, with its field path (an unknown key names itself)
+        raise SpecError(format_errors(e, "the spec").splitlines()[0].removeprefix("the spec: ")) from None
     except (ValueError, KeyError, TypeError) as e:
         problem = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise SpecError(f"{type(e).__name__}: {problem}") from None
