@@ -518,9 +518,6 @@ class SweepSpec(_Spec):
             if field in self.task_params:
                 raise ValueError(f"axes.task: {field} is also in task_params; give it in one place")
             _no_bool_as_number(f"axes.task.{field}", fields[field], self.axes.task[field])
-        for field, value in self.task_params.items():
-            if field in fields:
-                _no_bool_as_number(f"task_params.{field}", fields[field], [value])
         where = "axes.task" if self.axes.task else "task_params"
         for label, variant in task_variants(self.axes.setups, self.axes.task).items():
             self._check_task_variant(label, variant, where)

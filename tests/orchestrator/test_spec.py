@@ -213,8 +213,6 @@ BAD_SPECS = {
                                     ["axes.model", "no arch swept (transformer) has d_state"]),
     "a boolean for a number": ("name: x\ntask: mqar\naxes: {setups: [vanilla], n: [4], task: {power_a: [true]}}\n",
                                ["axes.task.power_a", "true is a boolean", "float"]),
-    "a boolean task parameter for a number": ("name: x\ntask: mqar\ntask_params: {power_a: false}\naxes: {setups: [vanilla], n: [4]}\n",
-                                              ["task_params.power_a", "false is a boolean"]),
     "override of an n not swept": ("name: x\naxes: {n: [16, 32]}\ntraining_overrides: [{n: [3], samples: 2048}]\n",
                                    ["training_overrides[0].n", "no setup sweeps n 3", "axes.n: 16, 32"]),
     "override of no arch": ("name: x\ntraining_overrides: [{archs: [rwkv], samples: 10}]\n",
