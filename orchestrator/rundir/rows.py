@@ -73,8 +73,12 @@ def _read_results(path: Path) -> tuple[list[dict], list[str]]:
     """The result rows of a trial, and the problems met (lines that are not JSON)."""
     if not path.exists():
         return [], []
+    try:
+        data = path.read_bytes()
+    except OSError as e:  # a directory or a file it may not read: this trial's rows only are lost
+        return [], [f"{path.name} cannot be read ({e.strerror or type(e).__name__}); its rows are not shown"]
     rows, problems = [], []
-    lines = path.read_bytes().decode("utf-8", errors="replace").splitlines()
+    lines = data.decode("utf-8", errors="replace").splitlines()
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue

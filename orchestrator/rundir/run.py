@@ -79,13 +79,21 @@ def _state(status: str | None, results: list[dict], trial_dir: Path, live: bool)
     a driver is working on the trial now."""
     error_file = trial_dir / ERROR_FILE
     if status == "ERROR" or (status is None and not live and error_file.exists() and not results[-1:]):
-        lines = [ln for ln in error_file.read_text(errors="replace").splitlines() if ln.strip()] if error_file.exists() else []
+        lines = [ln for ln in _text(error_file).splitlines() if ln.strip()]
         return "error", lines[-1] if lines else "failed (no error file)"
     if results and results[-1].get("final_eval"):
         return "finished", ""
     if live:
         return ("running" if results or status == "RUNNING" else "pending"), ""
     return ("interrupted" if results or status in ("RUNNING", "PAUSED") else "pending"), ""
+
+
+def _text(path: Path) -> str:
+    """A small text file of a trial ("" where it is absent or cannot be read)."""
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
 
 
 def load_trials(run_dir: Path, planned: dict[str, dict] | None = None, locked: bool = True,

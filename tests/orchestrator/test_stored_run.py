@@ -47,3 +47,25 @@ def test_a_run_launched_before_plans_were_stored_lists_its_trials_not_started_fr
     assert unstarted not in set(alone.trials["trial"]) and any("not started yet are not listed" in n for n in alone.notes)
     trials = read_stored(run).trials.set_index("trial")  # status, report, load_run: the plan the spec makes
     assert trials.loc[unstarted, "state"] == "pending" and len(trials) == len(planned)
+
+
+def test_one_file_that_cannot_be_read_hides_only_its_own_trial(tmp_path):
+    # Issue 42, class 8: a result.json (or error.txt) that is a directory made status
+    # and report refuse the whole run and load_run raise IsADirectoryError.
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    run = _copy(tmp_path)
+    broken, intact = sorted(read_plan(run)["trials"])
+    (run / broken / "result.json").unlink()
+    (run / broken / "result.json").mkdir()
+    (run / broken / "error.txt").mkdir()
+    trials = load_run(run, evaluations=False).set_index("trial")
+    assert trials.loc[intact, "state"] == "finished"
+    assert "result.json cannot be read" in trials.loc[broken, "error"]
+    status = CliRunner().invoke(app, ["status", str(run), "--format", "json"])
+    assert status.exit_code == 0, status.output
+    report = CliRunner().invoke(app, ["report", str(run)])
+    assert report.exit_code == 0, report.output
+    assert f"| {intact} | finished |" in (run / "report.md").read_text()
