@@ -351,53 +351,38 @@ def _fall(table: Table, setup: str, m: Model, c: Model, ns: list[int]) -> Compar
 def cot_line(table: Table) -> str:
     """(b) CoT improves every architecture: CoT's skill above the answer alone's."""
     name = "CoT improves every architecture (its exact match above the answer alone's, each as a share of what guessing leaves)"
-
-    def can_show(vanilla, cot, view):
-        if not off_floor(vanilla, view) and not off_floor(cot, view):
-            return "both at guessing level"
-        if at_ceiling(vanilla, view):
-            return "the answer alone is already at the ceiling"
-        return None
-
-    def stat(vanilla, cot):
-        return Stat(skill(cot).terms + [(-c, cell) for c, cell in skill(vanilla).terms], skill(cot).const - skill(vanilla).const)
-
-    def text(vanilla, cot, view):
-        return (f"cot {em(cot, view)} against {em(vanilla, view)} with the answer alone (above guessing: "
-                f"{float(skill(cot).value(view)):.3f} against {float(skill(vanilla).value(view)):.3f})")
-
-    return _improves(table, name, "vanilla", "cot", can_show, stat, text, "needs the answer alone and CoT at a shared n")
+    return _improves(table, name, "vanilla", "cot", "needs the answer alone and CoT at a shared n")
 
 
 def retrieval_line(table: Table) -> str:
     """(c) Retrieval improves every architecture more than CoT."""
     name = "retrieval improves every architecture more than CoT (its exact match above CoT's)"
-
-    def can_show(cot, ret, view):
-        if not off_floor(cot, view) and not off_floor(ret, view):
-            return "both at guessing level"
-        if at_ceiling(cot, view):
-            return "CoT is already at the ceiling"
-        return None
-
-    def text(cot, ret, view):
-        return f"retrieval {em(ret, view)} against {em(cot, view)} with CoT"
-
-    return _improves(table, name, "cot", "retrieval", can_show, lambda cot, ret: minus(ret, cot), text,
-                     "needs CoT and retrieval at a shared n")
+    return _improves(table, name, "cot", "retrieval", "needs CoT and retrieval at a shared n")
 
 
-def _improves(table: Table, name: str, before: str, after: str, can_show, stat, says, needs: str) -> str:
+SETUP_WORDS = {"vanilla": "the answer alone", "cot": "CoT", "retrieval": "retrieval"}
+
+
+def _improves(table: Table, name: str, before: str, after: str, needs: str) -> str:
+    """Per model and shared n: `after`'s skill above `before`'s, where neither both
+    are at guessing level nor `before` is at the ceiling."""
     comparisons = []
-    for arch in sorted({m.arch for m in (c.model for c in table.cells.values())}):
+    for arch in sorted({c.model.arch for c in table.cells.values()}):
         for model in table.models(arch):
             for n in sorted(set(table.ns(before, model)) & set(table.ns(after, model))):
                 a, b = table.get(model, before, n), table.get(model, after, n)
 
                 def judge(view, a=a, b=b, model=model, n=n):
-                    text = f"{model} n={n}: {says(a, b, view)}"
-                    reason = can_show(a, b, view)
-                    return (reason, text) if reason else (stat(a, b).against(Fraction(0), view), text)
+                    text = f"{model} n={n}: {after} {em(b, view)} against {em(a, view)} with {SETUP_WORDS[before]}"
+                    if chance(a) != chance(b):
+                        text += (f" (above guessing: {float(skill(b).value(view)):.3f} against "
+                                 f"{float(skill(a).value(view)):.3f})")
+                    if not off_floor(a, view) and not off_floor(b, view):
+                        return "both at guessing level", text
+                    if at_ceiling(a, view):
+                        return f"{SETUP_WORDS[before]} is already at the ceiling", text
+                    gain = Stat(skill(b).terms + [(-c, cell) for c, cell in skill(a).terms], skill(b).const - skill(a).const)
+                    return gain.against(Fraction(0), view), text
 
                 comparisons.append(Comparison([a, b], judge, f"{model} n={n}"))
     return verdict(name, comparisons, needs)
