@@ -55,6 +55,9 @@ def slice_spec(args, storage: Path) -> Path:
         value = getattr(args, key)
         if value:
             axes[key] = [int(v) for v in value] if key == "n" else value
+    if args.n:  # a rule for an n the slice leaves out applies to nothing, and a spec refuses it
+        data["training_overrides"] = [rule for rule in data.get("training_overrides", [])
+                                      if "n" not in rule or set(rule["n"]) & {int(v) for v in args.n}]
     training = data.setdefault("training", {})
     training.update(eval_every=args.eval_every, val_samples=args.val_samples)
     training["samples"] = max(training.get("samples", 1_000_000), 10 * args.eval_every)

@@ -36,7 +36,7 @@ def test_eval_bench_times_both_evaluations_and_they_agree(tmp_path):
 @pytest.mark.slow
 def test_sweep_bench_runs_a_slice_through_launch_and_projects_the_grid(tmp_path):
     out = tmp_path / "sweep.json"
-    result = _run("bench/bench_sweep.py", "--spec", "sweeps/istree_smoke.yaml", "--archs", "transformer", "mamba",
+    result = _run("bench/bench_sweep.py", "--spec", "sweeps/istree_micro.yaml", "--archs", "transformer", "mamba",
                   "--setups", "cot", "--sizes", "tiny", "--n", "4", "--seconds", "45", "--eval-every", "2000",
                   "--val-samples", "50", "--device", "cpu", "--cpus", "2", "--cpus-per-trial", "1",
                   "--project", "sweeps/istree_smoke.yaml", "--out", str(out))
