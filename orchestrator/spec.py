@@ -313,18 +313,31 @@ class ResourcesSpec(_Spec):
     max_failures: int = Field(2, ge=0, description="retries of a crashed trial, from its last checkpoint")
 
 
+# The metrics a learning rate may be chosen by: not one measured on the held-out set,
+# which the robust score reports.
+CHOOSABLE = tuple(name for name, m in METRICS.items() if not m.held_out)
+
+
 class SearchSpec(_Spec):
     method: Literal["grid", "optuna"] = "grid"
     num_samples: int = Field(8, gt=0, description="optuna: trials per grid cell")
-    metric: Literal[tuple(METRICS)] = Field(HEADLINE, description="what picks each cell's learning rate")
+    metric: Literal[CHOOSABLE] = Field(HEADLINE, description="what picks each cell's learning rate")
     mode: Literal["max", "min"] = Field("max", description="max or min: the metric's own direction")
-    tie_break: Optional[Literal[tuple(METRICS)]] = Field(
+    tie_break: Optional[Literal[CHOOSABLE]] = Field(
         None, description="what decides between learning rates whose metric ties (in its own direction), e.g. "
         "every rate at exact match 0; default: val_loss (val_exact_match where the metric is val_loss)")
     storage: Optional[str] = Field(
         None, pattern=r"^[a-z][a-z0-9+]*://", description="optuna: where the studies are kept, an Optuna storage URL "
         "(sqlite:////abs/path.db, postgresql://user@host/db); default: optuna.db in a local run directory "
         "(optuna-dashboard opens either)")
+
+    @field_validator("metric", "tie_break", mode="before")
+    @classmethod
+    def _not_held_out(cls, value):
+        if isinstance(value, str) and value in METRICS and METRICS[value].held_out:
+            raise ValueError(f"{value} is measured on the held-out set, which no learning rate may be chosen on; "
+                             f"choose one of {', '.join(CHOOSABLE)}")
+        return value
 
     @property
     def ties_by(self) -> str:
@@ -482,9 +495,6 @@ class SweepSpec(_Spec):
                              f"set mode: {metric.mode}")
         for field, name in (("metric", self.search.metric), ("tie_break", self.search.ties_by)):
             chosen = METRICS[name]
-            if chosen.held_out:
-                raise ValueError(f"search.{field}: {name} is measured on the held-out set, which no learning rate may "
-                                 f"be chosen on; choose one of {', '.join(m for m, d in METRICS.items() if not d.held_out)}")
             if chosen.generation and not getattr(TASKS[self.task][1], "generates", False):
                 raise ValueError(f"search.{field}: {self.task} has no generation protocol, so no {chosen.name}; "
                                  f"choose one of {', '.join(m for m, d in METRICS.items() if not d.generation)}")
@@ -701,8 +711,12 @@ def format_errors(error: ValidationError, source: str) -> str:
             field, sep, rest = msg.partition(": ")
             if sep and loc == ["axes"] and field in AxesSpec.model_fields:  # a check of axes against the task
                 loc, msg = ["axes", field], rest
+        elif err["type"] == "model_type":  # a section given as something else ("lr: 1e-3")
+            keys = _allowed_keys(loc + ["?"])
+            msg = (f"a mapping{' of ' + ', '.join(keys) if keys else ''}, got {err['input']!r}"
+                   + _yaml_number_hint(err["input"]))
         elif "input" in err and err["type"] != "missing":
-            msg += f" (got {err['input']!r})"
+            msg += f" (got {err['input']!r})" + _yaml_number_hint(err["input"])
         if not loc:  # a check across fields: its message names the field it is about
             match = re.match(r"^((?:axes|training|resources|search|lr)\.\w+ with \w+|(?:axes|training|resources|search|lr)\.\w+): (.*)$", msg, re.S)
             if match:
@@ -710,6 +724,17 @@ def format_errors(error: ValidationError, source: str) -> str:
                 continue
         lines.append(f"{source}: {_path(loc)}: {msg}")
     return "\n".join(dict.fromkeys(lines))
+
+
+def _yaml_number_hint(value) -> str:
+    """YAML 1.1 reads 1e-3 as text (it wants 1.0e-3): say so where a text is a number."""
+    if isinstance(value, str):
+        try:
+            float(value)
+        except ValueError:
+            return ""
+        return f"; YAML reads {value} as text, write it with a point (1.0e-3)"
+    return ""
 
 
 class _SpecLoader(yaml.SafeLoader):
