@@ -51,9 +51,15 @@ def train(
     protocol = {k: v for k, v in locals().items() if k in TrainConfig.model_fields and k != "lr"}  # as data
     if warmup_samples is None:
         protocol["warmup_samples"] = min(TrainConfig.model_fields["warmup_samples"].default, samples // 10)
+    from orchestrator.rundir import TRIAL_LOCK_FILE, RunDirError, RunLock
+
     config = _trial_of_flags(arch, size, task_config_of_flags(task, n, setup, family, sets), lr, model_dims(arch, size, dims),
                              protocol, out)
-    _train_trial(config, Path(out), cpus)
+    try:
+        with RunLock(out, TRIAL_LOCK_FILE):  # two `train`s of one --out would each write every row
+            _train_trial(config, Path(out), cpus)
+    except RunDirError as e:
+        fail(str(e))
 
 
 def _trial_of_flags(arch: str, size: str, task_cfg, lr: Optional[float], dims: dict, protocol: dict, out: str):

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from orchestrator.rundir.layout import BEFORE_ANY_TRIAL, LOCK_FILE, PARAMS_FILE, sweep_above
+from orchestrator.rundir.layout import BEFORE_ANY_TRIAL, LOCK_FILE, PARAMS_FILE, TRIAL_LOCK_FILE, sweep_above
 from orchestrator.storage import RunDirError, check_remote, is_remote
 
 NAME_MAX, PATH_MAX = 255, 4096
@@ -127,8 +127,8 @@ def check_storage(run_dir: str, flag: str = "--storage") -> None:
 class RunLock:
     """Holds the run directory's lock; `RunDirError` if another process holds it."""
 
-    def __init__(self, run_dir: str):
-        self.path = Path(run_dir) / LOCK_FILE
+    def __init__(self, run_dir: str, file: str = LOCK_FILE):
+        self.path = Path(run_dir) / file
         self._fd: Optional[int] = None
 
     def __enter__(self) -> "RunLock":
@@ -141,6 +141,9 @@ class RunLock:
             if e.errno not in (errno.EWOULDBLOCK, errno.EACCES):
                 raise
             holder = self.path.read_text().strip() or "unknown"
+            if self.path.name == TRIAL_LOCK_FILE:
+                raise RunDirError(f"{self.path.parent} is in use by another `icr-sweep train` (pid {holder}); wait "
+                                  "for it to end, or stop it, then run the same command to continue") from None
             raise RunDirError(f"{self.path.parent} is in use by another icr-sweep (pid {holder}); "
                               "wait for it to end, or stop it, then resume") from None
         os.ftruncate(fd, 0)

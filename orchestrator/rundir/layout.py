@@ -22,6 +22,7 @@ from typing import Optional
 from orchestrator.storage import is_remote
 
 LOCK_FILE = ".icr-sweep.lock"
+TRIAL_LOCK_FILE = ".icr-sweep-train.lock"  # `train --out`'s, in its trial directory
 SPEC_FILE = "icr-sweep.json"
 PLAN_FILE = "plan.json"
 STOP_FILE = ".icr-stop"

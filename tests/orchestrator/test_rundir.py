@@ -162,6 +162,22 @@ def test_train_refuses_another_trials_directory_and_an_empty_out(tmp_path, threa
     assert empty.exit_code == 2 and "--out is empty" in empty.output, empty.output
 
 
+def test_a_second_train_of_one_out_is_refused_while_the_first_runs(tmp_path, thread_pools):
+    # Issue 42, class 5: two identical `train --out tr/x` 1.5 s apart both trained from
+    # zero and wrote every row twice. The trial directory's lock is held by the first.
+    from orchestrator.rundir import TRIAL_LOCK_FILE
+
+    out = tmp_path / "x"
+    with RunLock(str(out), TRIAL_LOCK_FILE):  # as a running `train` holds it
+        second = runner.invoke(app, [*TRAIN, "--out", str(out)])
+        assert second.exit_code == 2 and "in use by another `icr-sweep train`" in second.output, second.output
+        assert not (out / "result.json").exists()
+    first = runner.invoke(app, [*TRAIN, "--out", str(out)])  # the lock released: it runs
+    assert first.exit_code == 0, first.output
+    again = runner.invoke(app, [*TRAIN, "--out", str(out)])  # and a finished trial's lock is no obstacle
+    assert again.exit_code == 0, again.output
+
+
 def test_launch_refuses_a_trial_directory_and_a_place_inside_a_sweep(tmp_path):
     run_dir = _a_sweep_run(tmp_path)
     inside = runner.invoke(app, ["launch", MICRO, "--storage", str(run_dir)])
