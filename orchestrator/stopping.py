@@ -22,6 +22,39 @@ from orchestrator.storage import is_remote
 STOP_WAIT_S = 60.0  # the longest the driver waits for those checkpoints
 
 
+class _EarlyStop:
+    """Ctrl-C between Ray's start and Tune's loop: raised as KeyboardInterrupt, as
+    Python's own handler does, and remembered, so that one a library swallows on the
+    way still stops the sweep before its first trial (Tune's loop checks it)."""
+
+    def __init__(self):
+        self.requested = False
+
+    def handler(self, signum, frame):
+        self.requested = True
+        raise KeyboardInterrupt
+
+
+EARLY_STOP = _EarlyStop()
+
+
+@contextlib.contextmanager
+def ctrl_c_remembered():
+    """Within it, a Ctrl-C is remembered (EARLY_STOP) as well as raised."""
+    EARLY_STOP.requested = False
+    previous = signal.signal(signal.SIGINT, EARLY_STOP.handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def stop_if_asked_early() -> None:
+    """KeyboardInterrupt where a Ctrl-C came before Tune's loop and was swallowed."""
+    if EARLY_STOP.requested:
+        raise KeyboardInterrupt
+
+
 class StopRequests:
     """True once for each stop request written to `path` (by its modification time)."""
 
@@ -64,6 +97,8 @@ class StopAtStep(tune.Callback):
         if callable(handler) and threading.current_thread() is threading.main_thread():
             self.tune_handler = handler
             signal.signal(signal.SIGINT, self._asked)
+            if EARLY_STOP.requested:  # asked before Tune's loop and swallowed on the way: stop before any trial
+                self._stop_now()
 
     def _asked(self, signum, frame):
         if self.asked_at is not None:

@@ -22,7 +22,7 @@ from orchestrator.rundir import (MLFLOW_FILE, PARAMS_FILE, RESULTS_FILE, STOP_FI
                                   rows_unstored, set_aside_for_rebuild, sqlite_url, stored_rows, tune_statuses, write_plan,
                                   write_spec_record)
 from orchestrator.spec import SweepSpec
-from orchestrator.stopping import StopAtStep, StopRequests, sigterm_as_ctrl_c
+from orchestrator.stopping import StopAtStep, StopRequests, sigterm_as_ctrl_c, stop_if_asked_early
 from orchestrator.storage import is_remote, local_view
 from orchestrator.trackers import trackers
 from workloads.config import TrialConfig
@@ -143,6 +143,7 @@ def _trial_actors_named():
 
 
 def _fit(tuner) -> None:
+    stop_if_asked_early()
     with sigterm_as_ctrl_c(), _trial_actors_named():
         tuner.fit()
 

@@ -149,7 +149,12 @@ def launch(
 
     def work():
         from orchestrator import tune as sweep
+        from orchestrator.stopping import ctrl_c_remembered
 
+        with ctrl_c_remembered():
+            _launch(sweep)
+
+    def _launch(sweep):
         if sweep.holds_sweep(run_dir):
             fail(f"{run_dir} already holds a sweep; continue it with `icr-sweep resume {run_dir}`, "
                   "or pick another name or --storage")
@@ -258,13 +263,15 @@ def resume(
     def work():
         from orchestrator import tune as sweep
         from orchestrator.cluster import ClusterError
+        from orchestrator.stopping import ctrl_c_remembered
 
         if not sweep.can_resume(run) and not sweep.holds_sweep(run):
             fail(f"{run_dir}: Ray Tune saved no experiment state there yet; launch the spec again")
-        resources = _start_ray(opts, s)
-        try:
-            sweep.resume(run, s, resources, say=lambda line: typer.secho(line, fg=typer.colors.YELLOW, err=True))
-        except ClusterError as e:
-            fail(str(e))
+        with ctrl_c_remembered():
+            resources = _start_ray(opts, s)
+            try:
+                sweep.resume(run, s, resources, say=lambda line: typer.secho(line, fg=typer.colors.YELLOW, err=True))
+            except ClusterError as e:
+                fail(str(e))
 
     _run_locked(run, work)

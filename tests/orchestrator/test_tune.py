@@ -287,3 +287,24 @@ def test_each_trials_actor_is_named_after_its_trial_and_a_retry_apart(tmp_path, 
     from ray.tune.execution.class_cache import _ActorClassCache
 
     assert tune_controller._ActorClassCache is _ActorClassCache  # the patch is Tune's again afterwards
+
+
+def test_a_ctrl_c_swallowed_before_tunes_loop_still_stops_the_sweep():
+    # CI saw a Ctrl-C sent as Ray came up leave the sweep running to its end: one raised
+    # while a library swallowed it is now remembered, and checked before Tune's loop.
+    import os
+    import signal
+    import time
+
+    from orchestrator.stopping import EARLY_STOP, ctrl_c_remembered, stop_if_asked_early
+
+    with ctrl_c_remembered():
+        stop_if_asked_early()  # nothing asked yet
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)  # the handler runs in the main thread before this returns
+        except KeyboardInterrupt:
+            pass  # as a library that catches it would
+        with pytest.raises(KeyboardInterrupt):
+            stop_if_asked_early()
+    assert signal.getsignal(signal.SIGINT) is not EARLY_STOP.handler  # the previous handler is back
