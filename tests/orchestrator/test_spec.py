@@ -506,6 +506,18 @@ def test_every_registered_metric_can_pick_the_learning_rates_except_a_held_out_o
     assert any(metric.held_out for metric in METRICS.values())
 
 
+def test_a_stored_spec_that_no_longer_validates_names_its_field(tmp_path):
+    # Issue 42, class 9: "damaged (ValidationError: 1 validation error for SweepSpec)".
+    from orchestrator.rundir import SPEC_FILE
+    from orchestrator.spec import run_spec
+
+    stored = SweepSpec(name="old").model_dump(mode="json")
+    stored["axes"]["colour"] = "red"
+    (tmp_path / SPEC_FILE).write_text(json.dumps({"spec": stored}))
+    with pytest.raises(SpecError, match=r"is damaged \(axes.colour: unknown key; allowed keys: archs, setups"):
+        run_spec(tmp_path)
+
+
 def test_a_run_stored_when_family_defaulted_to_binary_for_every_task_still_loads(tmp_path):
     # Specs stored before axes.family defaulted to the task's own hold family: binary
     # for tasks without graphs too; resume and report read them as they were.
