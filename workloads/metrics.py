@@ -70,6 +70,13 @@ def measured(row: dict, keys) -> dict:
             and math.isfinite(row[k])}
 
 
+def learnt_nothing(val_loss, vocab_size: int) -> bool:
+    """Whether a validation loss is no better than a uniform guess over the vocabulary
+    (ln V, within 1%): a model whose loss never moved from where a diverged or
+    collapsed one sits (train --lr 1e6 on IsTree n=5: 3.0910 = ln 22 at every evaluation)."""
+    return isinstance(val_loss, (int, float)) and math.isfinite(val_loss) and val_loss >= 0.99 * math.log(vocab_size)
+
+
 def rank_key(value, mode: str) -> float:
     """`value` as a key where higher is better whatever the metric's direction (mode
     max or min); a value never measured (None, NaN) ranks below every measured one.

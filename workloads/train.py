@@ -37,6 +37,15 @@ class DiskSpaceError(OSError):
     """Too little room for a checkpoint; the message names the folder."""
 
 
+class NonFiniteLoss(FloatingPointError):
+    """The training loss is NaN or infinite; `step` is the first step where it is
+    (1: before any update, so the model or its settings make it, not the rate)."""
+
+    def __init__(self, message: str, step: int):
+        super().__init__(message)
+        self.step = step
+
+
 # Room kept free beyond twice a checkpoint's size (the new one is written beside the old).
 SPACE_MARGIN = 16 << 20
 
@@ -339,7 +348,7 @@ class _Run:
         bad = (~torch.isfinite(recent)).nonzero()
         if len(bad):
             first = step - len(recent) + 1 + int(bad[0])
-            raise FloatingPointError(f"loss is {recent[bad[0]].item()} at step {first} ({self.trial.config.name})")
+            raise NonFiniteLoss(f"loss is {recent[bad[0]].item()} at step {first} ({self.trial.config.name})", first)
         self.trial.loss_sum += float(recent.sum())
         self.trial.loss_steps += len(recent)
 

@@ -92,7 +92,7 @@ def _train_trial(config, out: Path, cpus: int) -> None:
     from tqdm import tqdm
 
     from orchestrator.rundir import TrialFiles, repair_results, rows_unstored
-    from workloads.metrics import METRICS
+    from workloads.metrics import METRICS, learnt_nothing
     from workloads.train import CHECKPOINT_FILE, CheckpointError, DiskSpaceError, run_trial
 
     checkpoint = out / "checkpoint"
@@ -126,6 +126,10 @@ def _train_trial(config, out: Path, cpus: int) -> None:
     except (CheckpointError, DiskSpaceError) as e:
         fail(str(e))
     except FloatingPointError as e:  # the loss diverged: a rate too high for the model, most often
+        if getattr(e, "step", None) == 1:  # before any update: no rate made it
+            fail(f"{e}: the loss is not finite at the first step, before any update, so the rate is not the cause: "
+                 f"the model ({config.model.arch} {config.model.size}) or the task's settings produce it; check the "
+                 f"--dim and --set values given")
         fail(f"{e}: the training diverged; lower --lr (this trial's: {config.train.lr:g}) or set --grad-clip. "
               f"Its checkpoint, if any, is kept in {checkpoint}")
     finally:
@@ -136,6 +140,10 @@ def _train_trial(config, out: Path, cpus: int) -> None:
         typer.secho(f"Stopped by {stop.name} at {metrics['samples']:,} samples, checkpointed in {checkpoint}. "
                     "Run the same command to continue.", fg=typer.colors.YELLOW, err=True)
         raise typer.Exit(130)
+    if learnt_nothing(metrics.get("val_loss"), config.task.vocab_size):
+        typer.secho(f"{config.name} learnt nothing: validation loss {metrics['val_loss']:.4f}, no lower than a uniform "
+                    f"guess over its {config.task.vocab_size} tokens; its rate ({config.train.lr:g}) may be far too "
+                    "high or too low for this model", fg=typer.colors.YELLOW, err=True)
     typer.echo(json.dumps({k: v for k, v in metrics.items() if k != "config"}))
 
 

@@ -74,6 +74,24 @@ def _read_config(trial_dir: Path) -> tuple[dict | None, str]:
         return None, f"{path.name} is unreadable ({type(e).__name__}: {e})"
 
 
+def _learnt_nothing(config: dict, val_loss) -> str:
+    """A finished trial whose validation loss is no better than a uniform guess over
+    its vocabulary, said in words ("" otherwise)."""
+    from pydantic import ValidationError
+
+    from workloads.config import TrialConfig
+    from workloads.metrics import learnt_nothing
+
+    try:
+        vocab = TrialConfig.model_validate(config).task.vocab_size
+    except (ValidationError, ValueError, TypeError):
+        return ""
+    if not learnt_nothing(val_loss, vocab):
+        return ""
+    return (f"learnt nothing: validation loss {val_loss:.4f}, no lower than a uniform guess over its {vocab} tokens "
+            f"(its rate {config['train']['lr']:g} may be far too high or too low)")
+
+
 def _state(status: str | None, results: list[dict], trial_dir: Path, live: bool) -> tuple[str, str]:
     """A trial's state from what Tune recorded (`status`), its results, and whether
     a driver is working on the trial now."""
@@ -144,6 +162,8 @@ def _trials(run_dir: Path, planned: dict[str, dict] | None, locked: bool,
         evaluated = [r for r in results if r.get("evaluated", True)]
         last_eval = evaluated[-1] if evaluated else {}
         metrics = {k: (last if k in PROGRESS else last_eval).get(k) for k in METRIC_KEYS}
+        if state == "finished" and config:
+            problems.append(_learnt_nothing(config, metrics.get("val_loss")))
         flat = pd.json_normalize(config, sep=".").iloc[0].to_dict() if config else {}
         rows.append({"trial": name, "state": state, **metrics, "error": "; ".join(filter(None, [error, *problems])), **flat})
     return _as_table(rows, problem), kept_rows, configs

@@ -540,7 +540,9 @@ def test_a_finished_trial_whose_rows_were_lost_is_said_so_and_resume_restores_th
     assert "result.json holds no rows" in df["error"].iloc[1]
     assert sorted(restore_rows(str(run))) == sorted(trials)
     df = load_trials(run).set_index("trial")
-    assert (df["state"] == "finished").all() and (df["error"] == "").all(), df[["state", "error"]]
+    # Finished, nothing left to restore (128 samples teach nothing: that, and only that, may be said).
+    assert (df["state"] == "finished").all(), df[["state", "error"]]
+    assert df["error"].map(lambda e: e == "" or e.startswith("learnt nothing")).all(), df[["state", "error"]]
     for name, lines in trials.items():
         assert [json.loads(r)["samples"] for r in (run / name / "result.json").read_text().splitlines()] == [64, 128]
     assert (run / next(iter(trials)) / "result-damaged.json").exists()  # the file as it was, kept

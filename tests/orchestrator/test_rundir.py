@@ -178,6 +178,27 @@ def test_a_second_train_of_one_out_is_refused_while_the_first_runs(tmp_path, thr
     assert again.exit_code == 0, again.output
 
 
+def test_a_trial_that_cannot_learn_is_named_so_with_what_caused_it(tmp_path, thread_pools):
+    # Issue 42, class 7: `train --lr 1e6` ended with exit 0 and validation loss 3.0910
+    # (ln 22, a uniform guess) at every evaluation, and no word; a NaN at the first
+    # step was blamed on the rate.
+    from icr_sweep import load_run
+
+    out = tmp_path / "lr"
+    run = runner.invoke(app, [*TRAIN[:10], "1024", "--batch-size", "32", "--eval-every", "512", "--val-samples", "16",
+                              "--lr", "1e6", "--out", str(out)])
+    assert run.exit_code == 0, run.output
+    assert "learnt nothing: validation loss" in run.output and "a uniform guess over its 21 tokens" in run.output, run.output
+    status = runner.invoke(app, ["status", str(out), "--format", "json"])
+    assert "learnt nothing" in status.output, status.output
+    assert "learnt nothing" in load_run(out, evaluations=False)["error"].iloc[0]
+    nan = runner.invoke(app, ["train", "--arch", "rwkv7", "--size", "tiny", "--setup", "cot", "--n", "4", "--samples", "256",
+                              "--batch-size", "32", "--eval-every", "256", "--val-samples", "8", "--dim", "head_dim=1",
+                              "--out", str(tmp_path / "nan")])
+    assert nan.exit_code == 2 and "at step 1" in nan.output and "the rate is not the cause" in nan.output, nan.output
+    assert "tiny-headdim1" in nan.output
+
+
 def test_launch_refuses_a_trial_directory_and_a_place_inside_a_sweep(tmp_path):
     run_dir = _a_sweep_run(tmp_path)
     inside = runner.invoke(app, ["launch", MICRO, "--storage", str(run_dir)])
