@@ -45,6 +45,9 @@ class NonFiniteLoss(FloatingPointError):
         super().__init__(message)
         self.step = step
 
+    def __reduce__(self):  # pickled across Ray as (class, args): its step too
+        return type(self), (str(self), self.step)
+
 
 # Room kept free beyond twice a checkpoint's size (the new one is written beside the old).
 SPACE_MARGIN = 16 << 20

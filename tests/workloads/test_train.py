@@ -136,8 +136,14 @@ def test_a_non_finite_loss_stops_the_trial_naming_the_step(monkeypatch):
         return loss * float("nan") if len(calls) == 7 and logits.requires_grad else loss
 
     monkeypatch.setattr(train_mod, "supervised_loss", poisoned)
-    with pytest.raises(FloatingPointError, match="nan at step 7"):
+    with pytest.raises(FloatingPointError, match="nan at step 7") as caught:
         run_trial(small_trial())
+    # It crosses Ray's process boundary pickled: message and step survive (a first
+    # version lost the step there, and Tune recorded a TypeError instead).
+    import pickle
+
+    again = pickle.loads(pickle.dumps(caught.value))
+    assert type(again) is type(caught.value) and again.step == 7 and str(again) == str(caught.value)
 
 
 def test_asking_for_cuda_without_a_gpu_is_a_clear_error():
