@@ -4,6 +4,7 @@ at an address (checked to answer), and the resources each trial asks of it."""
 import contextlib
 import os
 import socket
+import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -44,6 +45,10 @@ def resolve_address(address: str, timeout: float = 5.0) -> str:
     return address if "://" in address else resolved
 
 
+def port_taken(host: str, port: int) -> bool:
+    return _free_port(host, port) != port
+
+
 def _free_port(host: str, port: int) -> int:
     """`port` if it can be bound on `host`, else a free one."""
     with socket.socket() as s:
@@ -73,15 +78,36 @@ def start_ray(spec: SweepSpec, address: Optional[str], temp_dir: Optional[str], 
         return ray.init(address=resolve_address(address), runtime_env=runtime_env, job_config=job_config,
                         log_to_driver=True), []
     notes = []
-    port = _free_port(dashboard_host, dashboard_port)
-    if port != dashboard_port:
-        notes.append(f"Port {dashboard_port} is taken; the dashboard listens on {port} instead (--dashboard-port to choose).")
-    with _daemons_in_a_group_of_their_own():
+    # Ray binds the dashboard's port only when the dashboard is up, seconds after
+    # the port was found free: two launches a second apart both chose 8265 and the
+    # second failed after a minute. One launch at a time on this machine chooses
+    # its port and starts Ray (ray.init returns once the dashboard listens).
+    with _one_ray_start_at_a_time(), _daemons_in_a_group_of_their_own():
+        port = _free_port(dashboard_host, dashboard_port)
+        if port != dashboard_port:
+            notes.append(f"Port {dashboard_port} is taken; the dashboard listens on {port} instead (--dashboard-port to choose).")
         ctx = ray.init(
             address="local", include_dashboard=True, dashboard_host=dashboard_host, dashboard_port=port,
             num_cpus=num_cpus, _temp_dir=temp_dir, runtime_env=runtime_env, job_config=job_config, log_to_driver=True,
         )
     return ctx, notes
+
+
+START_LOCK = Path(tempfile.gettempdir()) / f"icr-sweep-ray-start-{os.getuid()}.lock"
+
+
+@contextlib.contextmanager
+def _one_ray_start_at_a_time():
+    """Holds a lock shared by this user's icr-sweep commands on this machine while
+    one starts an embedded Ray. The kernel releases it if the command dies."""
+    import fcntl
+
+    with open(START_LOCK, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 @contextlib.contextmanager

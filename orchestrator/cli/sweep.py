@@ -52,7 +52,10 @@ def _start_ray(opts: dict, spec):
         fail(str(e))
     except Exception as e:  # Ray's own start failed (a timeout, a daemon that died): one line, not its traceback
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        fail(f"Ray did not start ({type(e).__name__}: {first}); its logs are under --temp-dir "
+        if "dashboard" in first and opts["address"] is None and cluster.port_taken(opts["dashboard_host"], opts["dashboard_port"]):
+            fail(f"Ray's dashboard did not start: port {opts['dashboard_port']} is taken by another program. "
+                 "Launch again, or choose a free port with --dashboard-port")
+        fail(f"Ray did not start ({type(e).__name__}: {first.rstrip(': ')}); its logs are under --temp-dir "
               f"(default /tmp/ray/session_latest/logs)")
     typer.echo(f"Trials: {note}.", err=True)
     return resources

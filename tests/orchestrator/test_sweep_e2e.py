@@ -452,3 +452,27 @@ def test_a_disk_that_fills_mid_sweep_ends_in_a_report_and_resumes_with_every_eva
             assert evaluations == [1024 * k for k in range(1, 7)], (trial, evaluations)
     finally:
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+def test_two_launches_a_second_apart_both_run_with_a_dashboard_each(tmp_path, ray_temp):
+    """Issue 42, class 5: both launches took the dashboard's port and the second
+    failed after a minute with an empty reason."""
+    other_temp = tempfile.mkdtemp(prefix="icr-ray-", dir="/tmp")
+    port = free_port()
+    try:
+        procs = []
+        for storage, temp in ((tmp_path / "a", ray_temp), (tmp_path / "b", other_temp)):
+            procs.append(subprocess.Popen(cli("launch", str(SWEEPS / "istree_micro.yaml"), "--storage", str(storage),
+                                              ray_temp=temp, port=port),
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True))
+            time.sleep(1)
+        outs = [p.communicate(timeout=600)[0] for p in procs]
+    finally:
+        _kill_leftovers(other_temp)
+        shutil.rmtree(other_temp, ignore_errors=True)
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out[-3000:]
+    ports = [int(re.search(r"Ray dashboard: http://127\.0\.0\.1:(\d+)", out).group(1)) for out in outs]
+    assert port in ports and len(set(ports)) == 2, ports
+    second = ports.index(port) ^ 1  # the one that found the port taken (the later one, unless the machine stalled)
+    assert f"Port {port} is taken; the dashboard listens on {ports[second]} instead" in outs[second]
