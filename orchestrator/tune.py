@@ -86,24 +86,46 @@ def _stored_rows() -> list[dict]:
     return stored_rows(read_text)
 
 
-class _NamedActor:
-    """Mixed into the class Tune makes of `_trainable` (its `__mixins__` hook): a
-    trial's actor is named after its trial. The Ray dashboard lists an actor by its
-    repr, which Ray reads once its constructor returns; Tune's is the function's name,
-    `_trainable`, the same for every trial."""
+class _TrialActor:
+    """Mixed into the class Tune makes of `_trainable` (its `__mixins__` hook).
+
+    A trial's actor is named after its trial: the Ray dashboard lists an actor by
+    its repr, which Ray reads once its constructor returns; Tune's is the
+    function's name, `_trainable`, the same for every trial.
+
+    A checkpoint Tune restores that is gone from storage (deleted, or never
+    finished by a stop or a full disk) is passed over as a damaged one is:
+    Tune failed the trial for good ("does not exist on storage anymore"); the
+    trial now starts without it and `_checkpoints` finds the newest intact one in
+    its directory."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._name = self.trial_name or self._name
 
+    def restore(self, checkpoint_path, *args, **kwargs):
+        checkpoint = getattr(checkpoint_path, "checkpoint", None)
+        if checkpoint is not None and _missing(checkpoint):
+            print(f"icr-sweep: {self.trial_name}: the checkpoint Tune restores, {checkpoint.path}, is gone from "
+                  "storage; continuing from the newest intact checkpoint in its directory", file=sys.stderr, flush=True)
+            return None
+        return super().restore(checkpoint_path, *args, **kwargs)
 
-_trainable.__mixins__ = (_NamedActor,)
+
+def _missing(checkpoint: tune.Checkpoint) -> bool:
+    try:
+        return checkpoint.filesystem.get_file_info(checkpoint.path).type == pyarrow.fs.FileType.NotFound
+    except OSError:  # storage that cannot say: Tune's own check decides
+        return False
+
+
+_trainable.__mixins__ = (_TrialActor,)
 
 
 @contextlib.contextmanager
 def _trial_actors_named():
     """Names each trial's actor after its trial, so that the Ray dashboard's Actors
-    page finds a trial by its Name column and search (the repr, `_NamedActor`, is
+    page finds a trial by its Name column and search (the repr, `_TrialActor`, is
     only shown once the actor runs). Tune creates the actors unnamed and has no
     option for a name (ray-project/ray#32763), so while this is open its controller
     gets a cache of actor classes whose `_remote` adds the trial's name (Ray 2.60's

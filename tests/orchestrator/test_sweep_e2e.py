@@ -476,3 +476,41 @@ def test_two_launches_a_second_apart_both_run_with_a_dashboard_each(tmp_path, ra
     assert port in ports and len(set(ports)) == 2, ports
     second = ports.index(port) ^ 1  # the one that found the port taken (the later one, unless the machine stalled)
     assert f"Port {port} is taken; the dashboard listens on {ports[second]} instead" in outs[second]
+
+
+def test_a_stopped_trial_whose_stop_checkpoint_was_deleted_resumes_from_its_newest_intact_one(tmp_path, ray_temp):
+    """Issue 42, class 2: SIGTERM to the process group while a trial is midway,
+    then its newest checkpoint (the stop checkpoint Tune restores) deleted: resume
+    failed the trial for good ("does not exist on storage anymore")."""
+    spec_path = _killme_spec(tmp_path, name="deleted")
+    storage = tmp_path / "runs"
+    run_dir = storage / "deleted"
+    proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=free_port()),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None:
+        results = [_results(p.parent) for p in run_dir.glob("*/params.json")]
+        if any(r and r[-1].get("final_eval") for r in results) and any(
+                len(r) >= 3 and not r[-1].get("final_eval") for r in results):
+            break
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGTERM)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 130, out[-3000:]
+    (interrupted,) = read_run(run_dir).trials.query("state == 'interrupted'")["trial"]
+    checkpoints = sorted((run_dir / interrupted).glob("checkpoint_*"))
+    assert len(checkpoints) >= 3, checkpoints
+    # The newest two: the stop checkpoint, which Tune restores, is among them
+    # (a trial may store one more evaluation before the stop reaches it).
+    for gone in checkpoints[-2:]:
+        shutil.rmtree(gone)
+
+    result = subprocess.run(cli("resume", str(run_dir), ray_temp=ray_temp, port=free_port()),
+                            capture_output=True, text=True, timeout=900)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-3000:]
+    assert re.search(rf"{interrupted}/checkpoint_\d+, is gone from storage; continuing from the newest intact", out), out[-3000:]
+    assert (read_run(run_dir).trials["state"] == "finished").all()
+    rows = read_results(run_dir / interrupted)
+    evaluations = [r["samples"] for r in rows if r.get("evaluated", True)]
+    assert evaluations == list(range(1024, 12288 + 1, 1024)), evaluations  # each evaluation once
