@@ -13,7 +13,7 @@ from orchestrator.rundir.records import (RecordError, read_plan, set_aside_for_r
                                          spec_record, tune_statuses,
                                          tune_trials, write_plan, write_spec_record)
 from orchestrator.rundir.rows import (METRIC_KEYS, TrialFiles, parse_rows, read_results, repair_results, restore_rows,
-                                      rows_unstored, stored_rows, torn)
+                                      rows_unstored, stored_rows)
 from orchestrator.rundir.run import Run, load_trials, read_run
 
 __all__ = ["EARLIER_RESULTS", "LOCK_FILE", "METRIC_KEYS", "MLFLOW_FILE", "OPTUNA_FILE", "PARAMS_FILE", "PLAN_FILE",
@@ -21,5 +21,4 @@ __all__ = ["EARLIER_RESULTS", "LOCK_FILE", "METRIC_KEYS", "MLFLOW_FILE", "OPTUNA
            "check_launch_dir", "check_storage", "claim_trial_dir", "discard_unstarted", "driver_is_live",
            "is_trial_dir", "load_trials", "parse_rows", "read_plan", "read_results", "read_run", "repair_results",
            "restore_rows", "rows_unstored", "set_aside_for_rebuild", "spec_location", "spec_record", "sqlite_url", "stored_rows",
-           "torn",
            "trial_names", "trials_home", "tune_statuses", "tune_trials", "write_plan", "write_spec_record"]

@@ -33,6 +33,7 @@ PARAMS_FILE = "params.json"
 RESULTS_FILE = "result.json"
 EARLIER_RESULTS = "result-before-rebuild.json"
 DAMAGED_RESULTS = "result-damaged.json"
+DAMAGED_GLOB = "result-damaged*.json"  # the first repair's, then result-damaged-2.json, ...
 ERROR_FILE = "error.txt"
 
 # What a launch writes into its run directory before its first trial starts: its own

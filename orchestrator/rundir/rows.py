@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Callable, Optional
 
-from orchestrator.rundir.layout import DAMAGED_RESULTS, EARLIER_RESULTS, PARAMS_FILE, RESULTS_FILE
+from orchestrator.rundir.layout import DAMAGED_GLOB, DAMAGED_RESULTS, EARLIER_RESULTS, PARAMS_FILE, RESULTS_FILE
 from orchestrator.rundir.records import tune_statuses
 from orchestrator.storage import is_remote
 from workloads.metrics import METRICS, PROGRESS
@@ -70,7 +70,9 @@ def stored_rows(read_text: Callable[[str], Optional[str]]) -> list[dict]:
 
 
 def _read_results(path: Path) -> tuple[list[dict], list[str]]:
-    """The result rows of a trial, and the problems met (lines that are not JSON)."""
+    """The result rows of a trial, and the problems met: a line that is not a row
+    (not JSON, cut short, a row without its sample count, a metric that is not a
+    number) is skipped and named."""
     if not path.exists():
         return [], []
     try:
@@ -82,36 +84,37 @@ def _read_results(path: Path) -> tuple[list[dict], list[str]]:
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            row = None
-        if isinstance(row, dict):
+        row, wrong = as_row(line)
+        if row is not None:
             rows.append(row)
         else:
-            cut = " (cut short, as by a killed process)" if number == len(lines) else ""
-            problems.append(f"{path.name} line {number} is not a result{cut}; skipped")
+            cut = ": cut short, as by a killed process" if number == len(lines) and wrong == "not JSON" else ""
+            problems.append(f"{path.name} line {number} is not a result ({wrong}{cut}); skipped")
     return rows, problems
 
 
-def _checked_rows(rows: list[dict], name: str) -> tuple[list[dict], list[str]]:
-    """The rows whose metrics are numbers (nan for a metric not measured), and a
-    problem for each row left out: a row with an infinite exact match or a list for
-    its samples would otherwise crash the report or rank first."""
-    kept, problems = [], []
-    for number, row in enumerate(rows, 1):
-        bad = []
-        for key in METRIC_KEYS:
-            value = row.get(key)
-            if value is None or (isinstance(value, float) and math.isnan(value) and key != "samples"):
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                bad.append(f"{key} is {json.dumps(value)}")
-        if bad:
-            problems.append(f"{name} row {number}: {', '.join(bad)}; row skipped")
-        else:
-            kept.append(row)
-    return kept, problems
+def as_row(line: str) -> tuple[Optional[dict], str]:
+    """(the row, "") where a result.json line is one, else (None, what is wrong): a
+    JSON object with its sample count, whose metrics are numbers (nan for one not
+    measured). A line of anything else would otherwise leave a finished trial
+    "interrupted", count as an evaluation at no sample count, or (an infinite exact
+    match) crash the report or rank first."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError:
+        return None, "not JSON"
+    if not isinstance(row, dict):
+        return None, f"a JSON {type(row).__name__}, not an object"
+    if "samples" not in row:
+        return None, f"no samples (its keys: {', '.join(sorted(row)[:8]) or 'none'})"
+    bad = []
+    for key in METRIC_KEYS:
+        value = row.get(key)
+        if value is None or (isinstance(value, float) and math.isnan(value) and key != "samples"):
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            bad.append(f"{key} is {json.dumps(value)}")
+    return (None, ", ".join(bad)) if bad else (row, "")
 
 
 def _timeline(rows: list[dict]) -> list[dict]:
@@ -129,13 +132,16 @@ def _timeline(rows: list[dict]) -> list[dict]:
 
 def trial_rows(trial_dir: Path) -> tuple[list[dict], list[str]]:
     """Every result row of a trial (those from before a rebuild first) that holds
-    numbers, on the timeline it continued; and the problems met."""
+    numbers, on the timeline it continued; and the problems met, a repair by
+    `resume` among them."""
     rows, problems = [], []
     for name in (EARLIER_RESULTS, RESULTS_FILE):
-        found, unreadable = _read_results(Path(trial_dir) / name)
-        checked, wrong = _checked_rows(found, name)
-        rows += checked
-        problems += unreadable + wrong
+        found, wrong = _read_results(Path(trial_dir) / name)
+        rows += found
+        problems += wrong
+    kept = sorted(p.name for p in Path(trial_dir).glob(DAMAGED_GLOB))
+    if kept:
+        problems.append(f"result.json was repaired by a resume (the file as it was: {', '.join(kept)})")
     return _timeline(rows), problems
 
 
@@ -146,16 +152,9 @@ def read_results(trial_dir: Path) -> list[dict]:
 
 
 def parse_rows(text: str) -> list[dict]:
-    """The rows of a result.json's text that are JSON objects (a line cut short is not)."""
-    rows = []
-    for line in text.splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
+    """The rows of a result.json's text (`as_row`: a line cut short, or that is no
+    row, is not)."""
+    return [row for row in (as_row(line)[0] for line in text.splitlines() if line.strip()) if row is not None]
 
 
 def row_stored(rows: list[dict], row: dict) -> bool:
@@ -172,26 +171,6 @@ def rows_unstored(stored: list[dict], rows: list[dict]) -> list[dict]:
         if not row_stored(stored, row):
             return rows[i:]
     return []
-
-
-def rows_to_restore(trial_dir: Path, rows: list[dict], status: Optional[str]) -> list[dict]:
-    """The evaluation rows a trial's newest intact checkpoint holds that its stored
-    `rows` lack, where Tune will not run the trial again to write them (it recorded
-    it TERMINATED): a final row cut short, a result.json emptied. Empty otherwise."""
-    if status != "TERMINATED" or (rows and rows[-1].get("final_eval")):
-        return []
-    history = _newest_history(trial_dir)
-    done = max((r.get("samples", 0) for r in rows), default=0)
-    return [r for r in history if r.get("samples", 0) > done]
-
-
-def torn(text: str) -> bool:
-    """Whether a result.json's text holds a row cut short (a full disk, a kill inside a
-    write): a line that is not a JSON object, or a last line without its newline, onto
-    which the next row Tune appends would be glued, and lost with it."""
-    if text and not text.endswith("\n"):
-        return True
-    return len(parse_rows(text)) < sum(1 for line in text.splitlines() if line.strip())
 
 
 def _newest_history(trial_dir: Path) -> list[dict]:
@@ -218,27 +197,55 @@ def restore_rows(run_dir: str) -> dict[str, str]:
 
 
 def repair_results(trial_dir: Path, status: Optional[str] = None) -> str:
-    """Repairs a trial's result.json that `torn` finds cut short (its intact rows kept,
-    so that the rows appended next are read) or that lacks the rows `rows_to_restore`
-    finds (written back from the checkpoint). The file as it was is set aside first
-    (DAMAGED_RESULTS, numbered if one is there). Returns what was done ('' if nothing)."""
+    """Makes a trial's result.json and its checkpoints one truth before it resumes:
+    lines that are not rows (`as_row`: cut short, garbled, not a number) are dropped,
+    and every evaluation the newest readable checkpoint holds that the rows lack is
+    written back in its place. The checkpoint is read where a line was dropped, or
+    where Tune recorded the trial finished (it will not run again to write its
+    rows) and its final row is missing. The rows are rewritten, ending in a newline
+    so that the next row appended is read, only when something was wrong, the file
+    as it was set aside first (DAMAGED_RESULTS, numbered if one is there). Returns
+    what was done ('' if nothing)."""
     results = trial_dir / RESULTS_FILE
     text = results.read_text(errors="replace") if results.exists() else ""
-    rows = parse_rows(text)
-    missing = rows_to_restore(trial_dir, rows, status)
-    cut = torn(text)
-    if not missing and not cut:
+    lines = [line for line in text.splitlines() if line.strip()]
+    rows = [row for row in map(lambda line: as_row(line)[0], lines) if row is not None]
+    dropped = len(lines) - len(rows)
+    unfinished = status == "TERMINATED" and not (rows and rows[-1].get("final_eval"))
+    missing = []
+    if dropped or unfinished:
+        earlier = trial_dir / EARLIER_RESULTS
+        stored = rows + (parse_rows(earlier.read_text(errors="replace")) if earlier.exists() else [])
+        missing = [r for r in _newest_history(trial_dir) if not row_stored(stored, r)]
+    if not missing and not dropped and not (text and not text.endswith("\n")):
         return ""
     kept = _set_aside(results) if text else None
     tmp = results.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows + missing))
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in _merged(rows, missing)))
     os.replace(tmp, results)
     what = []
-    if cut:
-        what.append("its result.json held a row cut short (a full disk or a kill mid-write); its intact rows are kept")
+    if dropped:
+        what.append(f"{dropped} line(s) of its result.json were not results (cut short or garbled); set aside")
     if missing:
-        what.append("Tune recorded it finished, but its results lacked evaluations its checkpoint holds; restored them")
+        at = ", ".join(f"{r.get('samples', 0):,}" for r in missing)
+        what.append(f"evaluations its checkpoint holds were missing from its results; restored them (samples {at})")
     return "; ".join(what) + (f" (the file as it was is kept as {trial_dir.name}/{kept})" if kept else "")
+
+
+def _merged(rows: list[dict], restored: list[dict]) -> list[dict]:
+    """`rows` with the `restored` evaluations in their places: each before the first
+    row of the timeline past its sample count (rows a restart left behind stay
+    where they were: the readers drop them as before)."""
+    out = list(rows)
+    for row in sorted(restored, key=lambda r: r.get("samples", 0)):
+        at = len(out)
+        for i in range(len(out) - 1, -1, -1):
+            if out[i].get("samples", 0) > row.get("samples", 0):
+                at = i
+            else:
+                break
+        out.insert(at, row)
+    return out
 
 
 def _set_aside(results: Path) -> str:

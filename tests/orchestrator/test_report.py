@@ -206,8 +206,8 @@ def test_one_damaged_file_is_named_and_the_rest_is_reported(tmp_path, damage):
     run, trials = fake_run(tmp_path, accuracy)
     victim = run / trials_name(1)
     expected = {
-        "garbage result line": ("result.json line 1 is not a result; skipped", "finished"),
-        "cut result line": ("result.json line 3 is not a result (cut short", "finished"),
+        "garbage result line": ("result.json line 1 is not a result (not JSON); skipped", "finished"),
+        "cut result line": ("result.json line 3 is not a result (not JSON: cut short", "finished"),
         "empty params": ("params.json is unreadable", "finished"),
         "garbage params": ("params.json is unreadable", "finished"),
         "garbage spec file": (f"{SPEC_FILE} is damaged", None),
@@ -404,11 +404,11 @@ def test_results_of_the_wrong_shape_are_named_not_crashed_on_or_dropped(tmp_path
     assert result.exit_code == 0, result.output
     df = read_run(run, locked=False).trials.set_index("trial")  # as status and report read it: with the stored plan
     assert len(df) == len(trials)  # every trial is listed: none dropped
-    assert "val_exact_match is Infinity; row skipped" in df.loc[names[0], "error"]
+    assert "is not a result (val_exact_match is Infinity); skipped" in df.loc[names[0], "error"]
     assert df.loc[names[0], "val_exact_match"] == 0.1  # the last row that holds numbers
     assert "params.json does not hold a trial's config (train.lr" in df.loc[names[1], "error"]
     assert df.loc[names[1], "state"] == "finished" and df.loc[names[1], "lr"] == trials[1].train.lr  # from the plan
-    assert 'samples is [200]; row skipped' in df.loc[names[2], "error"]
+    assert 'is not a result (samples is [200]); skipped' in df.loc[names[2], "error"]
     assert "line 1 is not a result" in df.loc[names[3], "error"]
     assert all(math.isfinite(v) for v in df["val_exact_match"].dropna())
 
@@ -542,11 +542,74 @@ def test_a_finished_trial_whose_rows_were_lost_is_said_so_and_resume_restores_th
     df = load_trials(run).set_index("trial")
     # Finished, nothing left to restore (128 samples teach nothing: that, and only that, may be said).
     assert (df["state"] == "finished").all(), df[["state", "error"]]
-    assert df["error"].map(lambda e: e == "" or e.startswith("learnt nothing")).all(), df[["state", "error"]]
+    repaired = "result.json was repaired by a resume (the file as it was: result-damaged.json)"
+    notes = df["error"].map(lambda e: [n for n in e.split("; ") if n and not n.startswith(("learnt nothing", "its rate"))])
+    assert notes.tolist() == [[repaired], []], df[["state", "error"]]  # the cut file was set aside; the emptied one held nothing
     for name, lines in trials.items():
         assert [json.loads(r)["samples"] for r in (run / name / "result.json").read_text().splitlines()] == [64, 128]
     assert (run / next(iter(trials)) / "result-damaged.json").exists()  # the file as it was, kept
     assert restore_rows(str(run)) == {}  # once done, nothing more
+
+
+def test_rows_and_checkpoints_are_one_truth_after_any_damage_to_result_json(tmp_path):
+    """Issue 42, class 1, on a finished run (every trial TERMINATED, its checkpoint
+    holding each evaluation): a first row cut in half was lost for good ("its intact
+    rows are kept"); a stray JSON line appended, or Infinity in the final row, left
+    a finished trial "interrupted" and resume asked for another resume every time;
+    a row with a garbled key counted as an evaluation at samples NA."""
+    from orchestrator.api import load_run
+    from orchestrator.rundir import restore_rows
+    from workloads.config import trial_config
+    from workloads.tasks import IsTreeConfig
+    from workloads.train import run_trial
+
+    run = tmp_path / "run"
+    damages = {
+        "first row cut in half": lambda lines: [lines[0][: len(lines[0]) // 2], *lines[1:]],
+        "a stray line appended": lambda lines: [*lines, '{"not": "a result"}'],
+        "Infinity in the final row": lambda lines: [*lines[:-1], lines[-1].replace('"val_exact_match": 0.0',
+                                                                                   '"val_exact_match": Infinity')],
+        "a garbled key": lambda lines: [lines[0].replace('"samples"', '"sampels"'), *lines[1:]],
+    }
+    trials, whole = {}, {}
+    for seed, (damage, cut) in enumerate(damages.items()):
+        config = trial_config("mamba" if seed % 2 else "transformer", "tiny", IsTreeConfig(n=4, setup="cot"), seed=seed,
+                              samples=128, batch_size=32, eval_every=64, val_samples=16, warmup_samples=32, device="cpu")
+        d = run / config.name
+        d.mkdir(parents=True)
+        (d / "params.json").write_text(json.dumps({"trial": config.model_dump(mode="json")}))
+        lines = []
+        run_trial(config, report=lambda m, _: lines.append(json.dumps({k: v for k, v in m.items() if k != "config"})),
+                  checkpoint_dir=d / "checkpoint_000001")
+        assert '"val_exact_match": 0.0' in lines[-1]  # 128 samples solve nothing: the Infinity below replaces this
+        (d / "result.json").write_text("\n".join(cut(lines)) + "\n")
+        trials[damage], whole[config.name] = config.name, [json.loads(line) for line in lines]
+    _tune_state(run, {name: "TERMINATED" for name in trials.values()})
+
+    df = load_trials(run).set_index("trial")
+    stray, garbled = df.loc[trials["a stray line appended"]], df.loc[trials["a garbled key"]]
+    assert stray["state"] == "finished" and 'line 3 is not a result (no samples (its keys: not))' in stray["error"]
+    assert "line 1 is not a result (no samples" in garbled["error"]
+    cut_first = df.loc[trials["first row cut in half"]]
+    assert "line 1 is not a result (not JSON); skipped" in cut_first["error"]
+    infinite = df.loc[trials["Infinity in the final row"]]
+    assert infinite["state"] == "interrupted" and "val_exact_match is Infinity" in infinite["error"]
+    evaluations = load_run(run)
+    assert evaluations["samples"].notna().all()  # no evaluation at samples NA
+
+    done = restore_rows(str(run))
+    assert sorted(done) == sorted(trials.values()), done
+    assert "restored them (samples 64)" in done[trials["first row cut in half"]]
+    assert "restored them (samples 128)" in done[trials["Infinity in the final row"]]
+    assert "1 line(s) of its result.json were not results" in done[trials["a stray line appended"]]
+    df = load_trials(run).set_index("trial")
+    assert (df["state"] == "finished").all(), df[["state", "error"]]
+    for name, rows in whole.items():
+        stored = [json.loads(line) for line in (run / name / "result.json").read_text().splitlines()]
+        assert [r["samples"] for r in stored] == [r["samples"] for r in rows] == [64, 128]
+        assert [r["val_loss"] for r in stored] == [r["val_loss"] for r in rows]  # the checkpoint's evaluations, as reported
+        assert "result.json was repaired by a resume (the file as it was: result-damaged.json)" in df.loc[name, "error"]
+    assert restore_rows(str(run)) == {}  # one truth: a second resume finds nothing to do
 
 
 def test_a_trial_tune_made_but_never_started_is_pending_with_its_config(tmp_path):
