@@ -18,7 +18,7 @@ from orchestrator.cluster import ClusterError
 from orchestrator.grid import cell_budget, cells, expand, plan, planned_trials
 from orchestrator.optuna_search import RESUMING, CellwiseOptuna, optuna_storage
 from orchestrator.packing import gpu_share
-from orchestrator.rundir import (MLFLOW_FILE, PARAMS_FILE, RESULTS_FILE, STOP_FILE, load_trials, read_plan, restore_rows,
+from orchestrator.rundir import (FAILS_AGAIN, MLFLOW_FILE, PARAMS_FILE, RESULTS_FILE, STOP_FILE, load_trials, read_plan, restore_rows,
                                   rows_unstored, set_aside_for_rebuild, sqlite_url, stored_rows, tune_statuses, write_plan,
                                   write_spec_record)
 from orchestrator.spec import SweepSpec
@@ -28,7 +28,7 @@ from orchestrator.trackers import trackers
 from workloads.config import TrialConfig
 from workloads.metrics import METRICS, PLOTTED
 from workloads.threads import bound_threads
-from workloads.train import CheckpointError, first_intact, run_trial
+from workloads.train import CheckpointError, NonFiniteLoss, first_intact, run_trial
 
 
 def _trainable(config: dict) -> None:
@@ -64,8 +64,34 @@ def _trainable(config: dict) -> None:
         local = storage is not None and isinstance(storage[0], pyarrow.fs.LocalFileSystem)
         room = (Path(storage[1]),) if local else ()  # local storage: a checkpoint needs room on its disk too
         asked = StopRequests(Path(storage[1]).parent / STOP_FILE) if local else None
-        run_trial(trial, report=report, checkpoint_dir=Path(work) / "checkpoint", resume_from=resume, room_in=room,
-                  checkpoint_now=asked, on_resume=on_resume)
+        _fails_again(storage)
+        try:
+            run_trial(trial, report=report, checkpoint_dir=Path(work) / "checkpoint", resume_from=resume, room_in=room,
+                      checkpoint_now=asked, on_resume=on_resume)
+        except NonFiniteLoss as e:
+            if e.step == 1 and storage is not None:  # before any update: every retry meets it again
+                with storage[0].open_output_stream(f"{storage[1]}/{FAILS_AGAIN}") as f:
+                    f.write(str(e).encode())
+            raise
+
+
+class FailsAgain(RuntimeError):
+    """A retry of a trial whose failure any retry repeats, ended before it trains."""
+
+
+def _fails_again(storage) -> None:
+    """Ends a retry at once (FailsAgain, with the first failure's message) where the
+    trial's failure would repeat: Tune retries a failed trial from scratch when it
+    has no checkpoint, up to max_failures times, and has no way to be told an error
+    is final. `resume` clears the mark (the spec or the machine may have changed)."""
+    if storage is None:
+        return
+    try:
+        with storage[0].open_input_stream(f"{storage[1]}/{FAILS_AGAIN}") as f:
+            first = f.read().decode(errors="replace")
+    except (OSError, FileNotFoundError):
+        return
+    raise FailsAgain(f"{first}; not retried: any retry fails alike. Change the spec, then launch it again")
 
 
 def _stored_rows() -> list[dict]:

@@ -18,6 +18,21 @@ from workloads.models.config import ModelConfig
 PROCESS_OVERHEAD = 1 << 30
 GiB = 1 << 30
 VALIDATION_BYTES_PER_TOKEN = 8 + 8 + 1
+# Disk kept free beyond a trial's two checkpoints (the new one is written beside the last).
+SPACE_MARGIN = 16 << 20
+
+
+def checkpoint_bytes(trial: TrialConfig) -> int:
+    """A trial's checkpoint on disk, about: its parameters in fp32 and Adam's two
+    moments for each (the frozen embedding and the counters are a few KB). Trial's
+    `checkpoint_bytes` counts a built model's exactly."""
+    return 3 * 4 * trial.model.n_params
+
+
+def checkpoint_room(trials: list[TrialConfig], running: int) -> int:
+    """Disk the `running` largest of `trials` need at once to keep their checkpoints."""
+    sizes = sorted((checkpoint_bytes(t) for t in trials), reverse=True)[:running]
+    return sum(2 * size for size in sizes) + SPACE_MARGIN
 
 
 def recurrent_layer_floats(cfg: ModelConfig) -> float:

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from workloads.batching import group_rows, overhead_tokens
 from workloads.config import TrialConfig
 from workloads.evaluate import generation_accuracy, supervised_loss, teacher_forced
+from workloads.memory import SPACE_MARGIN
 from workloads.metrics import HELD_OUT
 from workloads.models import build_model
 from workloads.tasks import Batch, build_task
@@ -49,8 +50,6 @@ class NonFiniteLoss(FloatingPointError):
         return type(self), (str(self), self.step)
 
 
-# Room kept free beyond twice a checkpoint's size (the new one is written beside the old).
-SPACE_MARGIN = 16 << 20
 
 
 def _tensors(value):
@@ -233,20 +232,31 @@ class Trial:
         the old one) once `directory` and the folders `room_in` (where it is copied
         next) have room for it; DiskSpaceError naming the folder otherwise."""
         directory.mkdir(parents=True, exist_ok=True)
-        state = self.state_dict()
-        size = sum(t.numel() * t.element_size() for t in _tensors(state))
-        for folder in (directory, *room_in):
+        self.check_room((directory, *room_in))
+        tmp = directory / (CHECKPOINT_FILE + ".tmp")
+        torch.save(self.state_dict(), tmp)
+        os.replace(tmp, directory / CHECKPOINT_FILE)
+
+    def checkpoint_bytes(self) -> int:
+        """The tensors a checkpoint holds: the model's and the optimiser's (Adam's two
+        moments per trainable parameter, counted before its first step makes them)."""
+        size = sum(t.numel() * t.element_size() for t in _tensors(self.state_dict()))
+        if not self.optimizer.state:
+            size += 2 * sum(p.numel() * p.element_size() for p in self.model.parameters() if p.requires_grad)
+        return size
+
+    def check_room(self, folders) -> None:
+        """DiskSpaceError naming the first of `folders` without room for a checkpoint
+        (two, as the new one is written beside the last, and a margin)."""
+        need = 2 * self.checkpoint_bytes() + SPACE_MARGIN
+        for folder in folders:
             existing = Path(folder)
             while not existing.exists() and existing != existing.parent:  # a trial's folder is made at its first copy
                 existing = existing.parent
             free = shutil.disk_usage(existing).free
-            need = 2 * size + SPACE_MARGIN
             if free < need:
                 raise DiskSpaceError(f"no room for a checkpoint in {folder}: {free / 2**20:.0f} MiB free, about "
                                      f"{need / 2**20:.0f} MiB needed; free some space, then resume")
-        tmp = directory / (CHECKPOINT_FILE + ".tmp")
-        torch.save(state, tmp)
-        os.replace(tmp, directory / CHECKPOINT_FILE)
 
     def restore(self, directory: Path) -> None:
         path = directory / CHECKPOINT_FILE
@@ -351,7 +361,10 @@ class _Run:
         bad = (~torch.isfinite(recent)).nonzero()
         if len(bad):
             first = step - len(recent) + 1 + int(bad[0])
-            raise NonFiniteLoss(f"loss is {recent[bad[0]].item()} at step {first} ({self.trial.config.name})", first)
+            m = self.trial.config.model
+            cause = (f": not finite at the first step, before any update, so the rate is not the cause: the model "
+                     f"({m.arch} {m.size}) or the task's settings produce it") if first == 1 else ""
+            raise NonFiniteLoss(f"loss is {recent[bad[0]].item()} at step {first} ({self.trial.config.name}){cause}", first)
         self.trial.loss_sum += float(recent.sum())
         self.trial.loss_steps += len(recent)
 
@@ -436,6 +449,8 @@ def run_trial(
         trial.restore(Path(resume_from))
         if on_resume is not None and trial.row is not None:
             on_resume([dict(r) for r in trial.history if r is not trial.row and r != trial.row] + [dict(trial.row)])
+    if checkpoint_dir is not None:  # a trial that could not keep its first checkpoint trains nothing
+        trial.check_room((checkpoint_dir, *room_in))
     val_batches = trial.validation_batches()
     trial.model.train()
     run = _Run(trial, report, checkpoint_dir, room_in, clock)

@@ -74,8 +74,32 @@ def _finish(run_dir: str) -> None:
                     f"Continue it with:\n  icr-sweep resume {run_dir}", fg=typer.colors.YELLOW, err=True)
         raise typer.Exit(130)
     if say_failed(trials):
-        typer.echo(f"Retry them from their checkpoints with:\n  icr-sweep resume {run_dir}", err=True)
+        typer.echo(advice_for_failures(trials[trials["state"] == "error"], run_dir), err=True)
         raise typer.Exit(1)
+
+
+def advice_for_failures(failed, run_dir: str) -> str:
+    """What to change for each kind of failure among `failed` (trials in state error):
+    a resume retries a trial from its checkpoint as it was, which cures a crash, a
+    full disk once freed, but not a setting that makes the loss not finite."""
+    errors = failed["error"].fillna("").astype(str)
+    room = errors.str.contains("no room for a checkpoint")
+    at_once = errors.str.contains("before any update")
+    diverged = errors.str.contains(r"loss is -?(?:nan|inf) at step", regex=True) & ~at_once
+    lines = []
+    if at_once.any():
+        lines.append(f"{at_once.sum()} trial(s) have a loss that is not finite before any update: a model or task "
+                     "setting of the spec produces it, and any retry meets it again. Change the spec and launch it anew "
+                     "(another name or --storage).")
+    if diverged.any():
+        lines.append(f"{diverged.sum()} trial(s) diverged: lower their architecture's lr in the spec (or set "
+                     "training.grad_clip) and launch it anew; a resume retries them at the same rate.")
+    if room.any():
+        lines.append(f"{room.sum()} trial(s) found no room for a checkpoint: free space on the storage, then:\n"
+                     f"  icr-sweep resume {run_dir}")
+    if (~(room | at_once | diverged)).any():
+        lines.append(f"Retry {'the others' if lines else 'them'} from their checkpoints with:\n  icr-sweep resume {run_dir}")
+    return "\n".join(lines)
 
 
 def _run_locked(run_dir: str, work, fresh: bool = False) -> None:
@@ -162,6 +186,7 @@ def launch(
             fail(f"{run_dir} already holds a sweep; continue it with `icr-sweep resume {run_dir}`, "
                   "or pick another name or --storage")
         _check_optuna_storage(s, run_dir)
+        _check_room(s, run_dir, num_cpus, attached=address is not None)
         _preflight(s, on_this_cpu=address is None and (s.resources.device == "cpu" or (
             s.resources.device == "auto" and not local_gpus())), cpus=num_cpus)
         resources = _start_ray(opts, s)
@@ -210,21 +235,48 @@ def _check_optuna_storage(s, run_dir: str) -> None:
               f"continue that sweep with `icr-sweep resume`, or rename this one")
 
 
+def _running_at_once(s, trials: int, cpus: Optional[int]) -> int:
+    """How many trials an embedded Ray runs at once on this machine."""
+    slots = int((cpus or os.cpu_count() or 1) // s.resources.cpus_per_trial) or 1
+    return min(slots, s.resources.max_concurrent or slots, trials)
+
+
+def _check_room(s, run_dir: str, cpus: Optional[int], attached: bool) -> None:
+    """Local storage holds a checkpoint of each trial that runs at once (two while a
+    new one is written, and a margin), or exit 2 before anything starts: the trials
+    trained to their first evaluation and failed there, each retried from zero."""
+    import shutil
+
+    from orchestrator.grid import shape_trials
+    from orchestrator.storage import is_remote
+    from workloads.memory import SPACE_MARGIN, checkpoint_room
+
+    if is_remote(run_dir):
+        return
+    trials = shape_trials(s)
+    running = (s.resources.max_concurrent or 1) if attached else _running_at_once(s, len(trials), cpus)
+    need = checkpoint_room(trials, min(running, len(trials)))
+    existing = Path(run_dir.removeprefix("file://"))
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    free = shutil.disk_usage(existing).free
+    if free < need:
+        fail(f"storage {run_dir}: {free / 2**20:.1f} MiB free, but the {running} trial(s) that run at once need about "
+             f"{need / 2**20:.0f} MiB to keep their checkpoints (two each while a new one is written, and "
+             f"{SPACE_MARGIN >> 20} MiB kept free); free some space there or choose another --storage")
+
+
 def _preflight(s, on_this_cpu: bool, cpus: Optional[int] = None) -> None:
     """Builds and runs each distinct model of the sweep once on the CPU, and holds
     CPU trials' memory against this machine's, before Ray starts: exit 2 naming
     the trials that could not run."""
-    import os
-
     from orchestrator.grid import shape_trials
     from workloads.preflight import check_models, cpu_memory_problems
 
     trials = shape_trials(s)
     problems, warnings = [], []
     if on_this_cpu:
-        slots = int((cpus or os.cpu_count() or 1) // s.resources.cpus_per_trial) or 1
-        concurrent = min(slots, s.resources.max_concurrent or slots, len(trials))
-        problems, warnings = cpu_memory_problems(trials, concurrent)
+        problems, warnings = cpu_memory_problems(trials, _running_at_once(s, len(trials), cpus))
     too_big = {p.split(" ", 1)[0] for p in problems}
     problems += check_models([t for t in trials if t.name not in too_big])  # a model that does not fit is not built
     for warning in warnings:
@@ -270,6 +322,7 @@ def resume(
 
         if not sweep.can_resume(run) and not sweep.holds_sweep(run):
             fail(f"{run_dir}: Ray Tune saved no experiment state there yet; launch the spec again")
+        _check_room(s, run, num_cpus, attached=address is not None)
         with ctrl_c_remembered():
             resources = _start_ray(opts, s)
             try:

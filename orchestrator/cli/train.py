@@ -126,10 +126,8 @@ def _train_trial(config, out: Path, cpus: int) -> None:
     except (CheckpointError, DiskSpaceError) as e:
         fail(str(e))
     except FloatingPointError as e:  # the loss diverged: a rate too high for the model, most often
-        if getattr(e, "step", None) == 1:  # before any update: no rate made it
-            fail(f"{e}: the loss is not finite at the first step, before any update, so the rate is not the cause: "
-                 f"the model ({config.model.arch} {config.model.size}) or the task's settings produce it; check the "
-                 f"--dim and --set values given")
+        if getattr(e, "step", None) == 1:  # before any update: the message says no rate made it
+            fail(f"{e}; check the --dim and --set values given")
         fail(f"{e}: the training diverged; lower --lr (this trial's: {config.train.lr:g}) or set --grad-clip. "
               f"Its checkpoint, if any, is kept in {checkpoint}")
     finally:

@@ -6,7 +6,7 @@ import: status, report and notebooks read a run with Ray not running.
 
 from orchestrator.rundir.guard import (RunDirError, RunLock, check_launch_dir, check_storage, claim_trial_dir,
                                        discard_unstarted, driver_is_live)
-from orchestrator.rundir.layout import (EARLIER_RESULTS, LOCK_FILE, MLFLOW_FILE, OPTUNA_FILE, PARAMS_FILE, PLAN_FILE,
+from orchestrator.rundir.layout import (EARLIER_RESULTS, FAILS_AGAIN, LOCK_FILE, MLFLOW_FILE, OPTUNA_FILE, PARAMS_FILE, PLAN_FILE,
                                         RESULTS_FILE, SPEC_FILE, STOP_FILE, TRIAL_LOCK_FILE, is_trial_dir, sqlite_url, trial_names,
                                         trials_home)
 from orchestrator.rundir.records import (RecordError, read_plan, set_aside_for_rebuild, spec_location,
@@ -16,7 +16,7 @@ from orchestrator.rundir.rows import (METRIC_KEYS, TrialFiles, parse_rows, read_
                                       rows_unstored, stored_rows)
 from orchestrator.rundir.run import Run, load_trials, read_run
 
-__all__ = ["EARLIER_RESULTS", "LOCK_FILE", "METRIC_KEYS", "MLFLOW_FILE", "OPTUNA_FILE", "PARAMS_FILE", "PLAN_FILE",
+__all__ = ["EARLIER_RESULTS", "FAILS_AGAIN", "LOCK_FILE", "METRIC_KEYS", "MLFLOW_FILE", "OPTUNA_FILE", "PARAMS_FILE", "PLAN_FILE",
            "RESULTS_FILE", "RecordError", "Run", "RunDirError", "RunLock", "SPEC_FILE", "STOP_FILE", "TRIAL_LOCK_FILE", "TrialFiles",
            "check_launch_dir", "check_storage", "claim_trial_dir", "discard_unstarted", "driver_is_live",
            "is_trial_dir", "load_trials", "parse_rows", "read_plan", "read_results", "read_run", "repair_results",

@@ -13,6 +13,8 @@
             result-before-rebuild.json  its rows from before the sweep was rebuilt (read first)
             result-damaged*.json      a result.json as it was before a repair
             error.txt                 Tune's record of the error that ended it
+            .icr-fails-again          a failure any retry repeats (a loss not finite before any update):
+                                      Tune's retries end at once; resume clears it
             checkpoint_*/             its checkpoints
 """
 
@@ -35,6 +37,7 @@ EARLIER_RESULTS = "result-before-rebuild.json"
 DAMAGED_RESULTS = "result-damaged.json"
 DAMAGED_GLOB = "result-damaged*.json"  # the first repair's, then result-damaged-2.json, ...
 ERROR_FILE = "error.txt"
+FAILS_AGAIN = ".icr-fails-again"
 
 # What a launch writes into its run directory before its first trial starts: its own
 # records and Ray Tune's (its storage marker, tuner and experiment state).

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Callable, Optional
 
-from orchestrator.rundir.layout import DAMAGED_GLOB, DAMAGED_RESULTS, EARLIER_RESULTS, PARAMS_FILE, RESULTS_FILE
+from orchestrator.rundir.layout import DAMAGED_GLOB, DAMAGED_RESULTS, EARLIER_RESULTS, FAILS_AGAIN, PARAMS_FILE, RESULTS_FILE
 from orchestrator.rundir.records import tune_statuses
 from orchestrator.storage import is_remote
 from workloads.metrics import METRICS, PROGRESS
@@ -186,10 +186,13 @@ def _newest_history(trial_dir: Path) -> list[dict]:
 
 
 def restore_rows(run_dir: str) -> dict[str, str]:
-    """Runs `repair_results` on each trial of a local run before it resumes; returns
-    what was done, by trial."""
+    """Runs `repair_results` on each trial of a local run before it resumes, and
+    clears the marks of failures that would repeat (a resume tries every failed
+    trial once more: the machine may have changed); returns what was done, by trial."""
     if is_remote(run_dir):
         return {}
+    for mark in Path(run_dir).glob(f"*/{FAILS_AGAIN}"):
+        mark.unlink()
     statuses, _ = tune_statuses(run_dir)
     names = set(statuses) | {p.parent.name for p in Path(run_dir).glob(f"*/{RESULTS_FILE}")}
     done = {name: repair_results(Path(run_dir) / name, statuses.get(name)) for name in sorted(names)}

@@ -199,6 +199,28 @@ def test_a_trial_that_cannot_learn_is_named_so_with_what_caused_it(tmp_path, thr
     assert "tiny-headdim1" in nan.output
 
 
+def test_launch_refuses_storage_without_room_for_a_checkpoint_per_running_trial(tmp_path, monkeypatch):
+    # Issue 42, class 4: on a 2 MB tmpfs every trial of the laptop spec trained to its
+    # first evaluation, failed there for lack of room for its checkpoint (~17 MiB
+    # needed), and was retried from zero twice.
+    import shutil
+    from collections import namedtuple
+
+    from orchestrator.cli import sweep as cli_sweep
+
+    real = shutil.disk_usage
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(2 << 20, 0, 2 << 20) if str(path).startswith(
+        str(tmp_path)) else real(path))
+    monkeypatch.setattr(cli_sweep, "_start_ray", lambda opts, spec: pytest.fail("Ray was started"))
+    result = runner.invoke(app, ["launch", str(ROOT / "sweeps" / "istree_laptop.yaml"), "--storage", str(tmp_path / "runs"),
+                                 "--num-cpus", "2"])
+    assert result.exit_code == 2, result.output
+    assert ("storage " + str(tmp_path / "runs" / "istree_laptop") + ": 2.0 MiB free, but the 2 trial(s) that run at once "
+            "need about 17 MiB to keep their checkpoints") in result.output.replace("\n", " "), result.output
+    assert not (tmp_path / "runs" / "istree_laptop").exists()  # nothing kept
+
+
 def test_launch_refuses_a_trial_directory_and_a_place_inside_a_sweep(tmp_path):
     run_dir = _a_sweep_run(tmp_path)
     inside = runner.invoke(app, ["launch", MICRO, "--storage", str(run_dir)])

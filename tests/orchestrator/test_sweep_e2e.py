@@ -102,6 +102,7 @@ def test_a_tiny_sweep_completes_with_its_report_and_the_dashboard_up(tmp_path, r
     out, _ = proc.communicate(timeout=900)
     diverging = "transformer-cot-tiny-n5-lr1e12-s0"
     assert proc.returncode == 1 and f"1 trial(s) failed (errors in the report): {diverging}" in out, out[-3000:]
+    assert "1 trial(s) diverged: lower their architecture's lr in the spec" in out, out[-3000:]
     assert answered_while_running, "the dashboard did not answer while the sweep ran"
     assert f"Ray dashboard: http://127.0.0.1:{port}" in out and "ray get-auth-token" in out
 
@@ -514,3 +515,26 @@ def test_a_stopped_trial_whose_stop_checkpoint_was_deleted_resumes_from_its_newe
     rows = read_results(run_dir / interrupted)
     evaluations = [r["samples"] for r in rows if r.get("evaluated", True)]
     assert evaluations == list(range(1024, 12288 + 1, 1024)), evaluations  # each evaluation once
+
+
+def test_a_loss_not_finite_before_any_update_is_not_retried_and_the_advice_says_what_to_change(tmp_path, ray_temp):
+    """Issue 42, class 4: a trial whose loss is NaN at its first step (RWKV-7 with a
+    head of one channel) was retried from scratch max_failures times, and the
+    closing advice was "resume", which fails it again."""
+    spec = yaml.safe_load((SWEEPS / "istree_micro.yaml").read_text())
+    spec["axes"].update(archs=["rwkv7"], model={"rwkv7": {"head_dim": [1]}})
+    spec["lr"] = {"rwkv7": 1e-3}
+    spec["resources"].update(max_failures=2)
+    spec_path = tmp_path / "nan.yaml"
+    spec_path.write_text(yaml.safe_dump(spec))
+    result = subprocess.run(cli("launch", str(spec_path), "--storage", str(tmp_path / "runs"), ray_temp=ray_temp,
+                                port=free_port()), capture_output=True, text=True, timeout=600)
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out[-3000:]
+    assert "1 trial(s) have a loss that is not finite before any update" in out and "Change the spec" in out, out[-3000:]
+    assert "icr-sweep resume" not in out.split("failed (errors in the report)")[-1]
+    (trial,) = read_run(tmp_path / "runs" / "istree_micro").trials.itertuples()
+    assert trial.state == "error" and "at step 1" in trial.error and "the rate is not the cause" in trial.error
+    assert "not retried: any retry fails alike" in trial.error, trial.error
+    # Trained once; Tune's two retries ended before training.
+    assert out.count("RayTaskError(NonFiniteLoss)") == 1 and out.count("RayTaskError(FailsAgain)") == 2, out[-3000:]

@@ -582,9 +582,12 @@ def test_a_checkpoint_without_room_stops_naming_the_folder(tmp_path, monkeypatch
     (tmp_path / "full").mkdir()  # a trial's storage folder on a disk with 1 MiB left
     monkeypatch.setattr(train_mod.shutil, "disk_usage",
                         lambda path: real(path)._replace(free=1 << 20) if str(path).startswith(str(tmp_path / "full")) else real(path))
+    steps = []
     with pytest.raises(train_mod.DiskSpaceError, match="no room for a checkpoint in .*full.*MiB free"):
-        run_trial(small_trial(), checkpoint_dir=tmp_path / "ok", room_in=(tmp_path / "full",))
+        run_trial(small_trial(), checkpoint_dir=tmp_path / "ok", room_in=(tmp_path / "full",), on_step=steps.append)
     assert not (tmp_path / "ok" / CHECKPOINT_FILE).exists()  # nothing half-written
+    # Before any training (issue 42, class 4: each try trained to its first evaluation, then failed there).
+    assert steps == []
 
 
 def test_a_checkpoint_continues_under_other_micro_batching_and_checkpoint_interval(tmp_path):
