@@ -50,6 +50,7 @@ def _fs(uri: str):
         fs, path = pyarrow.fs.FileSystem.from_uri(uri)
     except (OSError, ValueError) as e:
         raise RunDirError(f"{uri}: cannot open this storage ({e})") from None
+    fs = _bounded(fs)
     store = uri.split("://", 1)[0] + "://" + path.split("/", 1)[0]
     if store not in _answered:
         outcome: list = []
@@ -64,6 +65,22 @@ def _fs(uri: str):
             raise RunDirError(f"{uri}: cannot be reached ({str(outcome[0]).splitlines()[0]})") from None
         _answered.add(store)
     return fs, path
+
+
+def _bounded(fs):
+    """`fs` with its requests bounded by the wait, where its kind allows (S3): a
+    request to a store that accepts the connection and never answers otherwise
+    holds the process at exit for minutes after the command gave up (pyarrow
+    waits for it: 100 s for a 20 s wait), and so does each later request."""
+    import pyarrow.fs
+
+    if not isinstance(fs, pyarrow.fs.S3FileSystem):
+        return fs
+    options = fs.__reduce__()[1][0]  # the options from_uri resolved (region, endpoint, ...), as pickling keeps them
+    half = answer_timeout() / 2  # two tries within the wait
+    options.update(connect_timeout=half, request_timeout=half,
+                   retry_strategy=pyarrow.fs.AwsStandardS3RetryStrategy(max_attempts=2))
+    return pyarrow.fs.S3FileSystem(**options)
 
 
 def _try(fn, *args):

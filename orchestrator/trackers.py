@@ -14,6 +14,7 @@ same way:
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -27,7 +28,7 @@ from ray.tune.utils.util import SafeFallbackEncoder
 
 from orchestrator.rundir import TrialFiles
 from orchestrator.spec import SweepSpec
-from orchestrator.storage import is_remote
+from orchestrator.storage import answer_timeout, is_remote
 from workloads.config import TrialConfig
 from workloads.metrics import METRICS, measured
 
@@ -123,20 +124,54 @@ class Wandb(WandbLoggerCallback):
                                   config=_params(trial, self.swept), **self.kwargs)
 
 
+def _or_off(method):
+    """Runs a tracker callback's `method` unless the tracker was turned off; the
+    first failure (a server that stopped answering, whose requests end after the
+    wait) turns it off for the rest of the sweep, said once: a tracker costs its
+    logging, never the run (Tune ends the sweep on a callback's exception)."""
+    import functools
+
+    @functools.wraps(method)
+    def guarded(self, *args, **kwargs):
+        if getattr(self, "_off", False):
+            return None
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as e:
+            self._off = True
+            print(f"warning: {type(self).__name__} stopped logging for the rest of the sweep: {type(e).__name__}: "
+                  f"{str(e).splitlines()[0][:300] if str(e) else ''} (the sweep goes on; what it logged so far is kept)",
+                  file=sys.stderr, flush=True)
+            return None
+    return guarded
+
+
 class MLflow(MLflowLoggerCallback):
     """One MLflow run per trial: the flat config as its params, each row's figures
-    as metrics at its samples."""
+    as metrics at its samples. MLflow logs from the driver, so a server that stops
+    answering would hold the sweep (MLflow waits 120 s per request and retries 7
+    times): its requests wait ICR_STORAGE_TIMEOUT_S (20 s) once, unless
+    MLFLOW_HTTP_REQUEST_TIMEOUT or _MAX_RETRIES say otherwise, and a failure turns
+    MLflow off for the rest of the sweep."""
 
     def __init__(self, *args, swept: tuple[str, ...] = (), **kwargs):
         super().__init__(*args, **kwargs)
         self.swept = swept
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(max(1, round(answer_timeout()))))
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
 
+    @_or_off
+    def setup(self, *args, **kwargs):
+        return super().setup(*args, **kwargs)
+
+    @_or_off
     def log_trial_start(self, trial) -> None:
         if trial not in self._trial_runs:
             run = self.mlflow_util.start_run(tags={**self.tags, "trial_name": str(trial)}, run_name=str(trial))
             self._trial_runs[trial] = run.info.run_id
             self.mlflow_util.log_params(run_id=self._trial_runs[trial], params_to_log=_params(trial, self.swept))
 
+    @_or_off
     def log_trial_result(self, iteration: int, trial, result: dict) -> None:
         if trial not in self._trial_runs:
             self.log_trial_start(trial)
@@ -144,6 +179,7 @@ class MLflow(MLflowLoggerCallback):
         step = int(figures.pop(STEP, 0))
         self.mlflow_util.log_metrics(run_id=self._trial_runs[trial], metrics_to_log=figures, step=step)
 
+    @_or_off
     def log_trial_end(self, trial, failed: bool = False) -> None:
         self.mlflow_util.end_run(run_id=self._trial_runs[trial], status="FAILED" if failed else "FINISHED")
 
@@ -217,8 +253,11 @@ def trackers(spec: SweepSpec, mlflow_uri) -> list:
             os.environ["WANDB_MODE"] = "offline"  # the callback asks for no API key then
         where = w.dir or (None if is_remote(run_dir) else str(Path(run_dir).resolve()))
         options = {k: v for k, v in dict(entity=w.entity, dir=where).items() if v}
+        # W&B logs from actors of its own, so a server that stops answering holds no
+        # trial; at the end Tune waits upload_timeout for them (30 min by default),
+        # then ends them: their runs stay in W&B's local folder for `wandb sync`.
         out.append(Wandb(project=w.project, group=w.group or spec.name, mode=w.mode, log_config=False, swept=swept,
-                         **options))
+                         upload_timeout=answer_timeout(), **options))
     if tracking.mlflow:
         out.append(MLflow(tracking_uri=mlflow_uri, experiment_name=tracking.mlflow.experiment or spec.name,
                           tags={"sweep": spec.name}, swept=swept))

@@ -60,26 +60,22 @@ def _netrc_password(host: str) -> Optional[str]:
 
 def _check_mlflow(uri: str) -> None:
     if urlsplit(uri).scheme in ("http", "https"):
-        problem = _unanswered(uri.rstrip("/") + "/health", http=True)
+        problem = _unanswered(uri.rstrip("/") + "/health")
         if problem:
             raise TrackerError(f"tracking.mlflow.tracking_uri: {uri} {problem}; start the MLflow server "
                                "(`mlflow server`), or drop tracking_uri to log into the run directory")
 
 
-def _unanswered(url: str, http: bool = False) -> str:
-    """'' when `url`'s server answers within the wait, else what went wrong. Any
-    HTTP answer counts (a 401 or 404 is a server that is there)."""
+def _unanswered(url: str) -> str:
+    """'' when `url`'s server answers a request within the wait, else what went
+    wrong. Any HTTP answer counts (a 401 or 404 is a server that is there); a
+    connection alone does not (a server may accept one and never answer)."""
     wait = answer_timeout()
-    parts = urlsplit(url)
     try:
-        if http:
-            try:
-                urllib.request.urlopen(url, timeout=wait).close()
-            except urllib.error.HTTPError:
-                pass
-        else:
-            port = parts.port or (443 if parts.scheme == "https" else 80)
-            socket.create_connection((parts.hostname, port), timeout=wait).close()
+        try:
+            urllib.request.urlopen(url, timeout=wait).close()
+        except urllib.error.HTTPError:
+            pass
     except (OSError, ValueError) as e:
         reason = getattr(e, "reason", None) or e
         if isinstance(reason, (socket.timeout, TimeoutError)):

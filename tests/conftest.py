@@ -21,3 +21,45 @@ def thread_pools():
     numba.set_num_threads(saved[1])
     for var, value in saved[2].items():
         os.environ.pop(var, None) if value is None else os.environ.__setitem__(var, value)
+
+
+def _serve_then_fall_silent(server, answers: int) -> None:
+    """Answers the first `answers` HTTP requests with 200 and `{}`; every later
+    connection is accepted and never answered (held open)."""
+    held = []
+    while True:
+        try:
+            conn, _ = server.accept()
+        except OSError:  # closed: the test is over
+            return
+        if answers > 0:
+            answers -= 1
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n"
+                         b"Connection: close\r\n\r\n{}")
+            conn.close()
+        else:
+            held.append(conn)
+
+
+@pytest.fixture
+def silent_server():
+    """A server on 127.0.0.1 that accepts connections and never answers, as a host
+    behind a broken proxy or a hung service does: `silent_server(answers=k)` makes
+    one that answers its first k requests first. Returns the base URL."""
+    import socket
+    import threading
+
+    servers = []
+
+    def make(answers: int = 0) -> str:
+        server = socket.socket()
+        server.bind(("127.0.0.1", 0))
+        server.listen(64)
+        servers.append(server)
+        threading.Thread(target=_serve_then_fall_silent, args=(server, answers), daemon=True).start()
+        return f"http://127.0.0.1:{server.getsockname()[1]}"
+
+    yield make
+    for server in servers:
+        server.close()

@@ -3,6 +3,7 @@ back with its own library after a real sweep: one run per trial, holding the
 trial's config and the metrics of every evaluation."""
 
 import json
+import os
 import struct
 import subprocess
 import time
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from orchestrator.rundir import read_run
 from tests.orchestrator.test_sweep_e2e import SWEEPS, cli, free_port, launch_to_the_end, ray_temp  # noqa: F401
 
 
@@ -235,3 +237,46 @@ def test_a_tracker_that_cannot_take_the_sweep_is_refused_in_one_line_before_ray_
     assert result.exit_code == 2 and message in result.output, result.output
     assert "Traceback" not in result.output and "Ray dashboard" not in result.output
     assert not (tmp_path / "runs").exists()  # nothing written
+
+
+def test_a_tracker_server_that_accepts_and_never_answers_is_refused_within_the_wait(tmp_path, monkeypatch, silent_server):
+    """Issue 42, class 3: W&B's check only connected, so a host that accepts a
+    connection and never answers passed it, and the driver then waited on W&B
+    until killed."""
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    monkeypatch.setenv("ICR_STORAGE_TIMEOUT_S", "1")
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    for tracking, env in ((dict(wandb=dict(project="p", mode="online")), "WANDB_BASE_URL"),
+                          (dict(mlflow=dict(tracking_uri=silent_server())), None)):
+        if env:
+            monkeypatch.setenv(env, silent_server())
+        spec = yaml.safe_load((SWEEPS / "istree_micro.yaml").read_text())
+        spec.update(tracking=tracking)
+        spec_path = tmp_path / "t.yaml"
+        spec_path.write_text(yaml.safe_dump(spec))
+        result = CliRunner().invoke(app, ["launch", str(spec_path), "--storage", str(tmp_path / "runs")])
+        assert result.exit_code == 2 and "did not answer within 1 s" in result.output, result.output
+        assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow
+def test_trackers_that_stop_answering_mid_sweep_cost_their_logging_never_the_run(tmp_path, ray_temp, silent_server):  # noqa: F811
+    """Issue 42, class 3: servers that answer the check before Ray starts, then fall
+    silent. W&B logs from actors of its own, and Tune waited 30 minutes for them at
+    the end; MLflow logs from the driver and held it 120 s per request, 8 times."""
+    spec = yaml.safe_load((SWEEPS / "istree_micro.yaml").read_text())
+    spec.update(tracking=dict(wandb=dict(project="p", mode="online"), mlflow=dict(tracking_uri=silent_server(answers=1))))
+    spec_path = tmp_path / "t.yaml"
+    spec_path.write_text(yaml.safe_dump(spec))
+    env = {**os.environ, "ICR_STORAGE_TIMEOUT_S": "2", "WANDB_API_KEY": "k" * 40,
+           "WANDB_BASE_URL": silent_server(answers=1)}
+    result = subprocess.run(cli("launch", str(spec_path), "--storage", str(tmp_path / "runs"), ray_temp=ray_temp,
+                                port=free_port()), capture_output=True, text=True, timeout=600, env=env)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-3000:]
+    assert "warning: MLflow stopped logging for the rest of the sweep" in out, out[-3000:]
+    trials = read_run(tmp_path / "runs" / "istree_micro").trials
+    assert (trials["state"] == "finished").all() and (tmp_path / "runs" / "istree_micro" / "report.md").exists()
