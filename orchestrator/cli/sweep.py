@@ -235,6 +235,26 @@ def _check_optuna_storage(s, run_dir: str) -> None:
               f"continue that sweep with `icr-sweep resume`, or rename this one")
 
 
+def _check_optuna_studies_open(s, run_dir: str) -> None:
+    """An Optuna sweep's studies can be read before it resumes: a damaged optuna.db
+    was named only in Tune's logged traceback, and resume ended at rc 130 each time."""
+    if s.search.method != "optuna":
+        return
+    from orchestrator.optuna_search import optuna_storage
+
+    storage = optuna_storage(s, run_dir)
+    if storage is None:
+        return
+    import optuna
+
+    try:
+        optuna.get_all_study_names(storage)
+    except Exception as e:  # SQLAlchemy's and sqlite's many kinds
+        fail(f"{storage.removeprefix('sqlite:///')}: Optuna's studies cannot be read ({type(e).__name__}: "
+             f"{str(e).splitlines()[0][:200]}); the trials' results are intact. Put back a copy of the file, or launch "
+             "the spec again into a new directory (another name or --storage)")
+
+
 def _running_at_once(s, trials: int, cpus: Optional[int]) -> int:
     """How many trials an embedded Ray runs at once on this machine."""
     slots = int((cpus or os.cpu_count() or 1) // s.resources.cpus_per_trial) or 1
@@ -322,6 +342,7 @@ def resume(
 
         if not sweep.can_resume(run) and not sweep.holds_sweep(run):
             fail(f"{run_dir}: Ray Tune saved no experiment state there yet; launch the spec again")
+        _check_optuna_studies_open(s, run)
         _check_room(s, run, num_cpus, attached=address is not None)
         with ctrl_c_remembered():
             resources = _start_ray(opts, s)

@@ -306,6 +306,14 @@ def test_an_optuna_sweep_runs_its_trial_budget_per_cell(tmp_path, ray_temp):
                                port=free_port()), capture_output=True,
                            text=True, timeout=120)
     assert again.returncode == 2 and "already holds studies of a sweep named 'optuna_micro'" in again.stderr, again.stderr
+    # A damaged optuna.db was named only in Tune's logged traceback, and resume ended
+    # at rc 130 every time (issue 42, class 9): named before Ray starts.
+    db = storage / "optuna_micro" / "optuna.db"
+    db.write_bytes(b"not a database" * 100)
+    damaged = subprocess.run(cli("resume", str(storage / "optuna_micro"), ray_temp=ray_temp, port=free_port()),
+                             capture_output=True, text=True, timeout=120)
+    assert damaged.returncode == 2 and f"{db}: Optuna's studies cannot be read (DatabaseError" in damaged.stderr, damaged.stderr
+    assert "Ray dashboard" not in damaged.stderr and "Put back a copy of the file" in damaged.stderr
 
 
 def test_a_run_with_damaged_tune_state_and_checkpoint_still_resumes(tmp_path, ray_temp):
