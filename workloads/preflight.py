@@ -77,6 +77,11 @@ def cpu_memory_problems(trials: list[TrialConfig], concurrent: int) -> tuple[lis
         peaks.append(need)
         if need > total:
             part, setting = estimate.largest()
+            per_batch = estimate.activations + estimate.logits
+            one_row = need - per_batch + per_batch / trial.train.batch_size
+            if one_row > total and part in ("activations", "logits"):  # no batch size helps: the model's shape
+                setting = (f"the model's dimensions (its size preset, or the --dim / axes.model values given): even "
+                           f"one sample per batch needs about {one_row / GiB:.1f} GB")
             errors.append(f"{trial.name} needs about {need / GiB:.1f} GB, more than this machine's "
                           f"{total / GiB:.1f} GB (most of it its {part}): lower {setting}")
     warnings = []

@@ -3,8 +3,6 @@ trials too large for the machine, values of the wrong type, storage typos and
 storage that never answers, and messages that misled."""
 
 import json
-import socket
-import threading
 
 import pytest
 import yaml
@@ -109,38 +107,12 @@ def test_help_keeps_bracketed_text_and_reads_each_architectures_rate_from_the_re
     assert "rwkv7 3e-4" in listed and "transformer 1e-3" in listed
 
 
-@pytest.fixture
-def silent_endpoint():
-    """A TCP server on 127.0.0.1 that accepts connections and never answers."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
-    held, stop = [], threading.Event()
-
-    def accept():
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                held.append(server.accept()[0])
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.getsockname()[1]}"
-    stop.set()
-    thread.join()
-    for conn in held:
-        conn.close()
-    server.close()
-
-
-def test_storage_that_never_answers_fails_within_the_timeout(tmp_path, monkeypatch, silent_endpoint):
+def test_storage_that_never_answers_fails_within_the_timeout(tmp_path, monkeypatch, silent_server):
     import time
 
     import orchestrator.storage as storage
 
-    monkeypatch.setenv("AWS_ENDPOINT_URL", silent_endpoint)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", silent_server())
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
     monkeypatch.setenv("ICR_STORAGE_TIMEOUT_S", "2")
@@ -158,6 +130,9 @@ TRAIN = ["train", "--arch", "mamba", "--size", "tiny", "--setup", "cot", "--n", 
 @pytest.mark.parametrize("args, message", [
     (["--val-samples", "100000000000"], "(most of it its validation set): lower training.val_samples"),
     (["--dim", "d_model=100000"], "(most of it its weights and optimizer state)"),
+    # Issue 42, class 9: told to lower the batch size, which no batch size cures.
+    (["--arch", "gated_deltanet", "--dim", "head_dim=100000"],
+     "lower the model's dimensions (its size preset, or the --dim / axes.model values given): even one sample per batch"),
     (["--task", "ar", "--setup", "vanilla", "--set", "values=100000000000"],
      "the task's vocabulary would be 100,000,000,262 tokens, more than the 1,048,576"),
     (["--device", "cuda"] if not __import__("torch").cuda.is_available() else ["--device", "tpu"],
