@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from orchestrator.rundir import load_trials
-from tests.orchestrator.test_sweep_e2e import SWEEPS, _kill_leftovers, free_port
+from tests.orchestrator.e2e import SWEEPS, free_port, kill_leftovers
 
 pytestmark = pytest.mark.slow
 
@@ -60,7 +60,7 @@ def gpu_autoscaling_cluster():
                     "--num-cpus=0", "--include-dashboard=false", "--disable-usage-stats"], env=env, check=True,
                    capture_output=True, timeout=120)
     yield fake_cluster_config(port)["provider"]["gcs_address"], config, env
-    _kill_leftovers(temp)
+    kill_leftovers(temp)
     time.sleep(1)  # killed processes may still be closing their files there
     shutil.rmtree(temp, ignore_errors=True)
 

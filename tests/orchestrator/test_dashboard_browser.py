@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.orchestrator.test_sweep_e2e import SWEEPS, cli, dashboard_answers, free_port, ray_temp  # noqa: F401
+from tests.orchestrator.e2e import SWEEPS, cli, dashboard_answers, free_port
 
 CHROMIUM = shutil.which("chromium")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (scripts/test installs it where apt can)")
-def test_the_dashboard_lists_each_running_trial_by_name(tmp_path, ray_temp):  # noqa: F811
+def test_the_dashboard_lists_each_running_trial_by_name(tmp_path, ray_temp):
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright
 

@@ -16,7 +16,7 @@ from orchestrator.rundir import RunDirError, check_storage
 from orchestrator.rundir import SPEC_FILE
 from orchestrator.spec import load_spec, run_spec
 from orchestrator.storage import download_run, read_file
-from tests.orchestrator.test_sweep_e2e import SWEEPS, _kill_leftovers, _killme_spec, cli, free_port, ray_temp  # noqa: F401
+from tests.orchestrator.e2e import SWEEPS, cli, free_port, kill_leftovers, killme_spec
 
 BUCKET = "icr-sweep-test"
 
@@ -74,7 +74,7 @@ def test_a_launch_to_a_missing_bucket_starts_nothing(s3, tmp_path, ray_temp):
 
 @pytest.mark.slow
 def test_status_report_and_resume_work_on_an_s3_run_directory(s3, tmp_path, ray_temp):
-    spec_path = _killme_spec(tmp_path, name="s3run", samples=8192)
+    spec_path = killme_spec(tmp_path, name="s3run", samples=8192)
     run = f"s3://{BUCKET}/runs/s3run"
     proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", f"s3://{BUCKET}/runs", ray_temp=ray_temp,
                                 port=free_port()), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -94,7 +94,7 @@ def test_status_report_and_resume_work_on_an_s3_run_directory(s3, tmp_path, ray_
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 130 and f"icr-sweep resume {run}" in out, out[-3000:]
-    _kill_leftovers(ray_temp)
+    kill_leftovers(ray_temp)
     assert run_spec(run) == load_spec(spec_path).model_copy(update={"storage": f"s3://{BUCKET}/runs"})
     assert read_file(f"{run}/report.md") is not None  # the launch's own report went beside the trials
 

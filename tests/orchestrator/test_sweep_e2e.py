@@ -1,19 +1,15 @@
 """End to end on an embedded local Ray with 2 CPUs: launch, dashboard, report,
 and a driver killed mid-sweep then resumed. Each test starts its own Ray in a
-temp dir of its own, in a subprocess, and ends it (never `ray stop`, which would
-end every Ray process of the user)."""
+temp dir of its own, in a subprocess, and ends it (tests/orchestrator/e2e.py)."""
 
 import json
 import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -23,66 +19,10 @@ import yaml
 from orchestrator.rundir import load_trials, read_results, read_run
 from orchestrator.grid import expand
 from orchestrator.spec import load_spec
+from tests.orchestrator.e2e import (SWEEPS, cli, dashboard_answers, free_port, kill_leftovers, killme_spec,
+                                    launch_to_the_end, results_so_far)
 
-SWEEPS = Path(__file__).parents[2] / "sweeps"
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def ray_temp():
-    # Short: Ray's unix sockets live under it and socket paths are limited to ~107 bytes.
-    path = tempfile.mkdtemp(prefix="icr-ray-", dir="/tmp")
-    yield path
-    _kill_leftovers(path)
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def _kill_leftovers(temp_dir: str) -> None:
-    """Ends the Ray processes of one test's cluster: those naming its temp dir on
-    their command line, or holding a file under it open (Ray's agents rename
-    themselves, ray::DashboardAgent, but keep their logs there)."""
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-            fds = os.listdir(f"/proc/{pid}/fd") if temp_dir not in cmdline else []
-            holds = temp_dir in cmdline or any(temp_dir in _readlink(f"/proc/{pid}/fd/{fd}") for fd in fds)
-        except OSError:
-            continue
-        if holds:
-            try:
-                os.kill(int(pid), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-
-def _readlink(path: str) -> str:
-    try:
-        return os.readlink(path)
-    except OSError:
-        return ""
-
-
-def cli(*args: str, ray_temp: str, port: int) -> list[str]:
-    return [sys.executable, "-m", "orchestrator.cli", *args, "--temp-dir", ray_temp,
-            "--dashboard-port", str(port), "--num-cpus", "2"]
-
-
-def dashboard_answers(port: int) -> bool:
-    token = (Path.home() / ".ray" / "auth_token").read_text().strip()
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/api/version", headers={"Authorization": f"Bearer {token}"})
-    try:
-        with urllib.request.urlopen(req, timeout=2) as r:
-            return r.status == 200 and b"ray_version" in r.read()
-    except (OSError, FileNotFoundError):
-        return False
 
 
 def test_a_tiny_sweep_completes_with_its_report_and_the_dashboard_up(tmp_path, ray_temp):
@@ -132,7 +72,7 @@ def test_a_tiny_sweep_completes_with_its_report_and_the_dashboard_up(tmp_path, r
     others = df.drop(index=[diverging, at_once])
     assert (others["state"] == "finished").all() and others["gen_accuracy"].between(0, 1).all()
     for name in others.index:  # trials given no GPU see none (Ray itself would show them every GPU)
-        last = _results(run_dir / name)[-1]
+        last = results_so_far(run_dir / name)[-1]
         assert last["gpu_share"] == 0 and last["cuda_devices"] == "", last
     assert (run_dir / "results.csv").exists() and list(run_dir.glob("exact_match_*.png")) and list(run_dir.glob("gen_accuracy_*.png"))
 
@@ -141,19 +81,8 @@ def test_a_tiny_sweep_completes_with_its_report_and_the_dashboard_up(tmp_path, r
     assert again.returncode != 0 and "icr-sweep resume" in again.stderr
 
 
-def _results(trial_dir: Path) -> list[dict]:
-    """A trial's rows as stored so far: read while the trial writes, its last line may
-    be half written (CI saw one), and is left out as the run directory's reader does."""
-    from orchestrator.rundir import parse_rows
-
-    path = trial_dir / "result.json"
-    if not path.exists():
-        return []
-    return parse_rows(path.read_text())
-
-
 def test_a_killed_driver_resumes_without_rerunning_finished_trials(tmp_path, ray_temp):
-    spec_path = _killme_spec(tmp_path)
+    spec_path = killme_spec(tmp_path)
     storage, port = tmp_path / "runs", free_port()
     run_dir = storage / "killme"
     finished, interrupted = _kill_midway(spec_path, storage, run_dir, ray_temp, port, rows=2)
@@ -169,7 +98,7 @@ def test_a_killed_driver_resumes_without_rerunning_finished_trials(tmp_path, ray
     assert len(df) == 3 and (df["state"] == "finished").all(), df[["trial", "state"]]
     for name, text in before.items():
         assert (run_dir / name / "result.json").read_text() == text, f"{name} was run again"
-    samples = [r["samples"] for r in _results(run_dir / interrupted)]
+    samples = [r["samples"] for r in results_so_far(run_dir / interrupted)]
     assert samples == sorted(set(samples)), f"{interrupted} restarted instead of continuing: {samples}"
     assert samples[-1] == 12288
 
@@ -183,7 +112,7 @@ def _kill_midway(spec_path, storage, run_dir, ray_temp, port, rows: int) -> tupl
     deadline = time.time() + 600
     finished, interrupted = [], None
     while time.time() < deadline and proc.poll() is None:
-        results = {p.parent.name: _results(p.parent) for p in run_dir.glob("*/params.json")}
+        results = {p.parent.name: results_so_far(p.parent) for p in run_dir.glob("*/params.json")}
         finished = [n for n, r in results.items() if r and r[-1].get("final_eval")]
         midway = [n for n, r in results.items() if len(r) >= rows and not r[-1].get("final_eval")]
         if finished and midway:
@@ -193,19 +122,8 @@ def _kill_midway(spec_path, storage, run_dir, ray_temp, port, rows: int) -> tupl
     assert interrupted, f"never saw a finished and a half-done trial: {proc.communicate()[0][-3000:]}"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    _kill_leftovers(ray_temp)
+    kill_leftovers(ray_temp)
     return finished, interrupted
-
-
-def _killme_spec(tmp_path, name: str = "killme", samples: int = 12288) -> Path:
-    """Three seeds of one tiny trial, one at a time, each long enough to be caught midway."""
-    spec = yaml.safe_load((SWEEPS / "istree_micro.yaml").read_text())
-    spec.update(name=name, axes=dict(archs=["transformer"], setups=["cot"], sizes=["tiny"], n=[5], seeds=[0, 1, 2]))
-    spec["training"].update(samples=samples, eval_every=1024)
-    spec["resources"].update(max_concurrent=1)
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
 
 
 @pytest.mark.parametrize("sig, group", [(signal.SIGINT, False), (signal.SIGTERM, False), (signal.SIGTERM, True)],
@@ -215,14 +133,14 @@ def test_ctrl_c_stops_with_the_resume_command_and_every_trial_in_its_true_state(
     driver's process group as systemd, a batch scheduler or `docker stop` send it
     (issue 28, class 8: it killed Ray's daemons too, and the driver stalled and
     exited 1 with no report), end alike."""
-    spec_path = _killme_spec(tmp_path)
+    spec_path = killme_spec(tmp_path)
     storage = tmp_path / "runs"
     run_dir = storage / "killme"
     proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=free_port()),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     deadline = time.time() + 600
     while time.time() < deadline and proc.poll() is None:
-        results = {p.parent.name: _results(p.parent) for p in run_dir.glob("*/params.json")}
+        results = {p.parent.name: results_so_far(p.parent) for p in run_dir.glob("*/params.json")}
         if any(r and r[-1].get("final_eval") for r in results.values()) and any(
                 len(r) >= 2 and not r[-1].get("final_eval") for r in results.values()):
             break
@@ -289,17 +207,6 @@ def test_trials_that_could_never_start_are_refused(tmp_path, ray_temp, resources
     assert not list((tmp_path / "runs").glob("*/*/params.json"))
 
 
-def launch_to_the_end(spec: dict, tmp_path: Path, ray_temp: str) -> tuple[Path, Path]:
-    """Writes `spec` and launches it into tmp_path/runs; asserts the sweep finished.
-    Returns the spec's path and the storage."""
-    spec_path, storage = tmp_path / f"{spec['name']}.yaml", tmp_path / "runs"
-    spec_path.write_text(yaml.safe_dump(spec))
-    result = subprocess.run(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=free_port()),
-                            capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    return spec_path, storage
-
-
 def test_an_optuna_sweep_runs_its_trial_budget_per_cell(tmp_path, ray_temp):
     spec = yaml.safe_load((SWEEPS / "istree_micro.yaml").read_text())
     spec.update(name="optuna_micro", axes=dict(archs=["transformer"], setups=["cot"], sizes=["tiny"], n=[4, 5], seeds=[0]),
@@ -354,7 +261,7 @@ def test_a_run_with_damaged_tune_state_and_checkpoint_still_resumes(tmp_path, ra
     """A full disk truncates Tune's experiment state, and a trial's newest checkpoint
     with it: resume rebuilds the sweep from the spec and the trial directories,
     continues the trial from its older intact checkpoint, and reruns no finished trial."""
-    spec_path = _killme_spec(tmp_path, name="damaged")
+    spec_path = killme_spec(tmp_path, name="damaged")
     storage = tmp_path / "runs"
     run_dir = storage / "damaged"
     finished, interrupted = _kill_midway(spec_path, storage, run_dir, ray_temp, free_port(), rows=3)
@@ -397,7 +304,7 @@ def test_an_optuna_sweep_survives_time_checkpoints_a_ctrl_c_a_kill_and_its_resum
     run_dir = storage / "optuna_stop"
 
     def rows():
-        return {p.parent.name: _results(p.parent) for p in run_dir.glob("*/params.json")}
+        return {p.parent.name: results_so_far(p.parent) for p in run_dir.glob("*/params.json")}
 
     proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=free_port()),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -422,7 +329,7 @@ def test_an_optuna_sweep_survives_time_checkpoints_a_ctrl_c_a_kill_and_its_resum
     assert proc.poll() is None, proc.communicate()[0][-3000:]
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    _kill_leftovers(ray_temp)
+    kill_leftovers(ray_temp)
 
     result = subprocess.run(cli("resume", str(run_dir), ray_temp=ray_temp, port=free_port()),
                             capture_output=True, text=True, timeout=900)
@@ -442,7 +349,7 @@ def test_a_stop_before_any_trial_started_leaves_no_run_behind(tmp_path, ray_temp
     """Ctrl-C as Ray comes up: one line, exit 130, and no half-made run directory for
     the next launch to trip on (issue 28, class 8: 'Interrupted.', then 'no trial
     results', exit 2, and a directory holding only a lock)."""
-    spec_path, storage = _killme_spec(tmp_path), tmp_path / "runs"
+    spec_path, storage = killme_spec(tmp_path), tmp_path / "runs"
     proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=free_port()),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     seen = ""
@@ -470,13 +377,13 @@ def test_a_disk_that_fills_mid_sweep_ends_in_a_report_and_resumes_with_every_eva
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(disk)], capture_output=True).returncode:
         pytest.skip("mounting a tmpfs needs root here")
     try:
-        spec_path = _killme_spec(tmp_path, samples=6144)
+        spec_path = killme_spec(tmp_path, samples=6144)
         run_dir = disk / "killme"
         proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", str(disk), ray_temp=ray_temp, port=free_port()),
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
         deadline = time.time() + 600
         while time.time() < deadline and proc.poll() is None:
-            if any(r.get("evaluated") for p in run_dir.glob("*/params.json") for r in _results(p.parent)):
+            if any(r.get("evaluated") for p in run_dir.glob("*/params.json") for r in results_so_far(p.parent)):
                 break
             time.sleep(0.1)
         filler = disk / "filler"
@@ -511,7 +418,7 @@ def test_two_launches_a_second_apart_both_run_with_a_dashboard_each(tmp_path, ra
             time.sleep(1)
         outs = [p.communicate(timeout=600)[0] for p in procs]
     finally:
-        _kill_leftovers(other_temp)
+        kill_leftovers(other_temp)
         shutil.rmtree(other_temp, ignore_errors=True)
     for p, out in zip(procs, outs):
         assert p.returncode == 0, out[-3000:]

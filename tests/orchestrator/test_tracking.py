@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from orchestrator.rundir import read_run
-from tests.orchestrator.test_sweep_e2e import SWEEPS, cli, free_port, launch_to_the_end, ray_temp  # noqa: F401
+from tests.orchestrator.e2e import SWEEPS, cli, free_port, launch_to_the_end
 
 
 def _key(item) -> str:
@@ -71,7 +71,7 @@ def finished_wandb_logs(folder: Path, count: int, timeout_s: float = 120) -> lis
 
 
 @pytest.mark.slow
-def test_every_tracker_holds_each_trials_config_and_every_evaluation(tmp_path, ray_temp):  # noqa: F811
+def test_every_tracker_holds_each_trials_config_and_every_evaluation(tmp_path, ray_temp):
     """Each tracker, read back with its own library: one run per trial, named after
     it, its config as one flat parameter space (the swept values first, only what
     the model has), every evaluation under its short name at its training samples,
@@ -263,7 +263,7 @@ def test_a_tracker_server_that_accepts_and_never_answers_is_refused_within_the_w
 
 
 @pytest.mark.slow
-def test_trackers_that_stop_answering_mid_sweep_cost_their_logging_never_the_run(tmp_path, ray_temp, silent_server):  # noqa: F811
+def test_trackers_that_stop_answering_mid_sweep_cost_their_logging_never_the_run(tmp_path, ray_temp, silent_server):
     """Issue 42, class 3: servers that answer the check before Ray starts, then fall
     silent. W&B logs from actors of its own, and Tune waited 30 minutes for them at
     the end; MLflow logs from the driver and held it 120 s per request, 8 times."""

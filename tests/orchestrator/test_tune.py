@@ -8,7 +8,6 @@ import pytest
 from orchestrator.grid import cells
 from orchestrator.spec import SweepSpec
 from orchestrator.optuna_search import CellwiseOptuna
-from tests.orchestrator.test_sweep_e2e import ray_temp  # noqa: F401
 from workloads.config import TrialConfig
 
 
@@ -260,7 +259,8 @@ def _report_actor_name(config):
     tune.report({"actor": ray.get_runtime_context().get_actor_name()})
 
 
-def test_each_trials_actor_is_named_after_its_trial_and_a_retry_apart(tmp_path, ray_temp):  # noqa: F811
+@pytest.mark.slow
+def test_each_trials_actor_is_named_after_its_trial_and_a_retry_apart(tmp_path, ray_temp):
     import ray
     from ray import tune
 
