@@ -26,7 +26,8 @@ import torch
 from workloads.config import trial_config
 from workloads.evaluate import generation_accuracy, settled_rows, teacher_forced
 from workloads.tasks import IsTreeConfig
-from workloads.train import CHECKPOINT_FILE, Trial, run_trial
+from workloads.checkpoint import CHECKPOINT_FILE
+from workloads.train import Trial, run_trial
 
 
 def _timed(fn, device):

@@ -19,7 +19,7 @@ from orchestrator.grid import cell_budget, cells, expand, plan, planned_trials
 from orchestrator.optuna_search import RESUMING, CellwiseOptuna, optuna_storage
 from orchestrator.packing import gpu_share
 from orchestrator.rundir import (FAILS_AGAIN, MLFLOW_FILE, PARAMS_FILE, RESULTS_FILE, STOP_FILE, load_trials, read_plan, restore_rows,
-                                  rows_unstored, set_aside_for_rebuild, sqlite_url, stored_rows, tune_statuses, write_plan,
+                                  catch_up, set_aside_for_rebuild, sqlite_url, stored_rows, tune_statuses, write_plan,
                                   write_spec_record)
 from orchestrator.spec import SweepSpec
 from orchestrator.stopping import StopAtStep, StopRequests, sigterm_as_ctrl_c, stop_if_asked_early
@@ -28,7 +28,8 @@ from orchestrator.trackers import trackers
 from workloads.config import TrialConfig
 from workloads.metrics import METRICS, PLOTTED
 from workloads.threads import bound_threads
-from workloads.train import CheckpointError, NonFiniteLoss, first_intact, run_trial
+from workloads.checkpoint import CheckpointError, first_intact
+from workloads.train import NonFiniteLoss, run_trial
 
 
 def _trainable(config: dict) -> None:
@@ -51,14 +52,8 @@ def _trainable(config: dict) -> None:
             tune.report(flat, checkpoint=tune.Checkpoint.from_directory(str(checkpoint_dir)) if checkpoint_dir else None)
 
         def on_resume(rows: list[dict]) -> None:
-            # The checkpoint this trial continues from was reported with these rows; a
-            # worker killed between the two (or a checkpoint taken at a stop and found
-            # on disk, or a row cut short by a full disk) left some out of the trial's
-            # results: report them again first, in order.
-            for row in rows_unstored(_stored_rows(), rows):
-                print(f"icr-sweep: {trial.name}: its results lack a row of the checkpoint it continues from "
-                      f"({row.get('samples', 0):,} samples); reporting it", file=sys.stderr, flush=True)
-                report(row, None)
+            catch_up(_stored_rows(), rows, report=lambda row: report(row, None),
+                     say=lambda line: print(f"icr-sweep: {trial.name}: {line}", file=sys.stderr, flush=True))
 
         storage = _trial_storage()
         local = storage is not None and isinstance(storage[0], pyarrow.fs.LocalFileSystem)

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import torch
-from pydantic import ValidationError
 
 from workloads.batching import group_rows, overhead_tokens
+from workloads.checkpoint import (CHECKPOINT_FILE, CheckpointError, DiskSpaceError, as_today, differences, read_checkpoint,
+                                  what_trains)
 from workloads.config import TrialConfig
 from workloads.evaluate import generation_accuracy, supervised_loss, teacher_forced
 from workloads.memory import SPACE_MARGIN
@@ -24,18 +25,9 @@ from workloads.models import build_model
 from workloads.tasks import Batch, build_task
 from workloads.tasks.base import HELD_OUT_STREAM, TRAIN_STREAM, VALID_STREAM
 
-CHECKPOINT_FILE = "checkpoint.pt"
 Report = Callable[[dict, Optional[Path]], None]
 # Losses are checked for NaN/inf every this many steps: each check syncs with the GPU.
 _LOSS_CHECK_STEPS = 32
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be continued; the message names the file and what to do."""
-
-
-class DiskSpaceError(OSError):
-    """Too little room for a checkpoint; the message names the folder."""
 
 
 class NonFiniteLoss(FloatingPointError):
@@ -61,80 +53,6 @@ def _tensors(value):
     elif isinstance(value, (list, tuple)):
         for v in value:
             yield from _tensors(v)
-
-
-def read_checkpoint(path: Path) -> dict:
-    """The checkpoint at `path`, loaded to the CPU (RNG states must stay CPU byte
-    tensors; load_state_dict moves the rest to the model's device), or
-    CheckpointError naming the file and what is wrong with it."""
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-        if not isinstance(state, dict) or not {"config", "model", "optimizer"} <= set(state):
-            raise ValueError("it is not a checkpoint of icr-sweep")
-    except Exception as e:  # missing, truncated, empty or foreign bytes fail in many ways
-        raise CheckpointError(f"{path} cannot be read ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
-    return state
-
-
-def first_intact(directories, config: TrialConfig, say=print) -> Optional[Path]:
-    """The first of `directories` (an iterable, read lazily) whose checkpoint can be
-    continued by `config`; each one passed over is said, and so is starting over
-    when none can. An item that is a CheckpointError (a directory that could not be
-    fetched) is passed over likewise."""
-    tried = 0
-    for directory in directories:
-        tried += 1
-        try:
-            if isinstance(directory, CheckpointError):
-                raise directory
-            state = read_checkpoint(Path(directory) / CHECKPOINT_FILE)
-            if what_trains(as_today(state["config"])) != what_trains(config.model_dump(mode="json")):
-                raise CheckpointError(f"{directory} holds another config's checkpoint")
-        except CheckpointError as e:
-            say(f"icr-sweep: {config.name}: passing over a checkpoint: {e}")
-            continue
-        if tried > 1:
-            say(f"icr-sweep: {config.name}: continuing from the older checkpoint in {directory}")
-        return Path(directory)
-    if tried:
-        say(f"icr-sweep: {config.name}: STARTING OVER from sample 0: none of its {tried} checkpoint(s) can be read")
-    return None
-
-
-# Config fields that change how a trial runs, not what it computes: a checkpoint
-# continues under other values of them (and the task label only names the trial).
-_HOW_IT_RUNS = ("length_groups", "checkpoint_every_s")
-
-
-def what_trains(config: dict) -> dict:
-    """A stored trial config without the fields a resume may change."""
-    out = {k: v for k, v in config.items() if k != "task_label"}
-    if isinstance(out.get("train"), dict):
-        out["train"] = {k: v for k, v in out["train"].items() if k not in _HOW_IT_RUNS}
-    return out
-
-
-def differences(saved: dict, wanted: dict, prefix: str = "", held: str = "checkpoint") -> list[str]:
-    """'field (checkpoint A, now B)' for every leaf where two nested configs differ;
-    `held` names where the saved one is."""
-    out = []
-    for key in sorted(set(saved) | set(wanted)):
-        a, b = saved.get(key), wanted.get(key)
-        if isinstance(a, dict) and isinstance(b, dict):
-            out += differences(a, b, f"{prefix}{key}.", held)
-        elif a != b:
-            out.append(f"{prefix}{key} ({held} {a!r}, now {b!r})")
-    return out
-
-
-def as_today(config: dict) -> dict:
-    """A stored trial config with the fields added since it was written at their
-    defaults, so that a checkpoint from before a new field still resumes; as stored
-    where it no longer validates (its differences are then named)."""
-    try:
-        return TrialConfig.model_validate(config).model_dump(mode="json")
-    except ValidationError:
-        return config
 
 
 def resolve_device(requested: str) -> torch.device:

@@ -91,9 +91,10 @@ def _train_trial(config, out: Path, cpus: int) -> None:
     bound_threads(cpus)  # before torch starts its pools
     from tqdm import tqdm
 
-    from orchestrator.rundir import TrialFiles, repair_results, rows_unstored
+    from orchestrator.rundir import TrialFiles, catch_up, repair_results
     from workloads.metrics import METRICS, learnt_nothing
-    from workloads.train import CHECKPOINT_FILE, CheckpointError, DiskSpaceError, run_trial
+    from workloads.checkpoint import CHECKPOINT_FILE, CheckpointError, DiskSpaceError
+    from workloads.train import run_trial
 
     checkpoint = out / "checkpoint"
     resume = checkpoint if (checkpoint / CHECKPOINT_FILE).exists() else None
@@ -115,8 +116,8 @@ def _train_trial(config, out: Path, cpus: int) -> None:
     def on_resume(rows: list[dict]) -> None:  # the rows a kill left out (as a sweep's trial)
         if what := repair_results(out):
             typer.echo(f"{config.name}: {what}", err=True)
-        for row in rows_unstored(files.stored_rows(), rows):
-            report(row, None)
+        catch_up(files.stored_rows(), rows, report=lambda row: report(row, None),
+                 say=lambda line: typer.echo(f"{config.name}: {line}", err=True))
 
     stop = _StopSignals()
     try:

@@ -12,13 +12,13 @@ from orchestrator.rundir.layout import (EARLIER_RESULTS, FAILS_AGAIN, LOCK_FILE,
 from orchestrator.rundir.records import (RecordError, read_plan, set_aside_for_rebuild, spec_location,
                                          spec_record, tune_statuses,
                                          tune_trials, write_plan, write_spec_record)
-from orchestrator.rundir.rows import (METRIC_KEYS, TrialFiles, parse_rows, read_results, repair_results, restore_rows,
-                                      rows_unstored, stored_rows)
+from orchestrator.rundir.rows import (METRIC_KEYS, TrialFiles, catch_up, parse_rows, read_results, repair_results, restore_rows,
+                                      stored_rows)
 from orchestrator.rundir.run import Run, load_trials, read_run
 
 __all__ = ["EARLIER_RESULTS", "FAILS_AGAIN", "LOCK_FILE", "METRIC_KEYS", "MLFLOW_FILE", "OPTUNA_FILE", "PARAMS_FILE", "PLAN_FILE",
            "RESULTS_FILE", "RecordError", "Run", "RunDirError", "RunLock", "SPEC_FILE", "STOP_FILE", "TRIAL_LOCK_FILE", "TrialFiles",
-           "check_launch_dir", "check_storage", "claim_trial_dir", "discard_unstarted", "driver_is_live",
+           "catch_up", "check_launch_dir", "check_storage", "claim_trial_dir", "discard_unstarted", "driver_is_live",
            "is_trial_dir", "load_trials", "parse_rows", "read_plan", "read_results", "read_run", "repair_results",
-           "restore_rows", "rows_unstored", "set_aside_for_rebuild", "spec_location", "spec_record", "sqlite_url", "stored_rows",
+           "restore_rows", "set_aside_for_rebuild", "spec_location", "spec_record", "sqlite_url", "stored_rows",
            "trial_names", "trials_home", "tune_statuses", "tune_trials", "write_plan", "write_spec_record"]

@@ -44,7 +44,7 @@ def claim_trial_dir(out: str, config: dict, name: str) -> None:
         except (OSError, ValueError, KeyError, TypeError):
             raise RunDirError(f"--out {out} holds a {PARAMS_FILE} that cannot be read; it is not this trial's "
                               "directory: choose another --out, or delete it to start over") from None
-        from workloads.train import as_today, differences, what_trains
+        from workloads.checkpoint import as_today, differences, what_trains
 
         held = what_trains(as_today(stored)) if isinstance(stored, dict) else {}
         if held != what_trains(config):

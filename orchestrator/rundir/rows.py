@@ -163,19 +163,25 @@ def row_stored(rows: list[dict], row: dict) -> bool:
     return any(r.get("samples") == row.get("samples") and r.get("evaluated", True) == evaluated for r in rows)
 
 
-def rows_unstored(stored: list[dict], rows: list[dict]) -> list[dict]:
-    """The tail of `rows` (a resumed trial's, in order) from the first one `stored`
-    lacks: reported again in order, it keeps the trial's timeline whole (a row
+def catch_up(stored: list[dict], rows: list[dict], report: Callable[[dict], None],
+             say: Optional[Callable[[str], None]] = None) -> None:
+    """What a resumed trial does first, on either host (a sweep's worker, `train`):
+    `rows` are those its checkpoint was reported with (its evaluations, then its own
+    row); from the first one the `stored` rows lack (a worker killed between the
+    two, a stop's checkpoint found on disk, a row cut short by a full disk), each is
+    reported again, in order, which keeps the trial's timeline whole (a row
     reported twice replaces the earlier one on it)."""
-    for i, row in enumerate(rows):
-        if not row_stored(stored, row):
-            return rows[i:]
-    return []
+    first = next((i for i, row in enumerate(rows) if not row_stored(stored, row)), len(rows))
+    for row in rows[first:]:
+        if say is not None:
+            say(f"its results lack a row of the checkpoint it continues from ({row.get('samples', 0):,} samples); "
+                "reporting it")
+        report(row)
 
 
 def _newest_history(trial_dir: Path) -> list[dict]:
     """The evaluations kept in the trial's newest readable checkpoint."""
-    from workloads.train import CHECKPOINT_FILE, CheckpointError, read_checkpoint
+    from workloads.checkpoint import CHECKPOINT_FILE, CheckpointError, read_checkpoint
 
     for folder in sorted(trial_dir.glob("checkpoint_*"), reverse=True):
         try:

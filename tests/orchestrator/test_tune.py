@@ -161,7 +161,7 @@ def test_a_deleted_checkpoint_that_tune_hands_over_falls_back_to_an_older_one(tm
     from ray import tune
 
     from orchestrator import tune as sweep
-    from workloads.train import first_intact
+    from workloads.checkpoint import first_intact
 
     config = TrialConfig.model_validate(CellwiseOptuna(optuna_spec(num_samples=1)).suggest("a")["trial"])
     trial_dir = tmp_path / "trial"

@@ -17,7 +17,9 @@ from workloads.metrics import METRICS, PROGRESS
 from workloads.models import build_model, preset
 from workloads.tasks import IsTreeConfig, build_task
 from tests.workloads.replay import Replay
-from workloads.train import CHECKPOINT_FILE, lr_factor, resolve_device, run_trial
+from workloads import checkpoint as checkpoint_mod
+from workloads.checkpoint import CHECKPOINT_FILE
+from workloads.train import lr_factor, resolve_device, run_trial
 
 
 def small_trial(arch="transformer", setup="cot", n=6, **train) -> TrialConfig:
@@ -565,14 +567,14 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_older_one_and_says_so(tmp
     damaged = tmp_path / "new" / CHECKPOINT_FILE
     damaged.write_bytes(damaged.read_bytes()[:500])
     said = []
-    chosen = train_mod.first_intact(iter([tmp_path / "new", tmp_path / "missing", tmp_path / "old"]), config, said.append)
+    chosen = checkpoint_mod.first_intact(iter([tmp_path / "new", tmp_path / "missing", tmp_path / "old"]), config, said.append)
     assert chosen == tmp_path / "old"
     assert "passing over" in said[0] and "new" in said[0] and "continuing from the older checkpoint" in said[-1]
     other = small_trial(lr=1e-2)  # another config's checkpoint is passed over too
     said.clear()
-    assert train_mod.first_intact([tmp_path / "old"], other, said.append) is None
+    assert checkpoint_mod.first_intact([tmp_path / "old"], other, said.append) is None
     assert "another config" in said[0] and "STARTING OVER from sample 0" in said[-1]
-    assert train_mod.first_intact([], config, said.append) is None  # a fresh trial says nothing more
+    assert checkpoint_mod.first_intact([], config, said.append) is None  # a fresh trial says nothing more
 
 
 def test_a_checkpoint_without_room_stops_naming_the_folder(tmp_path, monkeypatch):
@@ -583,7 +585,7 @@ def test_a_checkpoint_without_room_stops_naming_the_folder(tmp_path, monkeypatch
     monkeypatch.setattr(train_mod.shutil, "disk_usage",
                         lambda path: real(path)._replace(free=1 << 20) if str(path).startswith(str(tmp_path / "full")) else real(path))
     steps = []
-    with pytest.raises(train_mod.DiskSpaceError, match="no room for a checkpoint in .*full.*MiB free"):
+    with pytest.raises(checkpoint_mod.DiskSpaceError, match="no room for a checkpoint in .*full.*MiB free"):
         run_trial(small_trial(), checkpoint_dir=tmp_path / "ok", room_in=(tmp_path / "full",), on_step=steps.append)
     assert not (tmp_path / "ok" / CHECKPOINT_FILE).exists()  # nothing half-written
     # Before any training (issue 42, class 4: each try trained to its first evaluation, then failed there).
@@ -593,7 +595,7 @@ def test_a_checkpoint_without_room_stops_naming_the_folder(tmp_path, monkeypatch
 def test_a_checkpoint_continues_under_other_micro_batching_and_checkpoint_interval(tmp_path):
     run_trial(small_trial(), checkpoint_dir=tmp_path, stop_after=256)
     other = small_trial(length_groups=1, checkpoint_every_s=5.0)
-    assert train_mod.first_intact([tmp_path], other, print) == tmp_path
+    assert checkpoint_mod.first_intact([tmp_path], other, print) == tmp_path
     finished = run_trial(other, checkpoint_dir=tmp_path, resume_from=tmp_path)
     assert finished["samples"] == 1024
 
