@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pandas as pd
 
+from workloads.config import TRIAL_IDS
 from workloads.metrics import METRICS, PROGRESS
 
 # What an evaluation row holds besides the trial's config: progress, then metrics.
 EVALUATION_KEYS = (*PROGRESS, "step", *METRICS, "final_eval", "tokens_per_s", "time_total_s", "timestamp")
 # The columns a table opens with, where it has them: who (the sweep, the trial, its
 # state and its swept values), when (the evaluation, its samples), then the figures.
-IDS = ("sweep", "trial", "state", "arch", "setup", "size", "n", "lr", "seed", "task_label")
+IDS = ("sweep", "trial", "state", *TRIAL_IDS.values(), "task_label")
 FIRST = (*IDS, "evaluation", *PROGRESS, *METRICS, "lr_at")
 
 

@@ -29,12 +29,10 @@ from ray.tune.utils.util import SafeFallbackEncoder
 from orchestrator.rundir import TrialFiles
 from orchestrator.spec import SweepSpec
 from orchestrator.storage import answer_timeout, is_remote
-from workloads.config import TrialConfig
+from workloads.config import TRIAL_IDS, TrialConfig
 from workloads.metrics import METRICS, measured
 
 STEP = "samples"  # training samples: the x axis of every chart
-IDS = {"model.arch": "arch", "task.setup": "setup", "model.size": "size", "task.n": "n", "train.lr": "lr",
-       "train.seed": "seed"}
 
 
 def metric_name(key: str) -> str:
@@ -69,7 +67,7 @@ def tracked_params(trial: dict, swept: tuple[str, ...] = ()) -> dict:
         for field in ("d_mlp", "n_heads", "rope_theta", "attn_init", "attn_layer_idx"):
             dump["model"].pop(field, None)
     flat = pd.json_normalize(dump, sep=".").iloc[0].to_dict()  # JSON: a tuple is a list here
-    out = {short: flat.pop(key) for key, short in IDS.items()}
+    out = {short: flat.pop(key) for key, short in TRIAL_IDS.items()}
     if config.task_label:
         out["setup"] = config.setup
     for field in swept:

@@ -15,11 +15,11 @@ from orchestrator.rundir.guard import driver_is_live
 from orchestrator.rundir.layout import ERROR_FILE, PARAMS_FILE, PLAN_FILE, SPEC_FILE, is_trial_dir, trial_names
 from orchestrator.rundir.records import RecordError, read_plan, spec_record, tune_trials
 from orchestrator.rundir.rows import METRIC_KEYS, trial_rows
+from workloads.config import TRIAL_IDS
 from workloads.metrics import HEADLINE, METRICS, PROGRESS
 from workloads.tasks import DEFAULT_TASK
 
-COLUMNS = {"model.arch": "arch", "task.setup": "setup", "model.size": "size", "task.n": "n",
-           "task.family": "family", "train.lr": "lr", "train.seed": "seed"}
+COLUMNS = {**TRIAL_IDS, "task.family": "family"}
 
 
 @dataclass

@@ -3,6 +3,8 @@ time-step initialisation, the output projection's init, and the short causal
 depthwise convolution with SiLU that each runs before its scan, over a full
 sequence and one token at a time."""
 
+import functools
+import importlib
 import math
 
 import torch
@@ -47,3 +49,15 @@ def short_conv_step(x: torch.Tensor, conv: nn.Conv1d, cache) -> torch.Tensor:
     cache.conv = window[:, :, 1:]
     out = (window * conv.weight[:, 0, :]).sum(-1)
     return F.silu(out if conv.bias is None else out + conv.bias)
+
+
+@functools.cache
+def optional_kernel(module: str, name: str):
+    """(`name` from `module`, "") for a CUDA kernel of mamba-ssm or
+    flash-linear-attention, imported on first use; (None, why) where it does not
+    import here: not installed, or its compiled extension or Triton failing to
+    load (`import mamba_ssm` fails outright without its CUDA build)."""
+    try:
+        return getattr(importlib.import_module(module), name), ""
+    except Exception as e:  # ImportError, or the extension failing to load in many ways
+        return None, f"{type(e).__name__}: {e}"

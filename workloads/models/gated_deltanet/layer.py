@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.models.recurrent_parts import dt_bias_init, residual_out_proj, short_conv, short_conv_step
+from workloads.models.recurrent_parts import dt_bias_init, optional_kernel, residual_out_proj, short_conv, short_conv_step
 
 
 def delta_recurrent(q, k, v, g, beta, state=None):
@@ -94,13 +94,8 @@ def delta_chunked(q, k, v, g, beta, chunk: int = 32, state=None):
     return o.permute(0, 2, 3, 1, 4).reshape(b, n_chunks * chunk, h, dv)[:, :length], state
 
 
-@functools.cache
 def _import_kernel():
-    try:
-        from fla.ops.gated_delta_rule import chunk_gated_delta_rule
-    except Exception as e:  # not installed, or triton failing to load
-        return None, f"{type(e).__name__}: {e}"
-    return chunk_gated_delta_rule, ""
+    return optional_kernel("fla.ops.gated_delta_rule", "chunk_gated_delta_rule")
 
 
 def gated_deltanet_kernel():

@@ -8,7 +8,6 @@ reference scan (tens of GB and days per long trial). mamba-ssm is imported
 lazily: `import mamba_ssm` fails outright without its compiled CUDA extension.
 """
 
-import functools
 from dataclasses import dataclass
 
 import torch
@@ -16,16 +15,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from workloads.models.mamba import MambaConfig
-from workloads.models.recurrent_parts import dt_bias_init, residual_out_proj, short_conv, short_conv_step
+from workloads.models.recurrent_parts import dt_bias_init, optional_kernel, residual_out_proj, short_conv, short_conv_step
 from workloads.models.mamba.selective_scan import scan_cpu, scan_reference
 
-@functools.cache
 def _import_mamba_ssm_scan():
-    try:
-        from mamba_ssm.ops.selective_scan_interface import selective_scan_fn
-    except Exception as e:  # ImportError, or the extension failing to load
-        return None, f"{type(e).__name__}: {e}"
-    return selective_scan_fn, ""
+    return optional_kernel("mamba_ssm.ops.selective_scan_interface", "selective_scan_fn")
 
 
 def mamba_ssm_scan():

@@ -14,7 +14,6 @@ fused Triton kernel (`mamba_chunk_scan_combined`) replaces the chunked form when
 imports; it is imported lazily, as `import mamba_ssm` needs its CUDA build.
 """
 
-import functools
 import math
 from dataclasses import dataclass
 
@@ -22,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.models.recurrent_parts import dt_bias_init, residual_out_proj, short_conv, short_conv_step
+from workloads.models.recurrent_parts import dt_bias_init, optional_kernel, residual_out_proj, short_conv, short_conv_step
 
 
 def ssd_recurrent(x, dt, A, B, C, state=None):
@@ -87,13 +86,8 @@ def ssd_chunked(x, dt, A, B, C, chunk: int = 32, state=None):
 KERNEL_CHUNK = 256
 
 
-@functools.cache
 def _import_kernel():
-    try:
-        from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
-    except Exception as e:  # ImportError, or triton / the extension failing to load
-        return None, f"{type(e).__name__}: {e}"
-    return mamba_chunk_scan_combined, ""
+    return optional_kernel("mamba_ssm.ops.triton.ssd_combined", "mamba_chunk_scan_combined")
 
 
 def mamba2_kernel():

@@ -25,13 +25,14 @@ residual (v lerped towards the first layer's v), which would need a value passed
 from layer to layer (README, Fidelity).
 """
 
-import functools
 import math
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from workloads.models.recurrent_parts import optional_kernel
 
 DECAY_FLOOR = -math.exp(-0.5)  # fla's and RWKV-7's lower bound of the log decay per token
 
@@ -110,13 +111,8 @@ def dplr_chunked(r, w, k, v, a, b, chunk: int = 16, state=None):
     return o.permute(0, 2, 3, 1, 4).reshape(batch, n_chunks * chunk, heads, dv)[:, :length], state
 
 
-@functools.cache
 def _import_kernel():
-    try:
-        from fla.ops.rwkv7 import chunk_rwkv7
-    except Exception as e:  # not installed, or triton failing to load
-        return None, f"{type(e).__name__}: {e}"
-    return chunk_rwkv7, ""
+    return optional_kernel("fla.ops.rwkv7", "chunk_rwkv7")
 
 
 def rwkv7_kernel():
