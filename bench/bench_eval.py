@@ -27,7 +27,7 @@ from workloads.config import trial_config
 from workloads.evaluate import generation_accuracy, settled_rows, teacher_forced
 from workloads.tasks import IsTreeConfig
 from workloads.checkpoint import CHECKPOINT_FILE
-from workloads.train import Trial, run_trial
+from workloads.train import Checkpoints, Hooks, Trial, run_trial
 
 
 def _timed(fn, device):
@@ -65,7 +65,7 @@ def main() -> None:
     trial = Trial(config)
     if not (checkpoint / CHECKPOINT_FILE).exists():
         print(f"training {config.name} ({args.samples:,} samples) into {checkpoint}", flush=True)
-        run_trial(config, checkpoint_dir=checkpoint)
+        run_trial(config, Hooks(), Checkpoints(dir=checkpoint))
     trial.restore(checkpoint)
     trial.model.eval()
     batches = trial.validation_batches()

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from workloads.config import trial_config  # noqa: E402
 from workloads.tasks import IsTreeConfig  # noqa: E402
 from workloads.threads import bound_threads  # noqa: E402
-from workloads.train import run_trial  # noqa: E402
+from workloads.train import Hooks, run_trial  # noqa: E402
 
 
 def main() -> None:
@@ -54,7 +54,7 @@ def main() -> None:
                                   gen=m.get("gen_accuracy"), loss=round(m["val_loss"], 3), sps=round(m["samples_per_s"]))),
                   flush=True)
 
-    run_trial(cfg, report=report)
+    run_trial(cfg, Hooks(report=report))
 
 
 if __name__ == "__main__":

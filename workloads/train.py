@@ -9,6 +9,7 @@ import math
 import os
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -333,64 +334,77 @@ class _Run:
             self.report(metrics, self.checkpoint_dir)
 
 
-def run_trial(
-    config: dict | TrialConfig,
-    report: Optional[Report] = None,
-    checkpoint_dir: Optional[Path] = None,
-    resume_from: Optional[Path] = None,
-    stop_after: Optional[int] = None,
-    on_step: Optional[Callable[[int], None]] = None,
-    should_stop: Optional[Callable[[], bool]] = None,
-    clock: Callable[[], float] = time.monotonic,
-    room_in: tuple[Path, ...] = (),
-    checkpoint_now: Optional[Callable[[], bool]] = None,
-    on_resume: Optional[Callable[[dict], None]] = None,
-) -> dict:
-    """Trains one trial to its sample budget and returns the final metrics.
+@dataclass(frozen=True)
+class Checkpoints:
+    """Where a trial keeps its checkpoint: `dir` (None: none is kept), continued from
+    `resume_from` (a directory holding an earlier checkpoint of the same config);
+    every checkpoint first checks that `dir` and the folders `room_in` (where it is
+    copied next) have room for it (DiskSpaceError), and so does the trial before it
+    trains."""
 
-    At every evaluation the trial is checkpointed into `checkpoint_dir` (when given)
-    and `report(metrics, checkpoint_dir)` is called; between evaluations too, after
-    `checkpoint_every_s` seconds of `clock`, with a progress row (`evaluated` False),
-    so that a killed trial loses at most that much training. `should_stop()`, asked
-    after every step, ends the run with such a checkpoint (the metrics then hold
-    `stopped`: True); `checkpoint_now()` takes one and trains on (a sweep's stop).
-    `resume_from`: a directory holding an earlier checkpoint of the same config;
-    `on_resume(rows)` then gets the rows reported up to it (its evaluations, then its
-    own row), for the caller to store those missing. `stop_after` ends the run once
-    that many samples are done (to simulate an interruption); `on_step(samples)`
-    follows every optimiser step; every checkpoint first checks that
-    `checkpoint_dir` and the folders `room_in` have room for it (DiskSpaceError).
-    """
+    dir: Optional[Path] = None
+    resume_from: Optional[Path] = None
+    room_in: tuple[Path, ...] = ()
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """What a trial's host (a sweep's worker, `train`) hears and asks, all optional.
+
+    `report(metrics, checkpoint_dir)`: each row, with its checkpoint's folder, at
+    every evaluation and at every checkpoint between them (after `checkpoint_every_s`
+    seconds of `clock`, a progress row with `evaluated` False, so that a killed trial
+    loses at most that much training). `on_step(samples)` follows every optimiser
+    step. `should_stop()`, asked after every step, ends the run with a checkpoint
+    (the metrics then hold `stopped`: True); `checkpoint_now()` takes one and trains
+    on (a sweep's stop: Tune then ends the trial). `on_resume(rows)` gets the rows
+    reported up to the checkpoint a trial continues from (its evaluations, then its
+    own row), for the host to store those missing (rundir.catch_up). `stop_after`
+    ends the run once that many samples are done (to simulate an interruption)."""
+
+    report: Optional[Report] = None
+    on_step: Optional[Callable[[int], None]] = None
+    should_stop: Optional[Callable[[], bool]] = None
+    checkpoint_now: Optional[Callable[[], bool]] = None
+    on_resume: Optional[Callable[[list[dict]], None]] = None
+    clock: Callable[[], float] = time.monotonic
+    stop_after: Optional[int] = None
+
+
+def run_trial(config: dict | TrialConfig, hooks: Hooks = Hooks(), checkpoints: Checkpoints = Checkpoints()) -> dict:
+    """Trains one trial to its sample budget and returns the final metrics; see
+    Hooks and Checkpoints for what its host hears and where it keeps its state."""
     config = TrialConfig.model_validate(config)
     trial = Trial(config)
-    if resume_from is not None and (Path(resume_from) / CHECKPOINT_FILE).exists():
-        trial.restore(Path(resume_from))
-        if on_resume is not None and trial.row is not None:
-            on_resume([dict(r) for r in trial.history if r is not trial.row and r != trial.row] + [dict(trial.row)])
-    if checkpoint_dir is not None:  # a trial that could not keep its first checkpoint trains nothing
-        trial.check_room((checkpoint_dir, *room_in))
+    h, store = hooks, checkpoints
+    if store.resume_from is not None and (Path(store.resume_from) / CHECKPOINT_FILE).exists():
+        trial.restore(Path(store.resume_from))
+        if h.on_resume is not None and trial.row is not None:
+            h.on_resume([dict(r) for r in trial.history if r is not trial.row and r != trial.row] + [dict(trial.row)])
+    if store.dir is not None:  # a trial that could not keep its first checkpoint trains nothing
+        trial.check_room((store.dir, *store.room_in))
     val_batches = trial.validation_batches()
     trial.model.train()
-    run = _Run(trial, report, checkpoint_dir, room_in, clock)
+    run = _Run(trial, h.report, store.dir, store.room_in, h.clock)
     # A trial resumed after its last evaluation trains nothing and returns that evaluation.
     metrics = {**trial.history[-1], "config": config.model_dump(mode="json")} if trial.history else {}
     while trial.samples < config.train.samples:
         step, eval_due = run.train_step()
-        if on_step is not None:
-            on_step(trial.samples)
+        if h.on_step is not None:
+            h.on_step(trial.samples)
         if eval_due:
             metrics = run.evaluate(step, val_batches)
-            if stop_after is not None and trial.samples >= stop_after:
+            if h.stop_after is not None and trial.samples >= h.stop_after:
                 break
-            if should_stop is not None and should_stop() and trial.samples < config.train.samples:
+            if h.should_stop is not None and h.should_stop() and trial.samples < config.train.samples:
                 return {**metrics, "stopped": True}
             continue
-        stop = should_stop is not None and should_stop()
-        asked = stop or (checkpoint_now is not None and checkpoint_now())
+        stop = h.should_stop is not None and h.should_stop()
+        asked = stop or (h.checkpoint_now is not None and h.checkpoint_now())
         if run.checkpoint_due(asked):
             metrics = run.checkpoint(step, "stop" if asked else "time")
         if stop:
             return {**(metrics or run.progress(step, final_eval=False, evaluated=False)), "stopped": True}
-        if stop_after is not None and trial.samples >= stop_after:
+        if h.stop_after is not None and trial.samples >= h.stop_after:
             break
     return metrics

@@ -94,7 +94,7 @@ def _train_trial(config, out: Path, cpus: int) -> None:
     from orchestrator.rundir import TrialFiles, catch_up, repair_results
     from workloads.metrics import METRICS, learnt_nothing
     from workloads.checkpoint import CHECKPOINT_FILE, CheckpointError, DiskSpaceError
-    from workloads.train import run_trial
+    from workloads.train import Checkpoints, Hooks, run_trial
 
     checkpoint = out / "checkpoint"
     resume = checkpoint if (checkpoint / CHECKPOINT_FILE).exists() else None
@@ -122,8 +122,8 @@ def _train_trial(config, out: Path, cpus: int) -> None:
     stop = _StopSignals()
     try:
         with stop:
-            metrics = run_trial(config, report=report, checkpoint_dir=checkpoint, resume_from=resume, on_step=on_step,
-                                should_stop=stop.requested, on_resume=on_resume)
+            hooks = Hooks(report=report, on_step=on_step, should_stop=stop.requested, on_resume=on_resume)
+            metrics = run_trial(config, hooks, Checkpoints(dir=checkpoint, resume_from=resume))
     except (CheckpointError, DiskSpaceError) as e:
         fail(str(e))
     except FloatingPointError as e:  # the loss diverged: a rate too high for the model, most often

@@ -56,7 +56,7 @@ def test_the_dashboard_lists_each_running_trial_by_name(tmp_path, ray_temp):
             page.goto(f"http://127.0.0.1:{port}/#/actors")
             for name in names:
                 page.get_by_text(name, exact=True).first.wait_for(timeout=60_000)
-            assert "_trainable" not in page.inner_text("body")  # Tune's repr, the same for every trial
+            assert "trainable_fn" not in page.inner_text("body")  # Tune's repr, the same for every trial
             # The Name column (the actor's name, which its search filters on) holds each trial's name.
             headers = [h.strip().split("\n")[0] for h in page.locator("table thead th").all_inner_texts()]
             column = headers.index("Name") + 1

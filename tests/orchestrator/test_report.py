@@ -516,7 +516,7 @@ def test_a_finished_trial_whose_rows_were_lost_is_said_so_and_resume_restores_th
     showed 'pending' with no note. The checkpoint holds every evaluation: status
     says what is wrong, and restore_rows (run by resume) writes them back."""
     from orchestrator.rundir import restore_rows
-    from workloads.train import run_trial
+    from workloads.train import Checkpoints, Hooks, run_trial
     from workloads.config import trial_config
     from workloads.tasks import IsTreeConfig
 
@@ -529,8 +529,8 @@ def test_a_finished_trial_whose_rows_were_lost_is_said_so_and_resume_restores_th
         d.mkdir(parents=True)
         (d / "params.json").write_text(json.dumps({"trial": config.model_dump(mode="json")}))
         lines = []
-        run_trial(config, report=lambda m, _: lines.append(json.dumps({k: v for k, v in m.items() if k != "config"})),
-                  checkpoint_dir=d / "checkpoint_000001")
+        run_trial(config, Hooks(report=lambda m, _: lines.append(json.dumps({k: v for k, v in m.items() if k != "config"}))),
+                  Checkpoints(dir=d / "checkpoint_000001"))
         (d / "result.json").write_text(lines[0] + "\n" + lines[1][:25] if damage == "cut" else "")
         trials[config.name] = lines
     _tune_state(run, {name: "TERMINATED" for name in trials})
@@ -561,7 +561,7 @@ def test_rows_and_checkpoints_are_one_truth_after_any_damage_to_result_json(tmp_
     from orchestrator.rundir import restore_rows
     from workloads.config import trial_config
     from workloads.tasks import IsTreeConfig
-    from workloads.train import run_trial
+    from workloads.train import Checkpoints, Hooks, run_trial
 
     run = tmp_path / "run"
     damages = {
@@ -579,8 +579,8 @@ def test_rows_and_checkpoints_are_one_truth_after_any_damage_to_result_json(tmp_
         d.mkdir(parents=True)
         (d / "params.json").write_text(json.dumps({"trial": config.model_dump(mode="json")}))
         lines = []
-        run_trial(config, report=lambda m, _: lines.append(json.dumps({k: v for k, v in m.items() if k != "config"})),
-                  checkpoint_dir=d / "checkpoint_000001")
+        run_trial(config, Hooks(report=lambda m, _: lines.append(json.dumps({k: v for k, v in m.items() if k != "config"}))),
+                  Checkpoints(dir=d / "checkpoint_000001"))
         assert '"val_exact_match": 0.0' in lines[-1]  # 128 samples solve nothing: the Infinity below replaces this
         (d / "result.json").write_text("\n".join(cut(lines)) + "\n")
         trials[damage], whole[config.name] = config.name, [json.loads(line) for line in lines]

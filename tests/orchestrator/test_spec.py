@@ -442,18 +442,18 @@ def test_task_parameters_are_axes_with_setups_of_their_own(tmp_path):
 def test_a_checkpoint_from_before_a_new_config_field_still_resumes(tmp_path):
     import torch
 
-    from workloads.train import run_trial
+    from workloads.train import Checkpoints, Hooks, run_trial
 
     spec = SweepSpec(name="x", task="ar", task_params={"keys": 8, "values": 8},
                      axes=dict(archs=["transformer"], setups=["vanilla"], sizes=["tiny"], n=[2]),
                      training=dict(samples=64, batch_size=16, eval_every=32, val_samples=16, warmup_samples=0))
     trial = expand(spec)[0]
-    run_trial(trial, checkpoint_dir=tmp_path, stop_after=32)
+    run_trial(trial, Hooks(stop_after=32), Checkpoints(dir=tmp_path))
     state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
     state["config"].pop("task_label")  # as written before these fields existed
     state["config"]["train"].pop("precision")
     torch.save(state, tmp_path / "checkpoint.pt")
-    assert run_trial(trial, checkpoint_dir=tmp_path, resume_from=tmp_path)["samples"] == 64
+    assert run_trial(trial, Hooks(), Checkpoints(dir=tmp_path, resume_from=tmp_path))["samples"] == 64
 
 
 def test_model_axes_per_arch_vary_only_that_arch():

@@ -19,7 +19,7 @@ from workloads.tasks import IsTreeConfig, build_task
 from tests.workloads.replay import Replay
 from workloads import checkpoint as checkpoint_mod
 from workloads.checkpoint import CHECKPOINT_FILE
-from workloads.train import lr_factor, resolve_device, run_trial
+from workloads.train import Checkpoints, Hooks, lr_factor, resolve_device, run_trial
 
 
 def small_trial(arch="transformer", setup="cot", n=6, **train) -> TrialConfig:
@@ -44,11 +44,11 @@ def _weights(directory):
 @pytest.mark.parametrize("arch", ["transformer", "hybrid"])
 def test_an_interrupted_and_resumed_trial_ends_with_the_same_weights(arch, tmp_path):
     config = small_trial(arch)
-    straight = run_trial(config, checkpoint_dir=tmp_path / "a")
-    run_trial(config, checkpoint_dir=tmp_path / "b", stop_after=512)
+    straight = run_trial(config, Hooks(), Checkpoints(dir=tmp_path / "a"))
+    run_trial(config, Hooks(stop_after=512), Checkpoints(dir=tmp_path / "b"))
     assert _weights(tmp_path / "b")["samples"] == 512
     seen = []
-    resumed = run_trial(config, checkpoint_dir=tmp_path / "b", resume_from=tmp_path / "b", on_step=seen.append)
+    resumed = run_trial(config, Hooks(on_step=seen.append), Checkpoints(dir=tmp_path / "b", resume_from=tmp_path / "b"))
     assert seen[0] == 512 + 32 and seen[-1] == 1024  # only the second half was trained again
     a, b = _weights(tmp_path / "a"), _weights(tmp_path / "b")
     for name, w in a["model"].items():
@@ -62,7 +62,7 @@ def test_an_interrupted_and_resumed_trial_ends_with_the_same_weights(arch, tmp_p
 def test_reports_carry_the_metrics_and_the_full_config():
     config = small_trial(gen_every_eval=True)
     reports = []
-    final = run_trial(config, report=lambda m, ckpt: reports.append(m))
+    final = run_trial(config, Hooks(report=lambda m, ckpt: reports.append(m)))
     assert [r["samples"] for r in reports] == [256, 512, 768, 1024]
     for r in reports:
         assert TrialConfig.model_validate(r["config"]) == config
@@ -118,9 +118,9 @@ def test_train_loss_is_the_plain_mean_of_the_step_losses_since_the_last_evaluati
     monkeypatch.setattr(train_mod.Trial, "backward", recorded)
     config = small_trial(samples=1200, batch_size=16, eval_every=240)
     reports = []
-    run_trial(config, report=lambda m, _: reports.append(m), checkpoint_dir=tmp_path, stop_after=560)
+    run_trial(config, Hooks(report=lambda m, _: reports.append(m), stop_after=560), Checkpoints(dir=tmp_path))
     first_run, losses[:] = list(losses), []
-    run_trial(config, report=lambda m, _: reports.append(m), checkpoint_dir=tmp_path, resume_from=tmp_path)
+    run_trial(config, Hooks(report=lambda m, _: reports.append(m)), Checkpoints(dir=tmp_path, resume_from=tmp_path))
     assert len(first_run) == 35 and len(losses) == 45  # the resumed run redoes steps 31-35
     windows = [first_run[0:15], first_run[15:30], losses[0:15], losses[15:30], losses[30:45]]
     assert [r["samples"] for r in reports] == [240, 480, 720, 960, 1200]
@@ -339,7 +339,7 @@ def test_checkpoints_load_to_cpu_so_rng_states_restore_on_any_device(tmp_path, m
     # torch.set_rng_state and torch.cuda.set_rng_state take CPU byte tensors: a
     # checkpoint mapped straight to the GPU crashed every resume on CUDA.
     config = small_trial(samples=256, eval_every=128)
-    run_trial(config, checkpoint_dir=tmp_path)
+    run_trial(config, Hooks(), Checkpoints(dir=tmp_path))
     real_load, seen = torch.load, {}
 
     def load(*args, **kwargs):
@@ -505,15 +505,16 @@ class FakeClock:
 def test_checkpoints_between_evaluations_by_time_and_a_resume_from_one_matches_a_straight_run(tmp_path):
     config = small_trial(checkpoint_every_s=2.5)  # the fake clock reads 1 s per step: a checkpoint every third step
     rows = []
-    straight = run_trial(config, checkpoint_dir=tmp_path / "a", report=lambda m, _: rows.append(m), clock=FakeClock(1.0))
+    straight = run_trial(config, Hooks(report=lambda m, _: rows.append(m), clock=FakeClock(1.0)),
+                         Checkpoints(dir=tmp_path / "a"))
     progress = [r for r in rows if not r["evaluated"]]
     assert [r["samples"] for r in rows if r["evaluated"]] == [256, 512, 768, 1024]
     assert progress and all(r["samples"] % 256 and "val_loss" not in r and r["train_loss"] > 0 for r in progress)
     # Stopped right after a time checkpoint between evaluations (as a SIGKILL would find it), then resumed.
     cut = progress[2]["samples"]
-    run_trial(config, checkpoint_dir=tmp_path / "b", stop_after=cut, clock=FakeClock(1.0))
+    run_trial(config, Hooks(stop_after=cut, clock=FakeClock(1.0)), Checkpoints(dir=tmp_path / "b"))
     assert _weights(tmp_path / "b")["samples"] == cut and cut % 256
-    resumed = run_trial(config, checkpoint_dir=tmp_path / "b", resume_from=tmp_path / "b", clock=FakeClock(1.0))
+    resumed = run_trial(config, Hooks(clock=FakeClock(1.0)), Checkpoints(dir=tmp_path / "b", resume_from=tmp_path / "b"))
     a, b = _weights(tmp_path / "a"), _weights(tmp_path / "b")
     for name, w in a["model"].items():
         assert torch.equal(w, b["model"][name]), name
@@ -525,10 +526,10 @@ def test_checkpoints_between_evaluations_by_time_and_a_resume_from_one_matches_a
 def test_a_trial_asked_to_stop_checkpoints_its_current_step(tmp_path):
     config = small_trial()
     asked = iter([False] * 10 + [True])
-    metrics = run_trial(config, checkpoint_dir=tmp_path, should_stop=lambda: next(asked))
+    metrics = run_trial(config, Hooks(should_stop=lambda: next(asked)), Checkpoints(dir=tmp_path))
     assert metrics["stopped"] and metrics["samples"] == 11 * 32 and not metrics["evaluated"]
     assert _weights(tmp_path)["samples"] == 11 * 32  # nothing since the evaluation at 256 is lost
-    finished = run_trial(config, checkpoint_dir=tmp_path, resume_from=tmp_path)
+    finished = run_trial(config, Hooks(), Checkpoints(dir=tmp_path, resume_from=tmp_path))
     assert finished["samples"] == 1024 and finished["final_eval"]
 
 
@@ -562,8 +563,8 @@ def test_train_stops_on_a_signal_with_a_checkpoint_and_exit_130(tmp_path, sig):
 
 def test_a_damaged_newest_checkpoint_falls_back_to_the_older_one_and_says_so(tmp_path):
     config = small_trial()
-    run_trial(config, checkpoint_dir=tmp_path / "old", stop_after=256)
-    run_trial(config, checkpoint_dir=tmp_path / "new", stop_after=512)
+    run_trial(config, Hooks(stop_after=256), Checkpoints(dir=tmp_path / "old"))
+    run_trial(config, Hooks(stop_after=512), Checkpoints(dir=tmp_path / "new"))
     damaged = tmp_path / "new" / CHECKPOINT_FILE
     damaged.write_bytes(damaged.read_bytes()[:500])
     said = []
@@ -586,17 +587,18 @@ def test_a_checkpoint_without_room_stops_naming_the_folder(tmp_path, monkeypatch
                         lambda path: real(path)._replace(free=1 << 20) if str(path).startswith(str(tmp_path / "full")) else real(path))
     steps = []
     with pytest.raises(checkpoint_mod.DiskSpaceError, match="no room for a checkpoint in .*full.*MiB free"):
-        run_trial(small_trial(), checkpoint_dir=tmp_path / "ok", room_in=(tmp_path / "full",), on_step=steps.append)
+        run_trial(small_trial(), Hooks(on_step=steps.append),
+                  Checkpoints(dir=tmp_path / "ok", room_in=(tmp_path / "full",)))
     assert not (tmp_path / "ok" / CHECKPOINT_FILE).exists()  # nothing half-written
     # Before any training (issue 42, class 4: each try trained to its first evaluation, then failed there).
     assert steps == []
 
 
 def test_a_checkpoint_continues_under_other_micro_batching_and_checkpoint_interval(tmp_path):
-    run_trial(small_trial(), checkpoint_dir=tmp_path, stop_after=256)
+    run_trial(small_trial(), Hooks(stop_after=256), Checkpoints(dir=tmp_path))
     other = small_trial(length_groups=1, checkpoint_every_s=5.0)
     assert checkpoint_mod.first_intact([tmp_path], other, print) == tmp_path
-    finished = run_trial(other, checkpoint_dir=tmp_path, resume_from=tmp_path)
+    finished = run_trial(other, Hooks(), Checkpoints(dir=tmp_path, resume_from=tmp_path))
     assert finished["samples"] == 1024
 
 
@@ -607,19 +609,20 @@ def test_a_checkpoint_keeps_its_row_and_a_resume_hands_it_back(tmp_path):
     with it, and a resume hands the caller every row up to it, in order."""
     config = small_trial()
     rows = []
-    run_trial(config, report=lambda m, _: rows.append({k: v for k, v in m.items() if k != "config"}),
-              checkpoint_dir=tmp_path / "eval", stop_after=512)
+    run_trial(config, Hooks(report=lambda m, _: rows.append({k: v for k, v in m.items() if k != "config"}), stop_after=512),
+              Checkpoints(dir=tmp_path / "eval"))
     handed = []
-    run_trial(config, checkpoint_dir=tmp_path / "eval", resume_from=tmp_path / "eval", stop_after=512,
-              on_resume=handed.append)
+    run_trial(config, Hooks(stop_after=512, on_resume=handed.append),
+              Checkpoints(dir=tmp_path / "eval", resume_from=tmp_path / "eval"))
     assert handed == [rows] and len(rows) > 1 and all(r["evaluated"] for r in rows)
     stopped = []
     asked = iter([False, False, True])
-    run_trial(config, report=lambda m, _: stopped.append({k: v for k, v in m.items() if k != "config"}),
-              checkpoint_dir=tmp_path / "stop", should_stop=lambda: next(asked, True))
+    run_trial(config, Hooks(report=lambda m, _: stopped.append({k: v for k, v in m.items() if k != "config"}),
+                            should_stop=lambda: next(asked, True)),
+              Checkpoints(dir=tmp_path / "stop"))
     handed.clear()
-    run_trial(config, checkpoint_dir=tmp_path / "stop", resume_from=tmp_path / "stop", stop_after=1,
-              on_resume=handed.append)
+    run_trial(config, Hooks(stop_after=1, on_resume=handed.append),
+              Checkpoints(dir=tmp_path / "stop", resume_from=tmp_path / "stop"))
     assert handed == [stopped] and stopped[-1]["checkpoint_reason"] == "stop"
 
 

@@ -1,0 +1,177 @@
+"""The code of one trial inside a Ray worker: its resources and threads, the
+checkpoint it continues from (Tune's, else the newest intact one in its
+directory), its rows reported to Tune, and what it does where a checkpoint is
+gone or its failure would repeat. The driver (tune.py) hands `trainable_fn` to
+Tune."""
+
+import math
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import pyarrow.fs
+from ray import tune
+
+from orchestrator.rundir import FAILS_AGAIN, STOP_FILE, catch_up, stored_rows
+from orchestrator.stopping import StopRequests
+from workloads.checkpoint import CheckpointError, first_intact
+from workloads.config import TrialConfig
+from workloads.threads import bound_threads
+from workloads.train import Checkpoints, Hooks, NonFiniteLoss, run_trial
+
+
+def trainable_fn(config: dict) -> None:
+    """One trial inside a Ray worker: resumes from Tune's checkpoint when there is one."""
+    given = tune.get_context().get_trial_resources().required_resources
+    gpus = given.get("GPU", 0)
+    if not gpus:
+        # Ray leaves CUDA_VISIBLE_DEVICES alone for a task given no GPU, so it would
+        # see every GPU of its node and pile onto cuda:0 beside the GPU trials.
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    bound_threads(max(1, int(given.get("CPU", 1))))
+    trial = TrialConfig.model_validate(config["trial"])
+    with tempfile.TemporaryDirectory(prefix="icr-trial-") as work:
+        resume = first_intact(_checkpoints(work), trial, say=lambda line: print(line, file=sys.stderr, flush=True))
+
+        def report(metrics: dict, checkpoint_dir: Optional[Path]) -> None:
+            # Tune stores the trial config beside every result (params.json, result.json).
+            flat = {k: (math.nan if v is None else v) for k, v in metrics.items() if k != "config"}
+            flat.update(gpu_share=gpus, cuda_devices=os.environ.get("CUDA_VISIBLE_DEVICES", "all"))
+            tune.report(flat, checkpoint=tune.Checkpoint.from_directory(str(checkpoint_dir)) if checkpoint_dir else None)
+
+        def on_resume(rows: list[dict]) -> None:
+            catch_up(_stored_rows(), rows, report=lambda row: report(row, None),
+                     say=lambda line: print(f"icr-sweep: {trial.name}: {line}", file=sys.stderr, flush=True))
+
+        storage = _trial_storage()
+        local = storage is not None and isinstance(storage[0], pyarrow.fs.LocalFileSystem)
+        room = (Path(storage[1]),) if local else ()  # local storage: a checkpoint needs room on its disk too
+        asked = StopRequests(Path(storage[1]).parent / STOP_FILE) if local else None
+        _fails_again(storage)
+        try:
+            run_trial(trial, Hooks(report=report, checkpoint_now=asked, on_resume=on_resume),
+                      Checkpoints(dir=Path(work) / "checkpoint", resume_from=resume, room_in=room))
+        except NonFiniteLoss as e:
+            if e.step == 1 and storage is not None:  # before any update: every retry meets it again
+                with storage[0].open_output_stream(f"{storage[1]}/{FAILS_AGAIN}") as f:
+                    f.write(str(e).encode())
+            raise
+
+
+class FailsAgain(RuntimeError):
+    """A retry of a trial whose failure any retry repeats, ended before it trains."""
+
+
+def _fails_again(storage) -> None:
+    """Ends a retry at once (FailsAgain, with the first failure's message) where the
+    trial's failure would repeat: Tune retries a failed trial from scratch when it
+    has no checkpoint, up to max_failures times, and has no way to be told an error
+    is final. `resume` clears the mark (the spec or the machine may have changed)."""
+    if storage is None:
+        return
+    try:
+        with storage[0].open_input_stream(f"{storage[1]}/{FAILS_AGAIN}") as f:
+            first = f.read().decode(errors="replace")
+    except (OSError, FileNotFoundError):
+        return
+    raise FailsAgain(f"{first}; not retried: any retry fails alike. Change the spec, then launch it again")
+
+
+def _stored_rows() -> list[dict]:
+    """The result rows stored so far in the trial's directory (those kept from before
+    a rebuild too): what Tune's driver wrote, read where the sweep keeps it."""
+    storage = _trial_storage()
+    if storage is None:
+        return []
+    fs, path = storage
+
+    def read_text(name: str) -> Optional[str]:
+        try:
+            with fs.open_input_stream(f"{path}/{name}") as f:
+                return f.read().decode("utf-8", errors="replace")
+        except (OSError, FileNotFoundError):
+            return None
+
+    return stored_rows(read_text)
+
+
+class _TrialActor:
+    """Mixed into the class Tune makes of `trainable_fn` (its `__mixins__` hook).
+
+    A trial's actor is named after its trial: the Ray dashboard lists an actor by
+    its repr, which Ray reads once its constructor returns; Tune's is the
+    function's name, `trainable_fn`, the same for every trial.
+
+    A checkpoint Tune restores that is gone from storage (deleted, or never
+    finished by a stop or a full disk) is passed over as a damaged one is:
+    Tune failed the trial for good ("does not exist on storage anymore"); the
+    trial now starts without it and `_checkpoints` finds the newest intact one in
+    its directory."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._name = self.trial_name or self._name
+
+    def restore(self, checkpoint_path, *args, **kwargs):
+        checkpoint = getattr(checkpoint_path, "checkpoint", None)
+        if checkpoint is not None and _missing(checkpoint):
+            print(f"icr-sweep: {self.trial_name}: the checkpoint Tune restores, {checkpoint.path}, is gone from "
+                  "storage; continuing from the newest intact checkpoint in its directory", file=sys.stderr, flush=True)
+            return None
+        return super().restore(checkpoint_path, *args, **kwargs)
+
+
+def _missing(checkpoint: tune.Checkpoint) -> bool:
+    try:
+        return checkpoint.filesystem.get_file_info(checkpoint.path).type == pyarrow.fs.FileType.NotFound
+    except OSError:  # storage that cannot say: Tune's own check decides
+        return False
+
+
+trainable_fn.__mixins__ = (_TrialActor,)
+
+
+def _trial_storage():
+    """(pyarrow filesystem, path) of the trial's directory in the sweep's storage.
+    Ray 2.60's session holds it (private API; Ray is pinned in pyproject.toml)."""
+    try:
+        from ray.train._internal.session import get_session
+
+        storage = get_session().storage
+        return storage.storage_filesystem, storage.trial_fs_path
+    except Exception:  # another Ray: Tune's own checkpoint alone
+        return None
+
+
+def _checkpoints(work: str):
+    """The trial's checkpoints, to restore from in this order, each fetched into
+    `work` when asked for: the one Tune hands over, then every other one in the
+    trial's directory, newest first (one that cannot be fetched, say deleted, as a
+    CheckpointError, which first_intact passes over as it does a damaged one). A damaged newest one then costs one
+    checkpoint's interval, not the trial; and a sweep whose Tune state was rebuilt
+    (Tune hands nothing over) finds its trials' checkpoints here."""
+    given = tune.get_checkpoint()
+    if given is not None:
+        try:
+            yield Path(given.to_directory(os.path.join(work, "restored-0")))
+        except (OSError, RuntimeError) as e:  # deleted or unreadable: passed over as a damaged one is
+            yield CheckpointError(f"{given.path} cannot be fetched ({type(e).__name__}: {str(e).splitlines()[0][:200]})")
+    storage = _trial_storage()
+    if storage is None:
+        return
+    fs, trial_path = storage
+    try:
+        found = [info for info in fs.get_file_info(pyarrow.fs.FileSelector(trial_path, allow_not_found=True))
+                 if info.type == pyarrow.fs.FileType.Directory and info.base_name.startswith("checkpoint_")]
+    except OSError:
+        return
+    found.sort(key=lambda info: info.mtime or 0, reverse=True)
+    for i, info in enumerate(found, 1):
+        if given is not None and info.path.rstrip("/") == given.path.rstrip("/"):
+            continue
+        try:
+            yield Path(tune.Checkpoint(info.path, filesystem=fs).to_directory(os.path.join(work, f"restored-{i}")))
+        except (OSError, RuntimeError) as e:
+            yield CheckpointError(f"{info.path} cannot be fetched ({type(e).__name__}: {str(e).splitlines()[0][:200]})")
