@@ -54,8 +54,13 @@ def status(run_dir: str = RUN_DIR, format: ListFormat = typer.Option("table", he
     columns = ["trial", "state", "samples", "train_loss", *shown, "error"]
     trials = df.sort_values("trial")
     if format == "json":  # every value as stored: numbers as numbers, null where not measured
-        records = [{c: (None if isinstance(r[c], float) and r[c] != r[c] else r[c]) for c in columns}
-                   for r in trials.to_dict("records")]
+        # What the table shows, and what a table of one's own needs: the trial's ids
+        # and every figure (the report's tie-break, val_loss, among them).
+        from workloads.config import TRIAL_IDS
+
+        wide = ["trial", "state", *TRIAL_IDS.values(), "task_label", "samples", "train_loss", "samples_per_s",
+                *METRICS, "error"]
+        records = [{c: _plain(r.get(c)) for c in wide if c in trials} for r in trials.to_dict("records")]
         typer.echo(json.dumps(records, indent=1, default=float))
         return
     rows = [
@@ -65,6 +70,13 @@ def status(run_dir: str = RUN_DIR, format: ListFormat = typer.Option("table", he
     ]
     print_table(rows)
     typer.echo(", ".join(f"{v} {k}" for k, v in sorted(df["state"].value_counts().items())))
+
+
+def _plain(v):
+    """A stored value as JSON holds it: null where not measured, numbers as numbers."""
+    if v is None or (isinstance(v, float) and v != v):
+        return None
+    return v.item() if hasattr(v, "item") else v
 
 
 def _int(v):

@@ -143,6 +143,14 @@ def test_report_writes_every_trial_tables_csv_and_plots(tmp_path):
     assert sorted(r["trial"] for r in records) == sorted(t.name for t in trials) and [r["state"] for r in records].count("error") == 1
     finished = [r for r in records if r["state"] == "finished"]
     assert finished and all(isinstance(r["samples"], (int, float)) and 0 <= r["val_exact_match"] <= 1 for r in finished)
+    # Issue 44: every field a table of one's own needs, the report's tie-break among them.
+    by_name = {t.name: t for t in trials}
+    for r in records:
+        t = by_name[r["trial"]]
+        assert (r["arch"], r["setup"], r["size"], r["n"], r["lr"], r["seed"]) == (
+            t.model.arch, t.task.setup, t.model.size, t.task.n, t.train.lr, t.train.seed)
+    assert all(isinstance(r["val_loss"], float) for r in finished)
+    assert {"gen_accuracy", "val_token_accuracy", "test_exact_match", "samples_per_s", "error"} <= set(records[0])
 
 
 def test_report_of_an_empty_directory_is_a_clear_error(tmp_path):
