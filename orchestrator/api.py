@@ -51,6 +51,8 @@ def _opened(run_dir: str | Path):
 def _ordered(df: pd.DataFrame, sweep: str) -> pd.DataFrame:
     """`df` with a sweep column, the ids and figures first, timestamps as datetimes."""
     df.insert(0, "sweep", sweep)
+    if "task_label" in df and not df["task_label"].fillna("").astype(str).ne("").any():
+        df = df.drop(columns="task_label")  # a spec without task axes labels no trial: an empty column
     if "timestamp" in df:  # Tune's: seconds since the epoch
         df["timestamp"] = pd.to_datetime(pd.to_numeric(df["timestamp"]), unit="s", utc=True)
     first = [c for c in FIRST if c in df]

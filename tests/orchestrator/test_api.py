@@ -55,9 +55,12 @@ def test_a_run_opens_with_its_sweep_ids_and_figures_and_its_times_are_datetimes(
     # Concatenated, the two runs stay apart by their run directories' names.
     assert both.groupby("sweep")["trial"].nunique().to_dict() == {"fake": 18, "fake-2": 18}
     df = load_run(run)
-    assert list(df.columns[:16]) == ["sweep", "trial", "state", "arch", "setup", "size", "n", "lr", "seed", "task_label",
+    # (Issue 44: no empty task_label column where no trial has one; the task's fields
+    # under the names the trackers give them.)
+    assert list(df.columns[:15]) == ["sweep", "trial", "state", "arch", "setup", "size", "n", "lr", "seed",
                                      "evaluation", "samples", "train_loss", "samples_per_s", "val_exact_match",
                                      "gen_accuracy"]
+    assert "task.family" in df and "family" not in df
     assert df.columns.get_loc("error") > df.columns.get_loc("val_loss")  # the figures before the config
     stamps = df[df["trial"] == "transformer-cot-0.5M-n16-lr3e-3-s0"]["timestamp"]
     assert isinstance(stamps.dtype, pd.DatetimeTZDtype) and str(stamps.dtype.tz) == "UTC"
