@@ -35,7 +35,10 @@ def plan(
     from orchestrator.packing import gpu_share, memory_warnings
 
     s = spec_or_exit(spec)
-    on_gpu = s.resources.device != "cpu"
+    # What a trial gets where it runs: on this machine unless --device-name names
+    # another (device auto runs on CPU where there is no GPU).
+    target = device_name or next(iter(local_gpus()), "cpu")
+    on_gpu = s.resources.device == "cuda" or (s.resources.device == "auto" and target != "cpu")
     rows, shares = [], {}
     if s.search.method == "grid":
         for t in expand(s):
@@ -52,15 +55,21 @@ def plan(
                              lr=", ".join(f"{v:g}" for v in fixed) if fixed else f"{d.distribution}({d.low:g}, {d.high:g})",
                              seed=seed, trials=budget, samples=shape.train.samples * budget))
             shares[name] = gpu_share(s.resources, shape) if on_gpu else None
-    if on_gpu:
-        for row in rows:
+    for row in rows:
+        if on_gpu:
             row["gpus"], row["gpu_mem_gb"] = shares[row["name"]][0], round(shares[row["name"]][1], 1)
+        else:
+            row["cpus"] = s.resources.cpus_per_trial
     if format == "json":
         typer.echo(json.dumps(rows, indent=1))
         return
     print_table([{k: v for k, v in r.items() if k != "config"} for r in rows])
     n_trials = sum(r.get("trials", 1) for r in rows)
     typer.echo(f"{n_trials} trials, {sum(r['samples'] for r in rows):,} training samples in all -> {s.run_dir()}")
+    if not on_gpu and s.resources.device == "auto":
+        typer.echo(f"device auto, and {'this machine has' if device_name is None else device_name + ' is'} no GPU: "
+                   f"each trial runs on CPU with {s.resources.cpus_per_trial:g} CPU(s); --device-name "
+                   "'NVIDIA A100-SXM4-40GB' (say) shows the GPU share each gets on a GPU machine")
     if on_gpu:
         typer.echo(f"gpu_mem_gb: estimated peak GPU memory of a training step (workloads/memory.py), "
                    f"against {s.resources.gpu_memory_gb:g} GB GPUs (resources.gpu_memory_gb)")

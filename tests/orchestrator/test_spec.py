@@ -317,7 +317,7 @@ def test_a_missing_spec_file_is_named():
 
 
 def test_plan_gives_each_trial_its_memory_estimate_and_auto_gpu_share():
-    result = runner.invoke(app, ["plan", str(SWEEPS / "istree_grid.yaml"), "--format", "json"])
+    result = runner.invoke(app, ["plan", str(SWEEPS / "istree_grid.yaml"), "--format", "json", "--device-name", "NVIDIA A100-SXM4-40GB"])
     assert result.exit_code == 0, result.output
     rows = {r["name"]: r for r in json.loads(result.output)}
     spec = load_spec(SWEEPS / "istree_grid.yaml")
@@ -340,18 +340,32 @@ def test_plan_warns_of_trials_that_would_not_fit_their_gpu_share(tmp_path):
     spec["resources"]["gpus_per_trial"] = 0.25
     path = tmp_path / "packed.yaml"
     path.write_text(yaml.safe_dump(spec))
-    result = runner.invoke(app, ["plan", str(path)])
+    result = runner.invoke(app, ["plan", str(path), "--device-name", "NVIDIA A100-SXM4-40GB"])
     assert result.exit_code == 0
     warned = [line for line in result.output.splitlines() if line.startswith("warning:")]
-    rows = json.loads(runner.invoke(app, ["plan", str(path), "--format", "json"]).output)
+    rows = json.loads(runner.invoke(app, ["plan", str(path), "--format", "json", "--device-name", "NVIDIA A100-SXM4-40GB"]).output)
     too_big = [r["name"] for r in rows if r["gpu_mem_gb"] > 0.25 * 40 * 0.9]
     assert too_big and len(warned) == len(too_big)
     assert all(any(name in line for line in warned) for name in too_big)
     assert "more than its 0.25 of a 40 GB GPU (10.0 GB)" in warned[0] and "raise resources.gpus_per_trial" in warned[0]
     spec["resources"]["device"] = "cpu"  # CPU trials: no GPU figures, no warnings
     path.write_text(yaml.safe_dump(spec))
-    result = runner.invoke(app, ["plan", str(path)])
+    result = runner.invoke(app, ["plan", str(path), "--device-name", "NVIDIA A100-SXM4-40GB"])
     assert "warning" not in result.output and "gpu_mem_gb" not in result.output
+
+
+def test_plan_shows_what_a_trial_gets_on_the_machine_that_runs_it(monkeypatch):
+    # Issue 44: on a CPU-only machine plan showed a GPU share of 1.0 for every trial
+    # of a device-auto spec, which launch there runs on CPU.
+    from orchestrator.cli import plan as plan_cli
+
+    monkeypatch.setattr(plan_cli, "local_gpus", lambda: [])
+    result = runner.invoke(app, ["plan", str(SWEEPS / "istree_micro.yaml")])
+    assert result.exit_code == 0, result.output
+    assert "gpus" not in result.output.split("\n")[1] and "cpus" in result.output.split("\n")[1]
+    assert "device auto, and this machine has no GPU: each trial runs on CPU with 1 CPU(s)" in result.output
+    rows = json.loads(runner.invoke(app, ["plan", str(SWEEPS / "istree_micro.yaml"), "--format", "json"]).output)
+    assert all(r["cpus"] == 1 and "gpus" not in r for r in rows)
 
 
 def test_a_spec_sweeps_any_registered_task_with_its_parameters(tmp_path):
