@@ -12,7 +12,44 @@ Format = Literal["text", "jsonl"]
 ListFormat = Literal["table", "json"]
 
 
-app = typer.Typer(
+# What an option's value is, in words, for --help (Typer shows its type: <str>,
+# <int range>); options not named here are named by their type or their own name.
+VALUE_WORDS = {"storage": "PATH|URI", "address": "HOST:PORT|auto", "temp_dir": "DIR", "dashboard_host": "HOST",
+               "dashboard_port": "PORT", "device_name": "DEVICE", "rates": "FILE", "out": "DIR", "solved": "FRACTION",
+               "lr": "RATE", "grad_clip": "NORM", "checkpoint_every_s": "SECONDS", "edges": "EDGES",
+               "val_seed": "SEED"}
+
+
+def _value_words(param) -> str:
+    desc = param.type_descriptor  # Typer's description of the option's type
+    if desc.is_choice:
+        choices = [str(c) for c in desc.choices or ()]
+        return "|".join(choices) if len(choices) <= 4 else param.name.upper()
+    if desc.is_path:
+        return "PATH"
+    kind = param.bare_type()
+    if kind in ("int", "float") and param.name not in ("n", "seed", "val_seed"):
+        return "N" if kind == "int" else "NUMBER"
+    return param.name.upper()
+
+
+class _Command(typer.core.TyperCommand):
+    """A command whose options name their values in words in --help (--storage
+    PATH|URI, --num-cpus N), where Typer names their types (<str>, <int range>)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if param.param_type_name == "option" and not getattr(param, "is_flag", False) and param.metavar is None:
+                param.metavar = VALUE_WORDS.get(param.name) or _value_words(param)
+
+
+class _App(typer.Typer):
+    def command(self, *args, cls=None, **kwargs):
+        return super().command(*args, cls=cls or _Command, **kwargs)
+
+
+app = _App(
     help="Sweeps of in-context retrieval experiments (first: the ICLR 2025 paper 'RNNs are not Transformers (Yet)') on Ray Tune.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,

@@ -47,3 +47,9 @@ def test_the_cli_keeps_the_conventions_of_a_command_line_tool():
     train = runner.invoke(app, ["train", "-h"]).output
     assert "--set FIELD=VALUE" in train and "--dim FIELD=VALUE" in train and "list[str]" not in train
     assert "RUN_DIR" in runner.invoke(app, ["status", "-h"]).output
+    # Issue 44: every option's value named in words, not Typer's types (<str>, <int range>).
+    for command in ("launch", "resume", "status", "report", "plan", "train", "show-task", "tasks", "models"):
+        text = runner.invoke(app, [command, "-h"], terminal_width=200).output
+        options = [line.strip().split("  ")[0] for line in text.splitlines() if line.lstrip().startswith("-")]
+        assert options and not [option for option in options if "<" in option], options  # e.g. "--storage PATH|URI"
+    assert "--storage PATH|URI" in " ".join(short.output.split()) and "--num-cpus N" in " ".join(short.output.split())
