@@ -7,10 +7,11 @@ always be regenerated from the stored results.
 import math
 import re
 from pathlib import Path
+from typing import Optional
 
 import pandas as pd
 
-from orchestrator.rundir import Run
+from orchestrator.rundir import MLFLOW_FILE, OPTUNA_FILE, Run
 from workloads.metrics import HEADLINE, METRICS, PLOTTED, SOLVED, rank_key
 from workloads.models import preset
 from workloads.models.config import SIZES
@@ -367,12 +368,47 @@ def plot_frontier(table: pd.DataFrame, out_dir: Path, solved: float, sample_leng
     return path
 
 
-def write_report(run: Run, out_dir: Path, solved: float = SOLVED) -> tuple[str, pd.DataFrame]:
+def open_commands(run: Run, run_dir: str, local: Path) -> list[str]:
+    """For each tool this run logged to, the one command (or address) that opens it
+    on this run: what the console's last lines and report.md's first say. `run_dir`
+    is the run directory as the user names it (a path or a URI); its files are
+    looked for in `local`, where the report is written from."""
+    spec, local = run.spec or {}, Path(local)
+    tracking, search = spec.get("tracking") or {}, spec.get("search") or {}
+    where = str(run_dir).rstrip("/")
+    out = [f"a notebook: `from icr_sweep import load_run; load_run({where!r})`"]
+    if tracking.get("tensorboard", True) and next(local.glob("*/events.out.tfevents.*"), None):
+        out.append(f"TensorBoard: `tensorboard --logdir {where}`")
+    mlflow = tracking.get("mlflow")
+    if mlflow is not None:
+        uri = mlflow.get("tracking_uri") or f"sqlite:///{where}/{MLFLOW_FILE}"
+        experiment = mlflow.get("experiment") or spec.get("name", "")
+        out.append(f"MLflow: `{'mlflow ui --backend-store-uri ' + uri if not uri.startswith('http') else uri}` "
+                   f"(experiment {experiment}; choose \"Model training\" in MLflow 3's view menu)")
+    wandb = tracking.get("wandb")
+    if wandb:
+        if wandb.get("mode", "offline") == "offline":
+            out.append(f"W&B (offline): `wandb sync {wandb.get('dir') or where}/wandb/offline-run-*`, then the project "
+                       f"{wandb['project']}")
+        else:
+            entity = f"{wandb['entity']}/" if wandb.get("entity") else ""
+            out.append(f"W&B: https://wandb.ai/{entity}{wandb['project']} (group {wandb.get('group') or spec.get('name')})")
+    if search.get("method") == "optuna":
+        storage = search.get("storage") or (f"sqlite:///{where}/{OPTUNA_FILE}" if (local / OPTUNA_FILE).exists() else None)
+        if storage:
+            out.append(f"Optuna: `optuna-dashboard {storage}`")
+    return out
+
+
+def write_report(run: Run, out_dir: Path, solved: float = SOLVED,
+                 location: Optional[str] = None) -> tuple[str, pd.DataFrame]:
     """Writes report.md, results.csv, best.csv and the plots of `run` (as
     orchestrator.rundir.read_run read it) into `out_dir`, and for a sweep over two
     or more n, frontier.csv and frontier.png (a cell is solved at exact match >=
     `solved`); returns the markdown and the per-cell best table. Each cell's
-    learning rate is chosen by the sweep's search.metric and search.mode."""
+    learning rate is chosen by the sweep's search.metric and search.mode.
+    `location`: the run directory as the user names it, for the commands that
+    open it in each tool (default `out_dir`)."""
     out_dir, df = Path(out_dir), run.trials
     if df.empty:
         raise FileNotFoundError(f"{out_dir}: no trial results (no */params.json)")
@@ -390,6 +426,7 @@ def write_report(run: Run, out_dir: Path, solved: float = SOLVED) -> tuple[str, 
                    f"{'highest' if METRICS[tie_break].mode == 'max' else 'lowest'} {tie_break})")
     lines = [f"# Sweep report: {out_dir.name}", "",
              f"{len(df)} trials: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + ".", "",
+             "Open this run in:", "", *[f"- {line}" for line in open_commands(run, location or str(out_dir), out_dir)], "",
              *[f"**Note:** {note}\n" for note in run.notes],
              _headline(best, run.task), "",
              *_models_section(best),

@@ -94,6 +94,14 @@ class _WandbActor(_WandbLoggingActor):
     """W&B's logging actor: samples as the step of every metric (W&B's own
     define_metric), each row's figures under their short names."""
 
+    def run(self):
+        try:
+            return super().run()
+        finally:
+            # W&B's service process otherwise ends with the actor's, before its exit
+            # hook tells it to: a ConnectionResetError traceback on a clean run.
+            self._wandb.teardown()
+
     def _handle_result(self, result: dict) -> tuple[dict, dict]:
         if not getattr(self, "_defined", False):
             self._wandb.define_metric(STEP)
@@ -117,9 +125,12 @@ class Wandb(WandbLoggerCallback):
     def log_trial_start(self, trial) -> None:
         name = str(trial)
         run_id = f"{name.replace('.', '_')}-{trial.trial_id}"  # W&B ids take no dots
-        self._start_logging_actor(trial, [], id=run_id, name=name, resume=False, reinit=True, allow_val_change=True,
-                                  group=self.group or trial.experiment_dir_name, project=self.project,
-                                  config=_params(trial, self.swept), **self.kwargs)
+        # W&B's own lines (its banner, sync hints, a summary per run) stay in its
+        # logs under the run directory: the console says where they are once.
+        self._start_logging_actor(trial, [], id=run_id, name=name, resume=False, reinit="finish_previous",
+                                  allow_val_change=True, group=self.group or trial.experiment_dir_name,
+                                  project=self.project, config=_params(trial, self.swept),
+                                  settings={"silent": True}, **self.kwargs)
 
 
 def _or_off(method):

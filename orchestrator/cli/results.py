@@ -51,7 +51,6 @@ def status(run_dir: str = RUN_DIR, format: ListFormat = typer.Option("table", he
 
     generates = TASKS[run.task][1].generates if run.task in TASKS else True
     shown = [m for m in PLOTTED if generates or not METRICS[m].generation]
-    columns = ["trial", "state", "samples", "train_loss", *shown, "error"]
     trials = df.sort_values("trial")
     if format == "json":  # every value as stored: numbers as numbers, null where not measured
         # What the table shows, and what a table of one's own needs: the trial's ids
@@ -115,7 +114,7 @@ def write_and_print_report(run_dir: str, out: Optional[Path] = None, solved: flo
     import errno
 
     from orchestrator.api import read_stored
-    from orchestrator.report import report_files, write_report
+    from orchestrator.report import open_commands, report_files, write_report
     from orchestrator.rundir import RunDirError
     from orchestrator.storage import is_remote, local_view, upload
 
@@ -126,7 +125,7 @@ def write_and_print_report(run_dir: str, out: Optional[Path] = None, solved: flo
             run = read_stored(local, locked=not remote)
             trials = run.trials
             try:
-                text, _ = write_report(run, local, solved=solved)
+                text, _ = write_report(run, local, solved=solved, location=run_dir)
             except FileNotFoundError as e:
                 fail(str(e).replace(str(local), run_dir))
             except OSError as e:
@@ -137,6 +136,7 @@ def write_and_print_report(run_dir: str, out: Optional[Path] = None, solved: flo
                             f"`icr-sweep report {run_dir}` writes it.", fg=typer.colors.RED, err=True)
                 return trials
             files = report_files(local)
+            opened = open_commands(run, run_dir, local)
             if remote:
                 upload(files, run_dir)
                 out = out or Path("reports") / local.name
@@ -148,4 +148,5 @@ def write_and_print_report(run_dir: str, out: Optional[Path] = None, solved: flo
     typer.echo(text.split("## Every trial")[0].rstrip())
     where = f"{run_dir}/report.md and {out}/report.md" if remote else f"{run_dir}/report.md"
     typer.echo(f"Report: {where} ({', '.join(f.name for f in files if f.name != 'report.md')} beside it)")
+    typer.echo("Open this run in:\n" + "\n".join(f"  {line}" for line in opened))
     return trials

@@ -86,6 +86,20 @@ def test_every_tracker_holds_each_trials_config_and_every_evaluation(tmp_path, r
     run = storage / "tracked"
     trials = sorted(p.parent for p in run.glob("*/params.json"))
     assert len(trials) == 2
+    # Issue 44: the console keeps W&B's own lines out (its banner, sync hints, a
+    # summary per run), has no traceback or deprecation of the project's making
+    # (W&B's ConnectionResetError at exit, `reinit=True`), and ends with the command
+    # that opens this run in each tool it logged to; report.md opens with them.
+    console = (tmp_path / "console.txt").read_text()
+    assert "Traceback" not in console and "deprecated" not in console, console[-3000:]
+    assert not [line for line in console.splitlines() if "wandb:" in line], console[-3000:]
+    after = console.split("Open this run in:\n")[-1].splitlines()
+    opened = after[:next((i for i, line in enumerate(after) if not line.startswith("  ")), len(after))]
+    assert [line.split(":")[0].strip() for line in opened] == ["a notebook", "TensorBoard", "MLflow", "W&B (offline)"]
+    assert f"mlflow ui --backend-store-uri sqlite:///{run}/mlflow.db" in opened[2]
+    assert f"tensorboard --logdir {run}`" in opened[1] and f"wandb sync {run}/wandb/offline-run-*" in opened[3]
+    report = (run / "report.md").read_text()
+    assert "Open this run in:" in report.split("## ")[0] and f"tensorboard --logdir {run}`" in report
     # val_loss: a figure that differs at every evaluation (exact match is often 0 this early).
     expected = {t.name: [r["val_loss"] for r in _evaluations(t)] for t in trials}
     samples = {t.name: [r["samples"] for r in _evaluations(t)] for t in trials}
