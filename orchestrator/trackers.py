@@ -30,20 +30,24 @@ from orchestrator.rundir import TrialFiles
 from orchestrator.spec import SweepSpec
 from orchestrator.storage import answer_timeout, is_remote
 from workloads.config import TRIAL_IDS, TrialConfig
-from workloads.metrics import METRICS, measured
+from workloads.metrics import HELD_OUT, METRICS, measured
 
 STEP = "samples"  # training samples: the x axis of every chart
 
 
 def metric_name(key: str) -> str:
     """A result key's name in the trackers: val_exact_match -> val/exact_match,
-    gen_accuracy -> val/gen_accuracy, train_loss -> train/loss."""
+    gen_accuracy -> val/gen_accuracy, test_exact_match -> test/exact_match (the
+    held-out set's, under a prefix of its own), train_loss -> train/loss, lr ->
+    train/lr (the scheduled rate: its curve)."""
+    if key in HELD_OUT:
+        return f"test/{key.removeprefix('test_')}"
     if key in METRICS:
         return f"val/{key.removeprefix('val_')}"
     return f"train/{key.removeprefix('train_')}"
 
 
-TRACKED = {key: metric_name(key) for key in ("train_loss", "samples_per_s", "tokens_per_s", *METRICS)}
+TRACKED = {key: metric_name(key) for key in ("train_loss", "lr", "samples_per_s", "tokens_per_s", *METRICS)}
 
 
 def tracked_metrics(result: dict) -> dict:
@@ -75,7 +79,20 @@ def tracked_params(trial: dict, swept: tuple[str, ...] = ()) -> dict:
             out[key] = flat.pop(key)
     out.update(flat)
     out.pop("task_label", None)
-    return {k: (str(v) if isinstance(v, list) else v) for k, v in out.items()}
+    out["params"] = model.n_params  # trainable parameters: the size the findings compare
+    out["trial_dir"] = config.name  # the trial's directory in the run directory
+    return {k: _plain(v) for k, v in out.items()}
+
+
+def _plain(value):
+    """A parameter as every tracker shows it alike: numbers and strings as they
+    are, a list as its JSON, None and booleans as words (MLflow showed Python's
+    reprs: None, False)."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value) if isinstance(value, list) else value
 
 
 def swept_fields(spec: SweepSpec) -> tuple[str, ...]:

@@ -217,6 +217,14 @@ def test_a_trials_parameters_are_flat_swept_values_first_and_only_what_its_model
     row = {"samples": 2048, "train_loss": 0.5, "val_exact_match": 0.25, "gen_accuracy": float("nan"),
            "val_loss": None, "done": False, "pid": 7, "training_iteration": 3, "config": {"trial": {}}}
     assert tracked_metrics(row) == {"samples": 2048, "train/loss": 0.5, "val/exact_match": 0.25}
+    # Issue 44: the held-out score under its own prefix, the scheduled rate as a curve;
+    # the parameter count and the trial's directory (relative to the run) as params,
+    # every value a plain string or number (MLflow showed None and False as reprs).
+    final = {**row, "test_exact_match": 0.5, "lr": 1e-4}
+    assert tracked_metrics(final)["test/exact_match"] == 0.5 and tracked_metrics(final)["train/lr"] == 1e-4
+    (trial,) = [t for t in expand(spec) if t.model.arch == "mamba"]
+    assert mamba["params"] == trial.model.n_params and mamba["trial_dir"] == trial.name
+    assert mamba["train.grad_clip"] == "none" and mamba["train.gen_every_eval"] == "false"
 
 
 @pytest.mark.parametrize("case, tracking, env, message", [
