@@ -39,6 +39,8 @@ def _ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus):
 def _start_ray(opts: dict, spec):
     from orchestrator import cluster
 
+    typer.echo("Starting a local Ray with its dashboard (a few seconds) ..." if opts["address"] is None
+               else f"Attaching to the Ray cluster at {opts['address']} ...", err=True)
     try:
         ctx, notes = cluster.start_ray(spec, **opts)
         for note in notes:
