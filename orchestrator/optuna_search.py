@@ -109,7 +109,11 @@ class _CellStudy(OptunaSearch):
         self._evaluated[trial_id] = result
         if not self._finished_in_storage(trial_id):
             self._tag_figures(trial_id, result)
-            super().on_trial_result(trial_id, result)
+            # Intermediate values at the trial's training samples, as every other
+            # tool's x axis (Ray's OptunaSearch reports Tune's iteration: 1, 2, 3).
+            ot_trial = self._ot_trials.get(trial_id)
+            if ot_trial is not None and result.get("samples") is not None:
+                ot_trial.report(result[self.metric], int(result["samples"]))
 
     def on_trial_complete(self, trial_id: str, result: Optional[dict] = None, error: bool = False) -> None:
         last = self._evaluated.pop(trial_id, None)
@@ -207,9 +211,8 @@ class CellwiseOptuna(Searcher):
         self.used[cell] += 1
         trial = trial_for(self.spec, *cell, lr)
         name = self._name(cell, trial)
-        if cell not in self.fixed:
-            run_dir = RESUMING.get("run_dir") or self.spec.run_dir()
-            self.studies[cell].tag(trial_id, trial=name, trial_dir=f"{str(run_dir).rstrip('/')}/{name}")
+        if cell not in self.fixed:  # its directory relative to the run directory: still true once the run moves
+            self.studies[cell].tag(trial_id, trial=name, trial_dir=name)
         return {"trial": trial.model_dump(mode="json"), "grid": False, "name": name}
 
     def _name(self, cell, trial: TrialConfig) -> str:

@@ -235,9 +235,10 @@ def test_an_optuna_sweep_runs_its_trial_budget_per_cell(tmp_path, ray_temp):
         # its directory, with the other figures; the objective has the metric's name.
         assert study.metric_names == ["val_exact_match"]
         for t in study.trials:
-            trial_dir = Path(t.user_attrs["trial_dir"])
-            assert trial_dir.name == t.user_attrs["trial"] and trial_dir.parent == (storage / "optuna_micro").resolve()
+            trial_dir = storage / "optuna_micro" / t.user_attrs["trial_dir"]  # relative to the run directory
+            assert trial_dir.name == t.user_attrs["trial"] and t.user_attrs["trial_dir"] == t.user_attrs["trial"]
             assert (trial_dir / "params.json").is_file() and t.user_attrs["samples"] == 1024
+            assert sorted(t.intermediate_values) == [512, 1024]  # at the training samples of each evaluation
             assert re.fullmatch(r"transformer-cot-tiny-n\d-lr\d(\.\d{1,2})?e-\d-s0", t.user_attrs["trial"])
             assert t.user_attrs["val_loss"] == pytest.approx(cell.set_index("trial").loc[trial_dir.name, "val_loss"])
     # A second launch under the same name into the same storage would mix into these studies: refused.

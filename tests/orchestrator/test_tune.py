@@ -194,7 +194,10 @@ def test_an_optuna_study_names_its_objective_and_ties_each_trial_to_its_run(tmp_
     assert study.metric_names == ["val_exact_match"]
     (trial,) = study.trials
     assert trial.user_attrs["trial"] == proposal["name"]
-    assert trial.user_attrs["trial_dir"] == f"{spec.run_dir()}/{proposal['name']}"
+    # Relative to the run directory (issue 44: an absolute path went stale once a run moved).
+    assert trial.user_attrs["trial_dir"] == proposal["name"]
+    # Intermediate values at the trial's training samples (issue 44: Tune's iteration, 1, 2, 3).
+    assert trial.intermediate_values == {100: 0.4}
     assert trial.user_attrs["val_loss"] == 0.6 and trial.user_attrs["samples"] == 200
     assert "gen_accuracy" not in trial.user_attrs and "val_exact_match" not in trial.user_attrs  # never measured; the objective
 
