@@ -4,6 +4,7 @@ import json
 import math
 import os
 import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -518,28 +519,37 @@ def test_a_rate_that_finished_on_some_seeds_only_does_not_stand_for_the_cell():
     assert row["lr"] == 3e-3 and row["seeds"] == 2 and row["val_exact_match"] == pytest.approx(0.75)
 
 
+def _a_finished_trial(run: Path, arch: str, seed: int):
+    """A trial trained to its end without Ray (128 samples, evaluated at 64 and 128)
+    into `run`, its checkpoint kept as a sweep's: its config and its rows, as JSON
+    lines, for the test to store as it likes."""
+    from workloads.config import trial_config
+    from workloads.tasks import IsTreeConfig
+    from workloads.train import Checkpoints, Hooks, run_trial
+
+    config = trial_config(arch, "tiny", IsTreeConfig(n=4, setup="cot"), seed=seed, samples=128, batch_size=32,
+                          eval_every=64, val_samples=16, warmup_samples=32, device="cpu")
+    d = run / config.name
+    d.mkdir(parents=True)
+    (d / "params.json").write_text(json.dumps({"trial": config.model_dump(mode="json")}))
+    lines = []
+    run_trial(config, Hooks(report=lambda m, _: lines.append(json.dumps({k: v for k, v in m.items() if k != "config"}))),
+              Checkpoints(dir=d / "checkpoint_000001"))
+    return config, lines
+
+
 def test_a_finished_trial_whose_rows_were_lost_is_said_so_and_resume_restores_them(tmp_path):
     """Issue 28, class 9: a finished trial whose last row was cut short showed
     'interrupted' and resume asked to be run again forever; an emptied result.json
     showed 'pending' with no note. The checkpoint holds every evaluation: status
     says what is wrong, and restore_rows (run by resume) writes them back."""
     from orchestrator.rundir import restore_rows
-    from workloads.train import Checkpoints, Hooks, run_trial
-    from workloads.config import trial_config
-    from workloads.tasks import IsTreeConfig
 
     run = tmp_path / "run"
     trials = {}
     for seed, damage in ((0, "cut"), (1, "emptied")):
-        config = trial_config("transformer", "tiny", IsTreeConfig(n=4, setup="cot"), seed=seed, samples=128,
-                              batch_size=32, eval_every=64, val_samples=16, warmup_samples=32, device="cpu")
-        d = run / config.name
-        d.mkdir(parents=True)
-        (d / "params.json").write_text(json.dumps({"trial": config.model_dump(mode="json")}))
-        lines = []
-        run_trial(config, Hooks(report=lambda m, _: lines.append(json.dumps({k: v for k, v in m.items() if k != "config"}))),
-                  Checkpoints(dir=d / "checkpoint_000001"))
-        (d / "result.json").write_text(lines[0] + "\n" + lines[1][:25] if damage == "cut" else "")
+        config, lines = _a_finished_trial(run, "transformer", seed)
+        (run / config.name / "result.json").write_text(lines[0] + "\n" + lines[1][:25] if damage == "cut" else "")
         trials[config.name] = lines
     _tune_state(run, {name: "TERMINATED" for name in trials})
     df = load_trials(run).set_index("trial")
@@ -567,9 +577,6 @@ def test_rows_and_checkpoints_are_one_truth_after_any_damage_to_result_json(tmp_
     a row with a garbled key counted as an evaluation at samples NA."""
     from orchestrator.api import load_run
     from orchestrator.rundir import restore_rows
-    from workloads.config import trial_config
-    from workloads.tasks import IsTreeConfig
-    from workloads.train import Checkpoints, Hooks, run_trial
 
     run = tmp_path / "run"
     damages = {
@@ -581,16 +588,9 @@ def test_rows_and_checkpoints_are_one_truth_after_any_damage_to_result_json(tmp_
     }
     trials, whole = {}, {}
     for seed, (damage, cut) in enumerate(damages.items()):
-        config = trial_config("mamba" if seed % 2 else "transformer", "tiny", IsTreeConfig(n=4, setup="cot"), seed=seed,
-                              samples=128, batch_size=32, eval_every=64, val_samples=16, warmup_samples=32, device="cpu")
-        d = run / config.name
-        d.mkdir(parents=True)
-        (d / "params.json").write_text(json.dumps({"trial": config.model_dump(mode="json")}))
-        lines = []
-        run_trial(config, Hooks(report=lambda m, _: lines.append(json.dumps({k: v for k, v in m.items() if k != "config"}))),
-                  Checkpoints(dir=d / "checkpoint_000001"))
+        config, lines = _a_finished_trial(run, "mamba" if seed % 2 else "transformer", seed)
         assert '"val_exact_match": 0.0' in lines[-1]  # 128 samples solve nothing: the Infinity below replaces this
-        (d / "result.json").write_text("\n".join(cut(lines)) + "\n")
+        (run / config.name / "result.json").write_text("\n".join(cut(lines)) + "\n")
         trials[damage], whole[config.name] = config.name, [json.loads(line) for line in lines]
     _tune_state(run, {name: "TERMINATED" for name in trials.values()})
 
