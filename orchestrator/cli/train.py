@@ -92,7 +92,7 @@ def _train_trial(config, out: Path, cpus: int) -> None:
     from tqdm import tqdm
 
     from orchestrator.rundir import TrialFiles, catch_up, repair_results
-    from workloads.metrics import METRICS, learnt_nothing
+    from workloads.metrics import METRICS
     from workloads.checkpoint import CHECKPOINT_FILE, CheckpointError, DiskSpaceError
     from workloads.train import Checkpoints, Hooks, run_trial
 
@@ -135,8 +135,16 @@ def _train_trial(config, out: Path, cpus: int) -> None:
         bar.close()
     if not files.params.exists():  # a directory of an earlier version, resumed
         files.write_config({"trial": config.model_dump(mode="json")})
+    _say_how_it_ended(config, metrics, stop.name, checkpoint)
+
+
+def _say_how_it_ended(config, metrics: dict, stopped_by: str, checkpoint: Path) -> None:
+    """Exit 130 where a signal stopped the trial; else its final metrics as JSON,
+    after a word where it learnt nothing."""
+    from workloads.metrics import learnt_nothing
+
     if metrics.get("stopped"):
-        typer.secho(f"Stopped by {stop.name} at {metrics['samples']:,} samples, checkpointed in {checkpoint}. "
+        typer.secho(f"Stopped by {stopped_by} at {metrics['samples']:,} samples, checkpointed in {checkpoint}. "
                     "Run the same command to continue.", fg=typer.colors.YELLOW, err=True)
         raise typer.Exit(130)
     if learnt_nothing(metrics.get("val_loss"), config.task.vocab_size):
