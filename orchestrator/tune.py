@@ -12,7 +12,7 @@ from typing import Optional
 from ray import tune
 
 from orchestrator.cluster import ClusterError
-from orchestrator.grid import cell_budget, cells, expand, plan, planned_trials
+from orchestrator.grid import cell_budget, cells, plan, planned_trials
 from orchestrator.optuna_search import RESUMING, CellwiseOptuna, optuna_storage
 from orchestrator.packing import gpu_share
 from orchestrator.rundir import (MLFLOW_FILE, PARAMS_FILE, RESULTS_FILE, load_trials, read_plan, restore_rows,
@@ -140,27 +140,36 @@ def mlflow_uri(spec: SweepSpec) -> Optional[str]:
 
 
 def launch(spec: SweepSpec, resources: dict) -> str:
-    """Runs every trial of `spec`; returns the run directory. Ray must be initialised."""
+    """Runs every trial of `spec`; returns the run directory. Ray must be initialised.
+    A grid's trials are built once, stored in plan.json, and handed to Tune from there."""
     run_dir = spec.run_dir()
     write_spec_record(run_dir, spec.model_dump(mode="json"), resources)
-    write_plan(run_dir, **plan(spec))
+    stored = plan(spec)
+    write_plan(run_dir, **stored)
     trainable, run_config = _tuner_parts(spec, resources)
     if spec.search.method == "grid":
-        trials = [t.model_dump(mode="json") for t in sorted(expand(spec), key=_cost, reverse=True)]
-        param_space = {"trial": tune.grid_search(trials)}
-        tune_config = tune.TuneConfig(num_samples=1, max_concurrent_trials=spec.resources.max_concurrent,
-                                      trial_name_creator=_trial_name, trial_dirname_creator=_trial_name)
+        tuner = _grid_tuner(spec, list(stored["trials"].values()), trainable, run_config)
     else:
-        param_space = {}
         tune_config = tune.TuneConfig(
             search_alg=CellwiseOptuna(spec, optuna_storage(spec, run_dir)),
             num_samples=sum(cell_budget(spec, cell) for cell in cells(spec)),
             max_concurrent_trials=spec.resources.max_concurrent,
             trial_name_creator=_trial_name, trial_dirname_creator=_trial_name,
         )
-    tuner = tune.Tuner(trainable, param_space=param_space, tune_config=tune_config, run_config=run_config)
+        tuner = tune.Tuner(trainable, param_space={}, tune_config=tune_config, run_config=run_config)
     _fit(tuner)
     return run_dir
+
+
+def _grid_tuner(spec: SweepSpec, trials: list[dict], trainable, run_config):
+    """Tune's experiment over `trials` (stored trial configs), longest first: a sweep
+    whose longest trial starts last ends with one trial running alone. Launch and
+    rebuild alike."""
+    ordered = sorted(trials, key=lambda t: _cost(TrialConfig.model_validate(t)), reverse=True)
+    tune_config = tune.TuneConfig(num_samples=1, max_concurrent_trials=spec.resources.max_concurrent,
+                                  trial_name_creator=_trial_name, trial_dirname_creator=_trial_name)
+    return tune.Tuner(trainable, param_space={"trial": tune.grid_search(ordered)}, tune_config=tune_config,
+                      run_config=run_config)
 
 
 def resume(run_dir: str, spec: SweepSpec, resources: dict, say=print) -> str:
@@ -205,12 +214,15 @@ def rebuild(run_dir: str, spec: SweepSpec, trainable, run_config, problem: str, 
     """A new Tune experiment in the same run directory over the spec's trials that
     have not finished, by our own record: the spec stored at launch, and each
     trial's directory (its result.json says whether it finished; its checkpoints,
-    which the trainable looks for there, where it continues). Grid specs only: an
+    which the trainable looks for there, where it continues), over the trials the
+    stored plan holds (the spec's, for a run launched before plans were stored).
+    Grid specs only: an
     Optuna study's trials are not known by name in advance."""
     if spec.search.method != "grid":
         raise ClusterError(f"{run_dir}: {problem}; an Optuna sweep cannot be rebuilt without it. Its finished trials "
                            "stay readable (status, report); launch the spec into a new directory for the rest")
-    planned = planned_trials(spec)
+    stored = read_plan(run_dir)
+    planned = stored["trials"] if stored else planned_trials(spec)  # the trials the launch handed to Tune
     with local_view(run_dir) as local:
         trials = load_trials(local, planned, locked=False)
         finished = set(trials.loc[trials["state"] == "finished", "trial"]) if len(trials) else set()
@@ -219,11 +231,7 @@ def rebuild(run_dir: str, spec: SweepSpec, trainable, run_config, problem: str, 
         set_aside_for_rebuild(run_dir, [name for name in planned if name not in finished])
     say(f"Tune's state of {run_dir} cannot be used ({problem}); the sweep is rebuilt from the spec and the trial "
         f"directories: {len(finished)} finished trial(s) kept, {len(left)} to run, each from its newest intact checkpoint")
-    left.sort(key=lambda t: _cost(TrialConfig.model_validate(t)), reverse=True)
-    tune_config = tune.TuneConfig(num_samples=1, max_concurrent_trials=spec.resources.max_concurrent,
-                                  trial_name_creator=_trial_name, trial_dirname_creator=_trial_name)
-    return tune.Tuner(trainable, param_space={"trial": tune.grid_search(left)}, tune_config=tune_config,
-                      run_config=run_config)
+    return _grid_tuner(spec, left, trainable, run_config)
 
 
 def can_resume(run_dir: str) -> bool:
