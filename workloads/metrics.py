@@ -77,6 +77,15 @@ def learnt_nothing(val_loss, vocab_size: int) -> bool:
     return isinstance(val_loss, (int, float)) and math.isfinite(val_loss) and val_loss >= 0.99 * math.log(vocab_size)
 
 
+def learnt_nothing_note(val_loss, vocab_size: int, lr: float) -> str:
+    """What `train`, status and the report say of a trial that learnt nothing ("" for
+    one that did)."""
+    if not learnt_nothing(val_loss, vocab_size):
+        return ""
+    return (f"learnt nothing: validation loss {val_loss:.4f}, no lower than a uniform guess over its {vocab_size} "
+            f"tokens (its rate {lr:g} may be far too high or too low)")
+
+
 def rank_key(value, mode: str) -> float:
     """`value` as a key where higher is better whatever the metric's direction (mode
     max or min); a value never measured (None, NaN) ranks below every measured one.

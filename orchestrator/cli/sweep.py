@@ -278,10 +278,7 @@ def _check_room(s, run_dir: str, cpus: Optional[int], attached: bool) -> None:
     trials = shape_trials(s)
     running = (s.resources.max_concurrent or 1) if attached else _running_at_once(s, len(trials), cpus)
     need = checkpoint_room(trials, min(running, len(trials)))
-    existing = Path(run_dir.removeprefix("file://"))
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    free = shutil.disk_usage(existing).free
+    free = shutil.disk_usage(run_dir.removeprefix("file://")).free  # check_storage made the directory
     if free < need:
         fail(f"storage {run_dir}: {free / 2**20:.1f} MiB free, but the {running} trial(s) that run at once need about "
              f"{need / 2**20:.0f} MiB to keep their checkpoints (two each while a new one is written, and "

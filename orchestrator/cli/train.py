@@ -141,16 +141,15 @@ def _train_trial(config, out: Path, cpus: int) -> None:
 def _say_how_it_ended(config, metrics: dict, stopped_by: str, checkpoint: Path) -> None:
     """Exit 130 where a signal stopped the trial; else its final metrics as JSON,
     after a word where it learnt nothing."""
-    from workloads.metrics import learnt_nothing
+    from workloads.metrics import learnt_nothing_note
 
     if metrics.get("stopped"):
         typer.secho(f"Stopped by {stopped_by} at {metrics['samples']:,} samples, checkpointed in {checkpoint}. "
                     "Run the same command to continue.", fg=typer.colors.YELLOW, err=True)
         raise typer.Exit(130)
-    if learnt_nothing(metrics.get("val_loss"), config.task.vocab_size):
-        typer.secho(f"{config.name} learnt nothing: validation loss {metrics['val_loss']:.4f}, no lower than a uniform "
-                    f"guess over its {config.task.vocab_size} tokens; its rate ({config.train.lr:g}) may be far too "
-                    "high or too low for this model", fg=typer.colors.YELLOW, err=True)
+    note = learnt_nothing_note(metrics.get("val_loss"), config.task.vocab_size, config.train.lr)
+    if note:
+        typer.secho(f"{config.name} {note}", fg=typer.colors.YELLOW, err=True)
     typer.echo(json.dumps({k: v for k, v in metrics.items() if k != "config"}))
 
 

@@ -217,9 +217,8 @@ def repair_results(trial_dir: Path, status: Optional[str] = None) -> str:
     what was done ('' if nothing)."""
     results = trial_dir / RESULTS_FILE
     text = results.read_text(errors="replace") if results.exists() else ""
-    lines = [line for line in text.splitlines() if line.strip()]
-    rows = [row for row in map(lambda line: as_row(line)[0], lines) if row is not None]
-    dropped = len(lines) - len(rows)
+    rows = parse_rows(text)
+    dropped = sum(1 for line in text.splitlines() if line.strip()) - len(rows)
     unfinished = status == "TERMINATED" and not (rows and rows[-1].get("final_eval"))
     missing = []
     if dropped or unfinished:

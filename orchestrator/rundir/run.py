@@ -80,16 +80,13 @@ def _learnt_nothing(config: dict, val_loss) -> str:
     from pydantic import ValidationError
 
     from workloads.config import TrialConfig
-    from workloads.metrics import learnt_nothing
+    from workloads.metrics import learnt_nothing_note
 
     try:
-        vocab = TrialConfig.model_validate(config).task.vocab_size
+        trial = TrialConfig.model_validate(config)
     except (ValidationError, ValueError, TypeError):
         return ""
-    if not learnt_nothing(val_loss, vocab):
-        return ""
-    return (f"learnt nothing: validation loss {val_loss:.4f}, no lower than a uniform guess over its {vocab} tokens "
-            f"(its rate {config['train']['lr']:g} may be far too high or too low)")
+    return learnt_nothing_note(val_loss, trial.task.vocab_size, trial.train.lr)
 
 
 def _state(status: str | None, results: list[dict], trial_dir: Path, live: bool) -> tuple[str, str]:
