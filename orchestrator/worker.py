@@ -32,6 +32,8 @@ def trainable_fn(config: dict) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     bound_threads(max(1, int(given.get("CPU", 1))))
     trial = TrialConfig.model_validate(config["trial"])
+    storage = _trial_storage()
+    _fails_again(storage)
     with tempfile.TemporaryDirectory(prefix="icr-trial-") as work:
         resume = first_intact(_checkpoints(work), trial, say=lambda line: print(line, file=sys.stderr, flush=True))
 
@@ -45,11 +47,9 @@ def trainable_fn(config: dict) -> None:
             catch_up(_stored_rows(), rows, report=lambda row: report(row, None),
                      say=lambda line: print(f"icr-sweep: {trial.name}: {line}", file=sys.stderr, flush=True))
 
-        storage = _trial_storage()
         local = storage is not None and isinstance(storage[0], pyarrow.fs.LocalFileSystem)
         room = (Path(storage[1]),) if local else ()  # local storage: a checkpoint needs room on its disk too
         asked = StopRequests(Path(storage[1]).parent / STOP_FILE) if local else None
-        _fails_again(storage)
         try:
             run_trial(trial, Hooks(report=report, checkpoint_now=asked, on_resume=on_resume),
                       Checkpoints(dir=Path(work) / "checkpoint", resume_from=resume, room_in=room))
@@ -69,32 +69,28 @@ def _fails_again(storage) -> None:
     trial's failure would repeat: Tune retries a failed trial from scratch when it
     has no checkpoint, up to max_failures times, and has no way to be told an error
     is final. `resume` clears the mark (the spec or the machine may have changed)."""
+    first = _trial_file(storage, FAILS_AGAIN)
+    if first is not None:
+        raise FailsAgain(f"{first}; not retried: any retry fails alike. Change the spec, then launch it again")
+
+
+def _trial_file(storage, name: str) -> Optional[str]:
+    """The text of a file of the trial's directory, read where the sweep keeps it
+    (None where there is no storage or no such file)."""
     if storage is None:
-        return
+        return None
     try:
-        with storage[0].open_input_stream(f"{storage[1]}/{FAILS_AGAIN}") as f:
-            first = f.read().decode(errors="replace")
+        with storage[0].open_input_stream(f"{storage[1]}/{name}") as f:
+            return f.read().decode("utf-8", errors="replace")
     except (OSError, FileNotFoundError):
-        return
-    raise FailsAgain(f"{first}; not retried: any retry fails alike. Change the spec, then launch it again")
+        return None
 
 
 def _stored_rows() -> list[dict]:
     """The result rows stored so far in the trial's directory (those kept from before
     a rebuild too): what Tune's driver wrote, read where the sweep keeps it."""
     storage = _trial_storage()
-    if storage is None:
-        return []
-    fs, path = storage
-
-    def read_text(name: str) -> Optional[str]:
-        try:
-            with fs.open_input_stream(f"{path}/{name}") as f:
-                return f.read().decode("utf-8", errors="replace")
-        except (OSError, FileNotFoundError):
-            return None
-
-    return stored_rows(read_text)
+    return stored_rows(lambda name: _trial_file(storage, name))
 
 
 class _TrialActor:
