@@ -12,6 +12,7 @@ import ray
 
 from orchestrator.packing import gpu_shares
 from orchestrator.spec import SweepSpec
+from orchestrator.unpromised import autoscaler_node_groups, daemons_in_a_group_of_their_own, temp_dir_option
 from workloads.threads import thread_env
 
 
@@ -23,7 +24,7 @@ def resolve_address(address: str, timeout: float = 5.0) -> str:
     """The host:port of the cluster `address` names (`auto` reads RAY_ADDRESS or
     the last `ray start`), checked to answer within `timeout` seconds: Ray itself
     retries an unreachable address forever."""
-    from ray._private.services import canonicalize_bootstrap_address
+    from orchestrator.unpromised import bootstrap_address
 
     if address == "auto":
         source = "RAY_ADDRESS" if os.environ.get("RAY_ADDRESS") else "Ray's record of the last `ray start` (ray_current_cluster)"
@@ -31,7 +32,7 @@ def resolve_address(address: str, timeout: float = 5.0) -> str:
         source = "--address"
     target = address.split("://", 1)[-1]  # ray://host:port: the client server's port
     try:
-        resolved = target if "://" in address else canonicalize_bootstrap_address(target)
+        resolved = target if "://" in address else bootstrap_address(target)
     except (ConnectionError, ValueError) as e:
         raise ClusterError(f"--address {address}: {e}") from None
     host, _, port = resolved.rpartition(":")
@@ -82,13 +83,19 @@ def start_ray(spec: SweepSpec, address: Optional[str], temp_dir: Optional[str], 
     # the port was found free: two launches a second apart both chose 8265 and the
     # second failed after a minute. One launch at a time on this machine chooses
     # its port and starts Ray (ray.init returns once the dashboard listens).
-    with _one_ray_start_at_a_time(), _daemons_in_a_group_of_their_own():
+    # The embedded Ray's daemons in a process group of their own: a stop sent to the
+    # driver's group (`kill -TERM -PGID`, as systemd, a batch scheduler or `docker
+    # stop` send it) then reaches the driver alone, which stops the sweep as on
+    # Ctrl-C; in the driver's group the daemons died with it and the driver stalled
+    # on the lost GCS. Ray still ends them with the driver (ray.shutdown, or the
+    # kernel's parent-death signal it sets on Linux).
+    with _one_ray_start_at_a_time(), daemons_in_a_group_of_their_own():
         port = _free_port(dashboard_host, dashboard_port)
         if port != dashboard_port:
             notes.append(f"Port {dashboard_port} is taken; the dashboard listens on {port} instead (--dashboard-port to choose).")
         ctx = ray.init(
             address="local", include_dashboard=True, dashboard_host=dashboard_host, dashboard_port=port,
-            num_cpus=num_cpus, _temp_dir=temp_dir, runtime_env=runtime_env, job_config=job_config, log_to_driver=True,
+            num_cpus=num_cpus, **temp_dir_option(temp_dir), runtime_env=runtime_env, job_config=job_config, log_to_driver=True,
         )
     return ctx, notes
 
@@ -110,35 +117,6 @@ def _one_ray_start_at_a_time():
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-@contextlib.contextmanager
-def _daemons_in_a_group_of_their_own():
-    """Starts the embedded Ray's daemons (GCS, raylet, dashboard) in a process group
-    of their own. A stop sent to the driver's process group (`kill -TERM -PGID`, as
-    systemd, a batch scheduler or `docker stop` send it) then reaches the driver
-    alone, which stops the sweep as on Ctrl-C; in the driver's group, the daemons
-    died with it and the driver stalled on the lost GCS. Ray already starts its
-    trial workers in groups of their own, and still ends the daemons with the
-    driver (ray.shutdown, or the kernel's parent-death signal it sets on Linux)."""
-    from ray._private import services  # Ray 2.60 starts each daemon with its ConsolePopen (Ray is pinned)
-
-    real = getattr(services, "ConsolePopen", None)
-    if real is None:  # another Ray: its daemons stay in the driver's group
-        yield
-        return
-
-    class Grouped(real):
-        def __init__(self, *args, **kwargs):
-            if not kwargs.get("start_new_session") and kwargs.get("process_group") is None:
-                kwargs["process_group"] = 0
-            super().__init__(*args, **kwargs)
-
-    services.ConsolePopen = Grouped
-    try:
-        yield
-    finally:
-        services.ConsolePopen = real
-
-
 def _node_type_gpus(config: dict) -> dict[str, float]:
     """GPUs per node of each worker type an autoscaler config may start."""
     types = config.get("available_node_types") or {}
@@ -152,11 +130,7 @@ def addable_gpus() -> tuple[float, str]:
     (0 and "" when it cannot, or says nothing). Autoscaler v2 reports its node types
     to the GCS; v1 (`ray up`) is asked through its config, which `ray up` puts on the
     head as ~/ray_bootstrap_config.yaml (ICR_CLUSTER_CONFIG names another file)."""
-    try:
-        config = ray._private.state.state.get_cluster_config()
-        groups = {g.name: float(g.resources.get("GPU", 0)) for g in config.node_group_configs if g.max_count != 0} if config else {}
-    except Exception:  # an older GCS without the call: fall back to the file
-        groups = {}
+    groups = autoscaler_node_groups()  # none from an older GCS: the file then
     if max(groups.values(), default=0) > 0:
         return max(groups.values()), "the autoscaler's node types"
     path = Path(os.environ.get("ICR_CLUSTER_CONFIG", "~/ray_bootstrap_config.yaml")).expanduser()

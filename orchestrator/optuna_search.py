@@ -8,7 +8,6 @@ from typing import Optional
 
 from optuna.distributions import FloatDistribution
 from ray.tune.search import Searcher
-from ray.tune.search.optuna import OptunaSearch
 
 from orchestrator.grid import cell_budget, cell_name, cell_rates, cells, trial_for
 from orchestrator.rundir import OPTUNA_FILE, sqlite_url
@@ -39,121 +38,132 @@ def studies_in_use(spec: SweepSpec, storage: str) -> list[str]:
     return [name for name in (study_name(spec, c) for c in cells(spec) if not cell_rates(spec, c)) if name in known]
 
 
-class _CellStudy(OptunaSearch):
-    """Ray's OptunaSearch for one cell, made to agree with the study's storage. A
-    trial's end reaches Optuna's storage (at once) and Tune's experiment state (every
-    few seconds) apart: a driver killed between the two re-runs, on resume, a trial
-    that Optuna has finished. Such a trial's rows and end are Optuna's already, so
-    they are not told again (Optuna refuses them: UpdateFinishedTrialError).
-    Optuna is told only evaluations: a checkpoint's row between them has no metric,
-    and the trial's end is told with its last evaluation, not its last row. The
-    study names the trial the report chooses (`_name_choice`)."""
+class CellStudy:
+    """The Optuna study of one cell, driven through Optuna's ask-and-tell interface
+    and its storage's methods (both public), in the storage it is given (the run's
+    optuna.db, the spec's, or one in memory). Tune's trial ids map to the storage's
+    trial ids. A trial's end reaches Optuna's storage (at once) and Tune's
+    experiment state (every few seconds) apart: a driver killed between the two
+    re-runs, on resume, a trial that Optuna has finished; such a trial's rows and
+    end are Optuna's already, so they are not told again. Optuna is told only
+    evaluations: a checkpoint's row between them has no metric, and the trial's end
+    is told with its last evaluation, not its last row. The study names the trial
+    the report chooses (`name_choice`)."""
 
-    def __init__(self, *args, tie_break: Optional[str] = None, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.tie_break = tie_break
-        self._evaluated: dict[str, dict] = {}  # each running trial's last evaluation
-        self._name_objective()
+    def __init__(self, lr, metric: str, mode: str, seed: int, tie_break: Optional[str] = None,
+                 storage=None, name: Optional[str] = None):
+        import optuna
 
-    def _name_choice(self) -> None:
-        """The study's user attributes name the trial the report chooses for this
-        cell and seed: the best metric, ties decided by the spec's tie-break (each as
-        measured, a trial's user attributes). Optuna's own best trial is the best
-        value alone, the earliest among equal ones; optuna-dashboard shows both on
-        the study's page."""
-        tie_break = getattr(self, "tie_break", None)  # None in a searcher pickled before this was kept
-        done = [t for t in self._ot_study.trials if t.state.is_finished() and t.value is not None
-                and math.isfinite(t.value) and "trial" in t.user_attrs]
-        if tie_break is None or not done:
-            return
+        self.space = {"lr": lr}
+        self.metric, self.mode, self.tie_break, self.name = metric, mode, tie_break, name
+        self.sampler = optuna.samplers.TPESampler(seed=seed)  # pickled with the searcher: its draws go on
+        self.trials: dict[str, int] = {}  # Tune's trial id -> the storage's trial id
+        self.finished: set[str] = set()
+        self.evaluated: dict[str, dict] = {}  # each running trial's last evaluation
+        self.kept = storage is not None  # in a storage of its own (else in memory, pickled whole)
+        self.study, self.storage = None, None
+        self.reattach(storage if storage is not None else optuna.storages.InMemoryStorage())
 
-        def rank(t):  # as the report ranks (workloads.metrics.rank_key)
-            return rank_key(t.value, self.mode), rank_key(t.user_attrs.get(tie_break), METRICS[tie_break].mode)
+    def reattach(self, storage) -> None:
+        """Opens the study in `storage` (created the first time)."""
+        import optuna
 
-        best = max(done, key=rank)  # the first of equal ranks, as the report's stable sort
-        self._ot_study.set_user_attr("chosen_by_report", best.user_attrs["trial"])
-        self._ot_study.set_user_attr("chosen_by", f"{self.metric} ({self.mode}), ties by {tie_break} "
-                                                  f"({METRICS[tie_break].mode})")
-
-    def _name_objective(self) -> None:
-        """The objective is named after the metric (optuna-dashboard shows it)."""
-        if self._ot_study is not None and self._ot_study.metric_names != [self.metric]:
+        self.storage = storage
+        self.study = optuna.create_study(storage=storage, sampler=self.sampler, pruner=optuna.pruners.NopPruner(),
+                                         study_name=self.name, load_if_exists=True,
+                                         direction="minimize" if self.mode == "min" else "maximize")
+        if self.study.metric_names != [self.metric]:  # optuna-dashboard shows the objective by name
             import warnings
-
-            import optuna
 
             with warnings.catch_warnings():  # "experimental" since Optuna 3.2, and stable in use
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                self._ot_study.set_metric_names([self.metric])
+                self.study.set_metric_names([self.metric])
 
-    def tag(self, trial_id: str, **attrs) -> None:
-        """User attributes of the Optuna trial behind Tune's `trial_id`."""
-        ot_trial = self._ot_trials.get(trial_id)
-        if ot_trial is not None:
-            for key, value in attrs.items():
-                ot_trial.set_user_attr(key, value)
-
-    def _tag_figures(self, trial_id: str, result: dict) -> None:
-        # The evaluation's other figures beside the objective: what a trial reached.
-        self.tag(trial_id, **measured(result, [k for k in (*PROGRESS, *METRICS) if k != self.metric]))
-
-    def _finished_in_storage(self, trial_id: str) -> bool:
-        ot_trial = self._ot_trials.get(trial_id)
-        if trial_id in self._completed_trials or ot_trial is None:
-            return trial_id in self._completed_trials
-        return self._ot_study._storage.get_trial(ot_trial._trial_id).state.is_finished()
-
-    def on_trial_result(self, trial_id: str, result: dict) -> None:
-        if result.get("evaluated") is False or self.metric not in result:
-            return
-        self._evaluated[trial_id] = result
-        if not self._finished_in_storage(trial_id):
-            self._tag_figures(trial_id, result)
-            # Intermediate values at the trial's training samples, as every other
-            # tool's x axis (Ray's OptunaSearch reports Tune's iteration: 1, 2, 3).
-            ot_trial = self._ot_trials.get(trial_id)
-            if ot_trial is not None and result.get("samples") is not None:
-                ot_trial.report(result[self.metric], int(result["samples"]))
-
-    def on_trial_complete(self, trial_id: str, result: Optional[dict] = None, error: bool = False) -> None:
-        last = self._evaluated.pop(trial_id, None)
-        if result is not None and (result.get("evaluated") is False or self.metric not in result):
-            result = last  # the trial's last row was a checkpoint between evaluations
-        if self._finished_in_storage(trial_id):
-            self._completed_trials.add(trial_id)
-            return
-        if result is not None:
-            self._tag_figures(trial_id, result)
-        super().on_trial_complete(trial_id, result, error)
-        if self._ot_study is not None:
-            self._name_choice()
+    @property
+    def detached(self) -> bool:
+        return self.study is None
 
     def __getstate__(self):
         # A study kept in a storage is pickled as its trials' ids, never as a live
         # connection: Tune's tuner.pkl and the searcher's checkpoint would otherwise
         # reopen the file where the run was launched, not where it is now.
         state = self.__dict__.copy()
-        if self._storage is not None:
-            state["_ot_study"], state["_storage"] = None, None
-            state["_ot_trials"] = {tid: _trial_id(t) for tid, t in self._ot_trials.items()}
+        if self.kept:
+            state["study"], state["storage"] = None, None
         return state
 
-    @property
-    def detached(self) -> bool:
-        return self._ot_study is None and self._study_name != "optuna"
+    def suggest(self, trial_id: str) -> dict:
+        trial = self.study.ask(fixed_distributions=self.space)
+        self.trials[trial_id] = self.storage.get_trial_id_from_study_id_trial_number(
+            self.storage.get_study_id_from_name(self.study.study_name), trial.number)
+        return trial.params
 
-    def reattach(self, storage) -> None:
-        """Opens the study and its trials in `storage` (the run's own optuna.db)."""
+    def tag(self, trial_id: str, **attrs) -> None:
+        """User attributes of the Optuna trial behind Tune's `trial_id`."""
+        if trial_id in self.trials:
+            for key, value in attrs.items():
+                self.storage.set_trial_user_attr(self.trials[trial_id], key, value)
+
+    def tag_figures(self, trial_id: str, result: dict) -> None:
+        # The evaluation's other figures beside the objective: what a trial reached.
+        self.tag(trial_id, **measured(result, [k for k in (*PROGRESS, *METRICS) if k != self.metric]))
+
+    def finished_in_storage(self, trial_id: str) -> bool:
+        if trial_id in self.finished or trial_id not in self.trials:
+            return trial_id in self.finished
+        return self.storage.get_trial(self.trials[trial_id]).state.is_finished()
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        if result.get("evaluated") is False or self.metric not in result:
+            return
+        self.evaluated[trial_id] = result
+        if not self.finished_in_storage(trial_id):
+            self.tag_figures(trial_id, result)
+            if result.get("samples") is not None:  # at the trial's training samples, every tool's x axis
+                self.storage.set_trial_intermediate_value(self.trials[trial_id], int(result["samples"]),
+                                                          float(result[self.metric]))
+
+    def on_trial_complete(self, trial_id: str, result: Optional[dict] = None, error: bool = False) -> None:
         import optuna
 
-        study = optuna.load_study(study_name=self._study_name, storage=storage, sampler=self._sampler)
-        self._ot_study, self._storage = study, storage
-        self._ot_trials = {tid: optuna.trial.Trial(study, _trial_id(t)) for tid, t in self._ot_trials.items()}
-        self._name_objective()
+        last = self.evaluated.pop(trial_id, None)
+        if result is not None and (result.get("evaluated") is False or self.metric not in result):
+            result = last  # the trial's last row was a checkpoint between evaluations
+        if trial_id not in self.trials or self.finished_in_storage(trial_id):
+            self.finished.add(trial_id)
+            return
+        value = None if result is None else result.get(self.metric)
+        if value is not None:
+            self.tag_figures(trial_id, result)
+        # As Ray's OptunaSearch tells it: no value is a failure where the trial
+        # failed, else pruned; a value Optuna refuses (NaN) fails the trial.
+        state = optuna.trial.TrialState.COMPLETE if value is not None else \
+            optuna.trial.TrialState.FAIL if error else optuna.trial.TrialState.PRUNED
+        number = self.storage.get_trial(self.trials[trial_id]).number
+        self.study.tell(number, value if value is not None and math.isfinite(value) else None,
+                        state=state if value is None or math.isfinite(value) else optuna.trial.TrialState.FAIL,
+                        skip_if_finished=True)
+        self.finished.add(trial_id)
+        self.name_choice()
 
+    def name_choice(self) -> None:
+        """The study's user attributes name the trial the report chooses for this
+        cell and seed: the best metric, ties decided by the spec's tie-break (each as
+        measured, a trial's user attributes). Optuna's own best trial is the best
+        value alone, the earliest among equal ones; optuna-dashboard shows both on
+        the study's page."""
+        done = [t for t in self.study.trials if t.state.is_finished() and t.value is not None
+                and math.isfinite(t.value) and "trial" in t.user_attrs]
+        if self.tie_break is None or not done:
+            return
 
-def _trial_id(trial) -> int:
-    return trial if isinstance(trial, int) else trial._trial_id
+        def rank(t):  # as the report ranks (workloads.metrics.rank_key)
+            return rank_key(t.value, self.mode), rank_key(t.user_attrs.get(self.tie_break), METRICS[self.tie_break].mode)
+
+        best = max(done, key=rank)  # the first of equal ranks, as the report's stable sort
+        self.study.set_user_attr("chosen_by_report", best.user_attrs["trial"])
+        self.study.set_user_attr("chosen_by", f"{self.metric} ({self.mode}), ties by {self.tie_break} "
+                                              f"({METRICS[self.tie_break].mode})")
 
 
 # The run directory `resume` works on: a restored searcher whose studies live in the
@@ -189,16 +199,15 @@ class CellwiseOptuna(Searcher):
                 self.fixed[cell] = cell_rates(spec, cell)
                 continue
             dist = getattr(spec.lr, cell.arch)
-            space = {"lr": FloatDistribution(dist.low, dist.high, log=dist.distribution == "loguniform")}
-            self.studies[cell] = _CellStudy(space=space, metric=search.metric, mode=search.mode, seed=i,
-                                            tie_break=search.ties_by,
-                                            storage=rdb, study_name=study_name(spec, cell) if rdb else None)
+            lr = FloatDistribution(dist.low, dist.high, log=dist.distribution == "loguniform")
+            self.studies[cell] = CellStudy(lr, search.metric, search.mode, seed=i, tie_break=search.ties_by,
+                                           storage=rdb, name=study_name(spec, cell) if rdb else None)
 
     def suggest(self, trial_id: str):
         open_cells = [c for c in self.used if self.used[c] < self.budgets[c]]
         if not open_cells:
             return Searcher.FINISHED
-        self._attach()
+        self.attach()
         cell = min(open_cells, key=lambda c: self.used[c])  # round robin over cells
         if cell in self.fixed:
             lr = self.fixed[cell][self.used[cell]]
@@ -210,12 +219,12 @@ class CellwiseOptuna(Searcher):
             self.owner[trial_id] = cell
         self.used[cell] += 1
         trial = trial_for(self.spec, *cell, lr)
-        name = self._name(cell, trial)
+        name = self.name_of(cell, trial)
         if cell not in self.fixed:  # its directory relative to the run directory: still true once the run moves
             self.studies[cell].tag(trial_id, trial=name, trial_dir=name)
         return {"trial": trial.model_dump(mode="json"), "grid": False, "name": name}
 
-    def _name(self, cell, trial: TrialConfig) -> str:
+    def name_of(self, cell, trial: TrialConfig) -> str:
         """The trial's name, its rate to three significant digits: more where an
         earlier trial of the cell has the name already."""
         taken = self.names.setdefault(cell, [])
@@ -224,7 +233,7 @@ class CellwiseOptuna(Searcher):
         taken.append(name)
         return name
 
-    def _attach(self) -> None:
+    def attach(self) -> None:
         """Opens the studies in their storage where they were restored detached: the
         run directory's own optuna.db (where `resume` finds the run now), else the
         storage the spec names."""
@@ -240,17 +249,16 @@ class CellwiseOptuna(Searcher):
             study.reattach(rdb)
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
-        self._attach()
+        self.attach()
         if trial_id in self.owner:
             self.studies[self.owner[trial_id]].on_trial_result(trial_id, result)
 
     def on_trial_complete(self, trial_id: str, result: Optional[dict] = None, error: bool = False) -> None:
-        self._attach()
+        self.attach()
         if trial_id in self.owner:
             self.studies[self.owner.pop(trial_id)].on_trial_complete(trial_id, result, error)
 
     def save(self, checkpoint_path: str) -> None:
-        # OptunaSearch's own save() persists its __dict__ (the in-memory study with it).
         state = {"used": self.used, "owner": self.owner, "names": self.names,
                  "studies": {c: s.__getstate__() for c, s in self.studies.items()}}
         with open(checkpoint_path, "wb") as f:
@@ -261,5 +269,15 @@ class CellwiseOptuna(Searcher):
             state = pickle.load(f)
         self.used, self.owner, self.names = state["used"], state["owner"], state.get("names", {})
         for cell, study_state in state["studies"].items():
-            self.studies[cell].__dict__.update(study_state)
-        self._attach()
+            self.studies[cell].__dict__.update(_study_state(study_state))
+        self.attach()
+
+
+def _study_state(state: dict) -> dict:
+    """A cell study's pickled state as this version keeps it: one saved while it was
+    Ray's OptunaSearch (before 2026-11-26) kept the storage's trial ids under other
+    names, and is reopened from its storage (an in-memory one is not carried over)."""
+    if "_ot_trials" not in state:
+        return state
+    ids = {tid: t for tid, t in state["_ot_trials"].items() if isinstance(t, int)}
+    return {"trials": ids, "finished": set(state.get("_completed_trials", ())), "evaluated": state.get("_evaluated", {})}

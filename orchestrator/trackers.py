@@ -19,16 +19,14 @@ from pathlib import Path
 
 import pandas as pd
 import ray.cloudpickle as cloudpickle
-from ray.air.integrations.mlflow import MLflowLoggerCallback
-from ray.air.integrations.wandb import WandbLoggerCallback, _WandbLoggingActor
-from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
-from ray.tune.logger.tensorboardx import TBXLoggerCallback
+from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, LoggerCallback
 from ray.tune.result import EXPR_PARAM_PICKLE_FILE, EXPR_RESULT_FILE, TRAINING_ITERATION
 from ray.tune.utils.util import SafeFallbackEncoder
 
 from orchestrator.rundir import TrialFiles
 from orchestrator.spec import SweepSpec
 from orchestrator.storage import answer_timeout, is_remote
+from orchestrator.unpromised import wandb_callback
 from workloads.config import TRIAL_IDS, TrialConfig
 from workloads.metrics import HELD_OUT, METRICS, measured
 
@@ -107,33 +105,10 @@ def _params(trial, swept) -> dict:
     return tracked_params(trial.config["trial"], swept)
 
 
-class _WandbActor(_WandbLoggingActor):
-    """W&B's logging actor: samples as the step of every metric (W&B's own
-    define_metric), each row's figures under their short names."""
-
-    def run(self):
-        try:
-            return super().run()
-        finally:
-            # W&B's service process otherwise ends with the actor's, before its exit
-            # hook tells it to: a ConnectionResetError traceback on a clean run.
-            self._wandb.teardown()
-
-    def _handle_result(self, result: dict) -> tuple[dict, dict]:
-        if not getattr(self, "_defined", False):
-            self._wandb.define_metric(STEP)
-            self._wandb.define_metric("train/*", step_metric=STEP)
-            self._wandb.define_metric("val/*", step_metric=STEP)
-            self._defined = True
-        return tracked_metrics(result), {}
-
-
-class Wandb(WandbLoggerCallback):
+class Wandb(wandb_callback(tracked_metrics, STEP, charts=("train/*", "val/*", "test/*"))):
     """One W&B run per trial, named after it (its id too: an offline run's folder,
     offline-run-<time>-<trial>-<tune id>, is found by the trial's name), with the
-    flat config."""
-
-    _logger_actor_cls = _WandbActor
+    flat config; samples are every chart's step."""
 
     def __init__(self, *args, swept: tuple[str, ...] = (), **kwargs):
         super().__init__(*args, **kwargs)
@@ -144,10 +119,9 @@ class Wandb(WandbLoggerCallback):
         run_id = f"{name.replace('.', '_')}-{trial.trial_id}"  # W&B ids take no dots
         # W&B's own lines (its banner, sync hints, a summary per run) stay in its
         # logs under the run directory: the console says where they are once.
-        self._start_logging_actor(trial, [], id=run_id, name=name, resume=False, reinit="finish_previous",
-                                  allow_val_change=True, group=self.group or trial.experiment_dir_name,
-                                  project=self.project, config=_params(trial, self.swept),
-                                  settings={"silent": True}, **self.kwargs)
+        self.start_run(trial, id=run_id, name=name, resume=False, reinit="finish_previous", allow_val_change=True,
+                       group=self.group or trial.experiment_dir_name, project=self.project,
+                       config=_params(trial, self.swept), settings={"silent": True}, **self.kwargs)
 
 
 def _or_off(method):
@@ -172,96 +146,155 @@ def _or_off(method):
     return guarded
 
 
-class MLflow(MLflowLoggerCallback):
-    """One MLflow run per trial: the flat config as its params, each row's figures
-    as metrics at its samples. MLflow logs from the driver, so a server that stops
-    answering would hold the sweep (MLflow waits 120 s per request and retries 7
-    times): its requests wait ICR_STORAGE_TIMEOUT_S (20 s) once, unless
-    MLFLOW_HTTP_REQUEST_TIMEOUT or _MAX_RETRIES say otherwise, and a failure turns
-    MLflow off for the rest of the sweep."""
+class MLflow(LoggerCallback):
+    """One MLflow run per trial, through MLflow's own client: the flat config as its
+    params, each row's figures as metrics at its samples. MLflow logs from the
+    driver, so a server that stops answering would hold the sweep (MLflow waits 120
+    s per request and retries 7 times): its requests wait ICR_STORAGE_TIMEOUT_S (20
+    s) once, unless MLFLOW_HTTP_REQUEST_TIMEOUT or _MAX_RETRIES say otherwise, and a
+    failure turns MLflow off for the rest of the sweep."""
 
-    def __init__(self, *args, swept: tuple[str, ...] = (), **kwargs):
-        super().__init__(*args, **kwargs)
-        self.swept = swept
+    def __init__(self, tracking_uri: str, experiment_name: str, tags: dict, swept: tuple[str, ...] = ()):
+        self.tracking_uri, self.experiment_name, self.tags, self.swept = tracking_uri, experiment_name, tags, swept
+        self.client, self.experiment_id, self.runs = None, None, {}
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(max(1, round(answer_timeout()))))
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
 
     @_or_off
     def setup(self, *args, **kwargs):
-        return super().setup(*args, **kwargs)
+        from mlflow import MlflowClient
+
+        self.client = MlflowClient(tracking_uri=self.tracking_uri)
+        experiment = self.client.get_experiment_by_name(self.experiment_name)
+        if experiment is None:
+            self.experiment_id = self.client.create_experiment(self.experiment_name)
+        else:
+            self.experiment_id = experiment.experiment_id
+            if experiment.lifecycle_stage == "deleted":  # named again: the experiment comes back
+                self.client.restore_experiment(self.experiment_id)
 
     @_or_off
     def log_trial_start(self, trial) -> None:
-        if trial not in self._trial_runs:
-            run = self.mlflow_util.start_run(tags={**self.tags, "trial_name": str(trial)}, run_name=str(trial))
-            self._trial_runs[trial] = run.info.run_id
-            self.mlflow_util.log_params(run_id=self._trial_runs[trial], params_to_log=_params(trial, self.swept))
+        from mlflow.entities import Param
+
+        if trial in self.runs or self.client is None:
+            return
+        run = self.client.create_run(self.experiment_id, run_name=str(trial), tags={**self.tags, "trial_name": str(trial)})
+        self.runs[trial] = run.info.run_id
+        params = [Param(key, str(value)) for key, value in _params(trial, self.swept).items()]
+        for i in range(0, len(params), 100):  # MLflow takes at most 100 params per batch
+            self.client.log_batch(run.info.run_id, params=params[i:i + 100])
 
     @_or_off
     def log_trial_result(self, iteration: int, trial, result: dict) -> None:
-        if trial not in self._trial_runs:
+        import time
+
+        from mlflow.entities import Metric
+
+        if trial not in self.runs:
             self.log_trial_start(trial)
+        if trial not in self.runs:
+            return
         figures = tracked_metrics(result)
-        step = int(figures.pop(STEP, 0))
-        self.mlflow_util.log_metrics(run_id=self._trial_runs[trial], metrics_to_log=figures, step=step)
+        step, now = int(figures.pop(STEP, 0)), int(time.time() * 1000)
+        metrics = [Metric(name, float(value), now, step) for name, value in figures.items()]
+        self.client.log_batch(self.runs[trial], metrics=metrics)
 
     @_or_off
     def log_trial_end(self, trial, failed: bool = False) -> None:
-        self.mlflow_util.end_run(run_id=self._trial_runs[trial], status="FAILED" if failed else "FINISHED")
+        if trial in self.runs:
+            self.client.set_terminated(self.runs.pop(trial), status="FAILED" if failed else "FINISHED")
 
 
-class TensorBoard(TBXLoggerCallback):
-    """TensorBoard files in each trial's directory (Tune's writer): the figures under
-    their short names at the trial's samples, and HParams over the flat config."""
+class TensorBoard(LoggerCallback):
+    """TensorBoard files in each trial's directory (tensorboardX's writer): the
+    figures under their short names at the trial's samples, and, at the trial's
+    end, HParams over the flat config with the latest of each figure."""
 
     def __init__(self, swept: tuple[str, ...] = ()):
-        super().__init__()
         self.swept = swept
+        self.writers, self.latest = {}, {}
+
+    def log_trial_start(self, trial) -> None:
+        from tensorboardX import SummaryWriter
+
+        if trial in self.writers:
+            self.writers[trial].close()
+        trial.init_local_path()
+        self.writers[trial] = SummaryWriter(trial.local_path, flush_secs=30)
+        self.latest.setdefault(trial, {})
 
     def log_trial_result(self, iteration: int, trial, result: dict) -> None:
-        if trial not in self._trial_writer:
+        if trial not in self.writers:
             self.log_trial_start(trial)
         figures = tracked_metrics(result)
         step = int(figures.pop(STEP, result[TRAINING_ITERATION]))
         for name, value in figures.items():
-            self._trial_writer[trial].add_scalar(name, value, global_step=step)
-        self._trial_result[trial] = {**self._trial_result[trial], **figures}  # HParams' metrics: the latest of each
-        self._trial_writer[trial].flush()
+            self.writers[trial].add_scalar(name, value, global_step=step)
+        self.latest[trial] = {**self.latest[trial], **figures}
+        self.writers[trial].flush()
 
-    def _try_log_hparams(self, trial, result: dict) -> None:
+    def log_trial_end(self, trial, failed: bool = False) -> None:
         from tensorboardX.summary import hparams
 
-        params = {k: v for k, v in _params(trial, self.swept).items() if v is not None}  # TensorBoard takes no None
-        for summary in hparams(hparam_dict=params, metric_dict=result):
-            self._trial_writer[trial].file_writer.add_summary(summary)
+        writer, latest = self.writers.pop(trial, None), self.latest.pop(trial, {})
+        if writer is None:
+            return
+        if latest:
+            params = {k: v for k, v in _params(trial, self.swept).items() if v is not None}  # TensorBoard takes no None
+            for summary in hparams(hparam_dict=params, metric_dict=latest):
+                writer.file_writer.add_summary(summary)
+        writer.close()
 
 
 class TrialFilesCallback(JsonLoggerCallback):
     """A sweep trial's params.json and result.json, written by the run directory's
     own writer (`TrialFiles`, which `train --out` uses too) where Tune's JSON logger
-    writes them; Tune's pickled config (params.pkl) and its restore of result.json
-    from remote storage stay Tune's. Being a JsonLoggerCallback, it keeps Tune from
-    adding its own."""
+    writes them, and Tune's pickled config (params.pkl) beside them. A trial that
+    continues from a checkpoint first fetches its result.json from storage (a
+    remote run's trial may start on another node). Being a JsonLoggerCallback (all
+    of whose methods it overrides), it keeps Tune from adding its own."""
+
+    def __init__(self):
+        self.files = {}
 
     def log_trial_start(self, trial) -> None:
         self.update_config(trial, trial.config)
-        trial.init_local_path()
-        self._restore_from_remote(EXPR_RESULT_FILE, trial)
-        self._trial_files[trial] = TrialFiles(trial.local_path, encoder=SafeFallbackEncoder)
+        if trial.checkpoint is not None:
+            _fetch(trial, EXPR_RESULT_FILE)
+        self.files[trial] = TrialFiles(trial.local_path, encoder=SafeFallbackEncoder)
 
     def log_trial_result(self, iteration: int, trial, result: dict) -> None:
-        if trial not in self._trial_files:
+        if trial not in self.files:
             self.log_trial_start(trial)
-        self._trial_files[trial].append(result)
+        self.files[trial].append(result)
 
     def log_trial_end(self, trial, failed: bool = False) -> None:
-        self._trial_files.pop(trial, None)
+        self.files.pop(trial, None)
 
     def update_config(self, trial, config: dict) -> None:
-        self._trial_configs[trial] = config
+        trial.init_local_path()
         TrialFiles(trial.local_path, encoder=SafeFallbackEncoder).write_config(config)
         with open(Path(trial.local_path, EXPR_PARAM_PICKLE_FILE), "wb") as f:
             cloudpickle.dump(config, f)
+
+
+def _fetch(trial, name: str) -> None:
+    """Copies a file of the trial's directory from the sweep's storage to the trial's
+    local directory (where they are one, the file itself)."""
+    import pyarrow.fs
+
+    storage = trial.storage
+    local, remote = Path(trial.local_path, name), f"{storage.trial_fs_path}/{name}"
+    try:
+        if isinstance(storage.storage_filesystem, pyarrow.fs.LocalFileSystem) and Path(remote).resolve() == local.resolve():
+            return
+        pyarrow.fs.copy_files(remote, str(local), source_filesystem=storage.storage_filesystem)
+    except FileNotFoundError:  # nothing stored yet
+        return
+    except OSError as e:  # unreadable: the rows start here
+        print(f"warning: {trial}: {name} could not be fetched from storage ({type(e).__name__}); its rows start anew "
+              "here and `icr-sweep resume` repairs them from the trial's checkpoint", file=sys.stderr, flush=True)
 
 
 def trackers(spec: SweepSpec, mlflow_uri) -> list:

@@ -4,7 +4,6 @@ The driver's side: the Ray it runs on (cluster.py), the code of a trial inside i
 worker (worker.py), how it stops (stopping.py) and its Optuna search
 (optuna_search.py) are modules of their own."""
 
-import contextlib
 import os
 from pathlib import Path
 from typing import Optional
@@ -22,56 +21,15 @@ from orchestrator.spec import SweepSpec
 from orchestrator.stopping import StopAtStep, sigterm_as_ctrl_c, stop_if_asked_early
 from orchestrator.storage import is_remote, local_view
 from orchestrator.trackers import trackers
+from orchestrator.unpromised import trial_actors_named
 from orchestrator.worker import trainable_fn
 from workloads.config import TrialConfig
 from workloads.metrics import METRICS, PLOTTED
 
 
-@contextlib.contextmanager
-def _trial_actors_named():
-    """Names each trial's actor after its trial, so that the Ray dashboard's Actors
-    page finds a trial by its Name column and search (the repr, `_TrialActor`, is
-    only shown once the actor runs). Tune creates the actors unnamed and has no
-    option for a name (ray-project/ray#32763), so while this is open its controller
-    gets a cache of actor classes whose `_remote` adds the trial's name (Ray 2.60's
-    `_ActorClassCache`; Ray is pinned; another Ray keeps Tune's unnamed actors). A
-    trial started again in the same driver (a retry after a failure) is named
-    `<name> (2)`, ...: the name of the actor that failed may not be free yet."""
-    from ray.tune.execution import tune_controller
-
-    real = getattr(tune_controller, "_ActorClassCache", None)
-    if real is None:
-        yield
-        return
-    starts: dict[str, int] = {}
-
-    def named(make):
-        def _remote(args=None, kwargs=None, **options):
-            storage = (kwargs or {}).get("storage")
-            trial = getattr(storage, "trial_dir_name", None)
-            if trial and "name" not in options:
-                starts[trial] = starts.get(trial, 0) + 1
-                options["name"] = trial if starts[trial] == 1 else f"{trial} ({starts[trial]})"
-            return make(args=args, kwargs=kwargs, **options)
-        return _remote
-
-    class Named(real):
-        def get(self, trainable_cls):
-            actor_cls = super().get(trainable_cls)
-            if "_remote" not in vars(actor_cls):  # the cache hands out one class per trainable
-                actor_cls._remote = named(actor_cls._remote)
-            return actor_cls
-
-    tune_controller._ActorClassCache = Named
-    try:
-        yield
-    finally:
-        tune_controller._ActorClassCache = real
-
-
 def _fit(tuner) -> None:
     stop_if_asked_early()
-    with sigterm_as_ctrl_c(), _trial_actors_named():
+    with sigterm_as_ctrl_c(), trial_actors_named():
         tuner.fit()
 
 
@@ -96,11 +54,9 @@ def _per_trial(spec: SweepSpec, resources: dict):
     gpus_per_trial: auto, each trial's share by its estimated peak memory."""
     if resources["gpu"] != "auto":
         return resources
-    from ray.tune.execution.placement_groups import resource_dict_to_pg_factory
-
     def per_trial(config: dict):
         share, _ = gpu_share(spec.resources, TrialConfig.model_validate(config["trial"]))
-        return resource_dict_to_pg_factory({"cpu": resources["cpu"], "gpu": share})
+        return tune.PlacementGroupFactory([{"CPU": resources["cpu"], "GPU": share}])
 
     return per_trial
 

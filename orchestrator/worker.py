@@ -16,6 +16,7 @@ from ray import tune
 
 from orchestrator.rundir import FAILS_AGAIN, STOP_FILE, catch_up, stored_rows
 from orchestrator.stopping import StopRequests
+from orchestrator.unpromised import mix_into_trials, name_trial_actor
 from workloads.checkpoint import CheckpointError, first_intact
 from workloads.config import TrialConfig
 from workloads.threads import bound_threads
@@ -108,7 +109,7 @@ class _TrialActor:
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._name = self.trial_name or self._name
+        name_trial_actor(self, self.trial_name)
 
     def restore(self, checkpoint_path, *args, **kwargs):
         checkpoint = getattr(checkpoint_path, "checkpoint", None)
@@ -126,16 +127,14 @@ def _missing(checkpoint: tune.Checkpoint) -> bool:
         return False
 
 
-trainable_fn.__mixins__ = (_TrialActor,)
+mix_into_trials(trainable_fn, _TrialActor)
 
 
 def _trial_storage():
-    """(pyarrow filesystem, path) of the trial's directory in the sweep's storage.
-    Ray 2.60's session holds it (private API; Ray is pinned in pyproject.toml)."""
+    """(pyarrow filesystem, path) of the trial's directory in the sweep's storage
+    (Tune's context: a developer API)."""
     try:
-        from ray.train._internal.session import get_session
-
-        storage = get_session().storage
+        storage = tune.get_context().get_storage()
         return storage.storage_filesystem, storage.trial_fs_path
     except Exception:  # another Ray: Tune's own checkpoint alone
         return None

@@ -267,7 +267,7 @@ def test_each_trials_actor_is_named_after_its_trial_and_a_retry_apart(tmp_path, 
     import ray
     from ray import tune
 
-    from orchestrator.tune import _trial_actors_named
+    from orchestrator.unpromised import trial_actors_named
 
     def name(trial):
         return f"trial-x{trial.config['x']}"
@@ -281,7 +281,7 @@ def test_each_trials_actor_is_named_after_its_trial_and_a_retry_apart(tmp_path, 
             run_config=tune.RunConfig(storage_path=str(tmp_path / "runs"), verbose=0,
                                       failure_config=tune.FailureConfig(max_failures=1)),
         )
-        with _trial_actors_named():
+        with trial_actors_named():
             results = tuner.fit()
     finally:
         ray.shutdown()

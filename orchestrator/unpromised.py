@@ -1,0 +1,225 @@
+"""What icr-sweep uses of Ray, Tune and their W&B integration that the libraries do
+not promise: every private name, here and nowhere else in orchestrator/. Each use
+says what it buys and which public API was tried; `PRIVATE_NAMES` lists them, and
+tests/orchestrator/test_unpromised.py checks each against the installed library, so
+that a release that moves one fails there, naming the name and the version, not
+somewhere in a sweep. Ray is pinned in pyproject.toml; where a name is gone at run
+time, each use falls back to what the public API gives (said in its docstring).
+Optuna needs none: its studies are driven through ask-and-tell and its storage's
+methods (optuna_search.py)."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+
+@dataclass(frozen=True)
+class PrivateName:
+    library: str  # the distribution whose version a change is reported against
+    module: str
+    name: str  # dotted within the module: a class's attribute as Class.attr
+    buys: str
+    tried: str
+    set_in: Optional[str] = None  # a name no object holds until run (an instance attribute, a keyword
+    # argument read from **kwargs): the function, dotted within the module, whose source names it
+
+
+PRIVATE_NAMES = (
+    PrivateName("ray", "ray", "_temp_dir", set_in="init",
+                buys="the embedded Ray's session files (logs, sockets) where the sweep's --ray-temp says, so that "
+                "two users' or tests' Rays on one machine do not share /tmp/ray",
+                tried="RAY_TMPDIR (read in Ray 2.60 as a base directory under which Ray adds `ray`; "
+                "undocumented, so no more promised than this keyword, which Ray's docs name)"),
+    PrivateName("ray", "ray._private.services", "canonicalize_bootstrap_address",
+                "`--address auto` resolved to the host:port it names (RAY_ADDRESS or the last `ray start`), so that "
+                "the tool checks it answers before ray.init, which retries an unreachable address forever",
+                "ray.init(address=...) (connects, never resolves alone); ray.util.client (ray:// only)"),
+    PrivateName("ray", "ray._private.services", "ConsolePopen",
+                "the embedded Ray's daemons in a process group of their own, so that a stop sent to the driver's "
+                "group (systemd, a batch scheduler, docker stop) reaches the driver alone",
+                "ray.init has no option for the daemons' process group"),
+    PrivateName("ray", "ray._private.state", "state.get_cluster_config",
+                "the GPUs per node an autoscaler (v2) can add, for `gpus_per_trial` on a cluster that starts empty",
+                "ray.cluster_resources() / ray.available_resources() (only nodes that are up); "
+                "ray.autoscaler.sdk (requests resources, does not list node types)"),
+    PrivateName("ray", "ray.tune.execution.tune_controller", "_ActorClassCache",
+                "each trial's actor named after its trial in the Ray dashboard (Tune creates them unnamed)",
+                "tune.with_resources / tune.TuneConfig (no actor options; ray-project/ray#32763)"),
+    PrivateName("ray", "ray.tune.trainable.function_trainable", "_name", set_in="wrap_function",
+                buys="the trial's actor listed by its trial's name (its repr) on the dashboard's Actors page",
+                tried="Trainable.trial_name (public, but the repr reads _name)"),
+    PrivateName("ray", "ray.tune.trainable.function_trainable", "__mixins__", set_in="wrap_function",
+                buys="the class Tune makes of a trial's function given the methods of a class of ours (the actor's "
+                "name, a checkpoint gone from storage passed over)",
+                tried="a Trainable class of our own (public, but the function API's reporting and checkpointing "
+                "would be rewritten for it)"),
+    PrivateName("ray", "ray.air.integrations.wandb", "_WandbLoggingActor",
+                "W&B's logging actor with samples as every chart's step (define_metric), the project's metric "
+                "names, and W&B's service ended before the actor (no ConnectionResetError at exit)",
+                "WandbLoggerCallback's public options (no step metric, no renaming, no teardown)"),
+    PrivateName("ray", "ray.air.integrations.wandb", "_WandbLoggingActor._handle_result",
+                "the row each W&B log call gets", "WandbLoggerCallback(excludes=...) (drops keys, renames none)"),
+    PrivateName("ray", "ray.air.integrations.wandb", "_wandb", set_in="_WandbLoggingActor.__init__",
+                buys="the actor's wandb module, for define_metric and teardown", tried="none public"),
+    PrivateName("ray", "ray.air.integrations.wandb", "WandbLoggerCallback._logger_actor_cls",
+                "the logging actor class above", "none public"),
+    PrivateName("ray", "ray.air.integrations.wandb", "WandbLoggerCallback._start_logging_actor",
+                "one W&B run per trial with its own id, name and flat config",
+                "WandbLoggerCallback.log_trial_start (names the run by Tune's trial id, logs the nested config)"),
+)
+
+
+def missing(private: PrivateName) -> Optional[str]:
+    """None where the installed library still has `private`, else what changed,
+    naming the name, the library and its version."""
+    import importlib
+    import importlib.metadata
+    import inspect
+
+    version = importlib.metadata.version(private.library)
+    where = f"{private.module}.{private.set_in or private.name}"
+    try:
+        found = importlib.import_module(private.module)
+        for part in (private.set_in or private.name).split("."):
+            found = getattr(found, part)
+        if private.set_in is not None and private.name not in inspect.getsource(inspect.unwrap(found)):
+            return f"{private.library} {version}: {where} no longer reads {private.name}; it bought: {private.buys}"
+    except (ImportError, AttributeError, TypeError, OSError) as e:
+        return f"{private.library} {version} has no {where} ({type(e).__name__}: {e}); it bought: {private.buys}"
+    return None
+
+
+def temp_dir_option(temp_dir: Optional[str]) -> dict:
+    """ray.init's keyword for the session's temporary directory."""
+    return {"_temp_dir": temp_dir}
+
+
+def mix_into_trials(trainable: Callable, mixin: type) -> None:
+    """Tune's class for `trainable` (a function) inherits `mixin` first."""
+    trainable.__mixins__ = (mixin,)
+
+
+def bootstrap_address(address: str) -> str:
+    """The host:port `address` names (`auto`: RAY_ADDRESS or the last `ray start`)."""
+    from ray._private.services import canonicalize_bootstrap_address
+
+    return canonicalize_bootstrap_address(address)
+
+
+@contextlib.contextmanager
+def daemons_in_a_group_of_their_own():
+    """Within it, a Ray started here runs its daemons (GCS, raylet, dashboard) in a
+    process group of their own (Ray starts each with its ConsolePopen); another Ray
+    keeps them in the driver's group."""
+    from ray._private import services
+
+    real = getattr(services, "ConsolePopen", None)
+    if real is None:
+        yield
+        return
+
+    class Grouped(real):
+        def __init__(self, *args, **kwargs):
+            if not kwargs.get("start_new_session") and kwargs.get("process_group") is None:
+                kwargs["process_group"] = 0
+            super().__init__(*args, **kwargs)
+
+    services.ConsolePopen = Grouped
+    try:
+        yield
+    finally:
+        services.ConsolePopen = real
+
+
+def autoscaler_node_groups() -> dict[str, float]:
+    """GPUs per node of each node group the cluster's autoscaler (v2) can start, as
+    the GCS reports them (empty where it reports none, or cannot)."""
+    import ray
+
+    try:
+        config = ray._private.state.state.get_cluster_config()
+        return {g.name: float(g.resources.get("GPU", 0)) for g in config.node_group_configs if g.max_count != 0} \
+            if config else {}
+    except Exception:  # an older GCS without the call, or another Ray
+        return {}
+
+
+@contextlib.contextmanager
+def trial_actors_named():
+    """Within it, Tune names each trial's actor after its trial (the dashboard's
+    Actors page finds a trial by its Name column); a trial started again in the same
+    driver (a retry) is named `<name> (2)`, ...: the failed actor's name may not be
+    free yet. Another Ray keeps Tune's unnamed actors."""
+    from ray.tune.execution import tune_controller
+
+    real = getattr(tune_controller, "_ActorClassCache", None)
+    if real is None:
+        yield
+        return
+    starts: dict[str, int] = {}
+
+    def named(make):
+        def remote(args=None, kwargs=None, **options):
+            storage = (kwargs or {}).get("storage")
+            trial = getattr(storage, "trial_dir_name", None)
+            if trial and "name" not in options:
+                starts[trial] = starts.get(trial, 0) + 1
+                options["name"] = trial if starts[trial] == 1 else f"{trial} ({starts[trial]})"
+            return make(args=args, kwargs=kwargs, **options)
+        return remote
+
+    class Named(real):
+        def get(self, trainable_cls):
+            actor_cls = super().get(trainable_cls)
+            if "_remote" not in vars(actor_cls):  # the cache hands out one class per trainable
+                actor_cls._remote = named(actor_cls._remote)
+            return actor_cls
+
+    tune_controller._ActorClassCache = Named
+    try:
+        yield
+    finally:
+        tune_controller._ActorClassCache = real
+
+
+def name_trial_actor(actor, name: Optional[str]) -> None:
+    """The repr of a function trainable's actor (what the dashboard lists), which
+    Tune sets to the function's name for every trial."""
+    if name:
+        actor._name = name
+
+
+def wandb_callback(figures: Callable[[dict], dict], step: str, charts: tuple[str, ...]):
+    """Ray's WandbLoggerCallback class, opened where it has no public hook: its
+    logging actor logs `figures(row)` with `step` as the step metric of every chart
+    matching `charts` (W&B's define_metric), and ends W&B's service before the actor
+    ends; `start_run(trial, **init)` starts one trial's run with wandb.init's
+    arguments as given."""
+    from ray.air.integrations.wandb import WandbLoggerCallback, _WandbLoggingActor
+
+    class Actor(_WandbLoggingActor):
+        def run(self):
+            try:
+                return super().run()
+            finally:
+                # W&B's service process otherwise ends with the actor's, before its exit
+                # hook tells it to: a ConnectionResetError traceback on a clean run.
+                self._wandb.teardown()
+
+        def _handle_result(self, result: dict) -> tuple[dict, dict]:
+            if not getattr(self, "defined", False):
+                self._wandb.define_metric(step)
+                for chart in charts:
+                    self._wandb.define_metric(chart, step_metric=step)
+                self.defined = True
+            return figures(result), {}
+
+    class Callback(WandbLoggerCallback):
+        _logger_actor_cls = Actor
+
+        def start_run(self, trial, **init) -> None:
+            self._start_logging_actor(trial, [], **init)
+
+    return Callback

@@ -1,0 +1,48 @@
+"""Every private Ray name icr-sweep uses is kept in orchestrator/unpromised.py: each
+one is checked here against the installed library, so that a release that moves
+one fails here, naming the name and the version."""
+
+import re
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from orchestrator.unpromised import PRIVATE_NAMES, missing
+
+ORCHESTRATOR = Path(__file__).resolve().parents[2] / "orchestrator"
+
+
+@pytest.mark.parametrize("private", PRIVATE_NAMES, ids=lambda p: f"{p.module}.{p.name}")
+def test_each_private_name_the_tool_uses_is_still_in_the_installed_library(private):
+    assert missing(private) is None, missing(private)
+
+
+@pytest.mark.parametrize("name, changed, says", [
+    ("canonicalize_bootstrap_address", dict(name="canonicalize_address"),
+     "has no ray._private.services.canonicalize_address (AttributeError"),
+    ("_ActorClassCache", dict(module="ray.tune.execution.gone"), "has no ray.tune.execution.gone._ActorClassCache"),
+    ("__mixins__", dict(name="__bases_to_mix__"), "ray.tune.trainable.function_trainable.wrap_function no longer reads "
+                                                  "__bases_to_mix__"),
+    ("_temp_dir", dict(name="_tmp_dir"), "ray.init no longer reads _tmp_dir"),
+])
+def test_a_name_a_release_moved_is_reported_with_the_library_version_and_what_it_bought(name, changed, says):
+    import ray
+
+    private = next(p for p in PRIVATE_NAMES if p.name == name)
+    message = missing(replace(private, **changed))
+    assert message is not None and says in message and f"ray {ray.__version__}" in message, message
+    assert message.endswith(f"it bought: {private.buys}")
+
+
+def test_no_other_module_of_the_orchestrator_uses_a_private_name_of_ray_tune_or_optuna():
+    # The issue's own check: `grep -rn "\._[a-z]" orchestrator | grep -E "ray|tune|optuna"`,
+    # plus imports of a private name (`from ray... import _X`) and ray's private modules.
+    out = subprocess.run(["grep", "-rn", r"\._[a-z]", "--include=*.py", str(ORCHESTRATOR)],
+                         capture_output=True, text=True).stdout
+    hits = {line.split(":")[0] for line in out.splitlines() if re.search("ray|tune|optuna", line)}
+    imports = subprocess.run(["grep", "-rnE", r"(from (ray|optuna)\S* import .*\b_[A-Za-z])|(ray|optuna)\S*\._",
+                              "--include=*.py", str(ORCHESTRATOR)], capture_output=True, text=True).stdout
+    hits |= {line.split(":")[0] for line in imports.splitlines()}
+    assert {Path(h).name for h in hits} == {"unpromised.py"}, out + imports
