@@ -1,18 +1,16 @@
-"""How a sweep stops: Ctrl-C or SIGTERM asks each running trial to checkpoint the
-step it is at (through a stop file in the run directory) before Tune stops it."""
+"""How a trial stops, in a sweep and in `train` alike: Ctrl-C or SIGTERM writes a
+stop file (the run directory's, or `train --out`'s), and the trial, reading it
+after its current step (`StopRequests`, its `Hooks.stop`), checkpoints that step.
+`train`'s trial then ends; a sweep's trains on until Tune, told by the driver once
+every running trial has reported its checkpoint (StopAtStep in tune.py), stops it.
+Nothing here imports Ray: `train` runs without it."""
 
 import contextlib
 import os
 import signal
-import sys
-import threading
-import time
 from pathlib import Path
+from typing import Callable, Optional
 
-from ray import tune
-
-from orchestrator.rundir import STOP_FILE
-from orchestrator.storage import is_remote
 
 
 # A driver asked to stop (Ctrl-C, SIGTERM) first writes this file into the run
@@ -76,54 +74,32 @@ class StopRequests:
         return True
 
 
-class StopAtStep(tune.Callback):
-    """Ctrl-C (or SIGTERM, forwarded as Ctrl-C) asks the running trials to checkpoint
-    the step they are at before Tune stops them: Tune's own handler is called once
-    every running trial has reported that checkpoint, after STOP_WAIT_S, or at a
-    second Ctrl-C. Tune installs its handler before it sets its callbacks up."""
+class StopOnSignals:
+    """Within it, SIGINT or SIGTERM (Ctrl-C, a cluster's or a spot instance's stop)
+    writes `stop_file`, which the trial reads (`StopRequests`); a second signal stops
+    at once (KeyboardInterrupt). `name` is the first signal's."""
 
-    def __init__(self, run_dir: str):
-        self.stop_file = None if is_remote(run_dir) else Path(run_dir, STOP_FILE)
-        self.asked_at, self.reported, self.tune_handler = None, set(), None
+    def __init__(self, stop_file: Path, say: Callable[[str], None]):
+        self.stop_file, self.say = Path(stop_file), say
+        self.name: Optional[str] = None
+        self.previous = {}
 
-    def __getstate__(self):  # pickled with the run config: the signal handlers stay behind
-        return {"stop_file": self.stop_file, "asked_at": None, "reported": set(), "tune_handler": None}
-
-    def setup(self, **info):
-        if self.stop_file is None:
-            return
-        self.stop_file.unlink(missing_ok=True)  # a stale request of a driver that was killed
-        handler = signal.getsignal(signal.SIGINT)
-        if callable(handler) and threading.current_thread() is threading.main_thread():
-            self.tune_handler = handler
-            signal.signal(signal.SIGINT, self._asked)
-            if EARLY_STOP.requested:  # asked before Tune's loop and swallowed on the way: stop before any trial
-                self._stop_now()
-
-    def _asked(self, signum, frame):
-        if self.asked_at is not None:
-            return self._stop_now(signum, frame)
-        self.asked_at = time.monotonic()
+    def handle(self, signum, frame):
+        if self.name is not None:
+            raise KeyboardInterrupt
+        self.name = signal.Signals(signum).name
         self.stop_file.write_bytes(b"")
-        print("Stopping: each running trial first checkpoints the step it is at (Ctrl-C again to stop at once).",
-              file=sys.stderr, flush=True)
+        self.say(f"{self.name}: stopping after this step with a checkpoint (again to stop at once)")
 
-    def _stop_now(self, signum=signal.SIGINT, frame=None):
-        signal.signal(signal.SIGINT, self.tune_handler)
+    def __enter__(self):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self.previous[sig] = signal.signal(sig, self.handle)
+        return self
+
+    def __exit__(self, *exc):
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
         self.stop_file.unlink(missing_ok=True)
-        self.tune_handler(signum, frame)
-
-    def on_trial_result(self, iteration, trials, trial, result, **info):
-        if self.asked_at is not None and result.get("checkpoint_reason") == "stop":
-            self.reported.add(trial.trial_id)
-
-    def on_step_begin(self, iteration, trials, **info):
-        if self.asked_at is None or self.tune_handler is None:
-            return
-        running = {t.trial_id for t in trials if t.status == "RUNNING"}
-        if running <= self.reported or time.monotonic() - self.asked_at > STOP_WAIT_S:
-            self.asked_at = None
-            self._stop_now()
 
 
 @contextlib.contextmanager

@@ -5,6 +5,10 @@ worker (worker.py), how it stops (stopping.py) and its Optuna search
 (optuna_search.py) are modules of their own."""
 
 import os
+import signal
+import sys
+import threading
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -14,17 +18,67 @@ from orchestrator.cluster import ClusterError
 from orchestrator.grid import cell_budget, cells, plan, planned_trials
 from orchestrator.optuna_search import RESUMING, CellwiseOptuna, optuna_storage
 from orchestrator.packing import gpu_share
-from orchestrator.rundir import (MLFLOW_FILE, PARAMS_FILE, RESULTS_FILE, load_trials, read_plan, restore_rows,
+from orchestrator.rundir import (MLFLOW_FILE, PARAMS_FILE, RESULTS_FILE, STOP_FILE, load_trials, read_plan, restore_rows,
                                   set_aside_for_rebuild, sqlite_url, tune_statuses, write_plan,
                                   write_spec_record)
 from orchestrator.spec import SweepSpec
-from orchestrator.stopping import StopAtStep, sigterm_as_ctrl_c, stop_if_asked_early
+from orchestrator.stopping import EARLY_STOP, STOP_WAIT_S, sigterm_as_ctrl_c, stop_if_asked_early
 from orchestrator.storage import is_remote, local_view
 from orchestrator.trackers import trackers
 from orchestrator.unpromised import trial_actors_named
 from orchestrator.worker import trainable_fn
 from workloads.config import TrialConfig
 from workloads.metrics import METRICS, PLOTTED
+
+
+class StopAtStep(tune.Callback):
+    """Ctrl-C (or SIGTERM, forwarded as Ctrl-C) asks the running trials to checkpoint
+    the step they are at before Tune stops them: Tune's own handler is called once
+    every running trial has reported that checkpoint, after STOP_WAIT_S, or at a
+    second Ctrl-C. Tune installs its handler before it sets its callbacks up."""
+
+    def __init__(self, run_dir: str):
+        self.stop_file = None if is_remote(run_dir) else Path(run_dir, STOP_FILE)
+        self.asked_at, self.reported, self.tune_handler = None, set(), None
+
+    def __getstate__(self):  # pickled with the run config: the signal handlers stay behind
+        return {"stop_file": self.stop_file, "asked_at": None, "reported": set(), "tune_handler": None}
+
+    def setup(self, **info):
+        if self.stop_file is None:
+            return
+        self.stop_file.unlink(missing_ok=True)  # a stale request of a driver that was killed
+        handler = signal.getsignal(signal.SIGINT)
+        if callable(handler) and threading.current_thread() is threading.main_thread():
+            self.tune_handler = handler
+            signal.signal(signal.SIGINT, self._asked)
+            if EARLY_STOP.requested:  # asked before Tune's loop and swallowed on the way: stop before any trial
+                self._stop_now()
+
+    def _asked(self, signum, frame):
+        if self.asked_at is not None:
+            return self._stop_now(signum, frame)
+        self.asked_at = time.monotonic()
+        self.stop_file.write_bytes(b"")
+        print("Stopping: each running trial first checkpoints the step it is at (Ctrl-C again to stop at once).",
+              file=sys.stderr, flush=True)
+
+    def _stop_now(self, signum=signal.SIGINT, frame=None):
+        signal.signal(signal.SIGINT, self.tune_handler)
+        self.stop_file.unlink(missing_ok=True)
+        self.tune_handler(signum, frame)
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        if self.asked_at is not None and result.get("checkpoint_reason") == "stop":
+            self.reported.add(trial.trial_id)
+
+    def on_step_begin(self, iteration, trials, **info):
+        if self.asked_at is None or self.tune_handler is None:
+            return
+        running = {t.trial_id for t in trials if t.status == "RUNNING"}
+        if running <= self.reported or time.monotonic() - self.asked_at > STOP_WAIT_S:
+            self.asked_at = None
+            self._stop_now()
 
 
 def _fit(tuner) -> None:

@@ -52,7 +52,7 @@ def trainable_fn(config: dict) -> None:
         room = (Path(storage[1]),) if local else ()  # local storage: a checkpoint needs room on its disk too
         asked = StopRequests(Path(storage[1]).parent / STOP_FILE) if local else None
         try:
-            run_trial(trial, Hooks(report=report, checkpoint_now=asked, on_resume=on_resume),
+            run_trial(trial, Hooks(report=report, stop=asked, stop_ends=False, on_resume=on_resume),
                       Checkpoints(dir=Path(work) / "checkpoint", resume_from=resume, room_in=room))
         except NonFiniteLoss as e:
             if e.step == 1 and storage is not None:  # before any update: every retry meets it again

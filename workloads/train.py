@@ -355,17 +355,21 @@ class Hooks:
     every evaluation and at every checkpoint between them (after `checkpoint_every_s`
     seconds of `clock`, a progress row with `evaluated` False, so that a killed trial
     loses at most that much training). `on_step(samples)` follows every optimiser
-    step. `should_stop()`, asked after every step, ends the run with a checkpoint
-    (the metrics then hold `stopped`: True); `checkpoint_now()` takes one and trains
-    on (a sweep's stop: Tune then ends the trial). `on_resume(rows)` gets the rows
+    step. `stop()`, asked after every step, is the host's stop request (each host
+    reads it from a stop file: orchestrator.stopping): the step is checkpointed,
+    then the run ends (the metrics hold `stopped`: True), or, with `stop_ends`
+    False, trains on (a sweep's worker: Tune ends the trial once the checkpoint is
+    reported, and would count a trial that ended itself as finished). An
+    evaluation is a checkpoint: a request heard there ends the run at once, and a
+    worker's waits for the next step. `on_resume(rows)` gets the rows
     reported up to the checkpoint a trial continues from (its evaluations, then its
     own row), for the host to store those missing (rundir.catch_up). `stop_after`
     ends the run once that many samples are done (to simulate an interruption)."""
 
     report: Optional[Report] = None
     on_step: Optional[Callable[[int], None]] = None
-    should_stop: Optional[Callable[[], bool]] = None
-    checkpoint_now: Optional[Callable[[], bool]] = None
+    stop: Optional[Callable[[], bool]] = None
+    stop_ends: bool = True
     on_resume: Optional[Callable[[list[dict]], None]] = None
     clock: Callable[[], float] = time.monotonic
     stop_after: Optional[int] = None
@@ -396,14 +400,13 @@ def run_trial(config: dict | TrialConfig, hooks: Hooks = Hooks(), checkpoints: C
             metrics = run.evaluate(step, val_batches)
             if h.stop_after is not None and trial.samples >= h.stop_after:
                 break
-            if h.should_stop is not None and h.should_stop() and trial.samples < config.train.samples:
+            if h.stop_ends and h.stop is not None and h.stop() and trial.samples < config.train.samples:
                 return {**metrics, "stopped": True}
             continue
-        stop = h.should_stop is not None and h.should_stop()
-        asked = stop or (h.checkpoint_now is not None and h.checkpoint_now())
+        asked = h.stop is not None and h.stop()
         if run.checkpoint_due(asked):
             metrics = run.checkpoint(step, "stop" if asked else "time")
-        if stop:
+        if asked and h.stop_ends:
             return {**(metrics or run.progress(step, final_eval=False, evaluated=False)), "stopped": True}
         if h.stop_after is not None and trial.samples >= h.stop_after:
             break

@@ -91,7 +91,8 @@ def _train_trial(config, out: Path, cpus: int) -> None:
     bound_threads(cpus)  # before torch starts its pools
     from tqdm import tqdm
 
-    from orchestrator.rundir import TrialFiles, catch_up, repair_results
+    from orchestrator.rundir import STOP_FILE, TrialFiles, catch_up, repair_results
+    from orchestrator.stopping import StopOnSignals, StopRequests
     from workloads.metrics import METRICS
     from workloads.checkpoint import CHECKPOINT_FILE, CheckpointError, DiskSpaceError
     from workloads.train import Checkpoints, Hooks, run_trial
@@ -119,10 +120,10 @@ def _train_trial(config, out: Path, cpus: int) -> None:
         catch_up(files.stored_rows(), rows, report=lambda row: report(row, None),
                  say=lambda line: typer.echo(f"{config.name}: {line}", err=True))
 
-    stop = _StopSignals()
+    stop = StopOnSignals(out / STOP_FILE, say=lambda line: typer.secho(f"\n{line}", fg=typer.colors.YELLOW, err=True))
     try:
         with stop:
-            hooks = Hooks(report=report, on_step=on_step, should_stop=stop.requested, on_resume=on_resume)
+            hooks = Hooks(report=report, on_step=on_step, stop=StopRequests(out / STOP_FILE), on_resume=on_resume)
             metrics = run_trial(config, hooks, Checkpoints(dir=checkpoint, resume_from=resume))
     except (CheckpointError, DiskSpaceError) as e:
         fail(str(e))
@@ -169,37 +170,3 @@ def _train_preflight(config) -> None:
     problems = problems or check_models([config])  # a model that does not fit is not built
     if problems:
         fail("; ".join(problems))
-
-
-class _StopSignals:
-    """SIGINT and SIGTERM (Ctrl-C, a cluster's or a spot instance's stop) ask the
-    trial to stop at its next step, checkpointed; a second signal stops at once."""
-
-    def __init__(self):
-        self.name = None
-        self._previous = {}
-
-    def requested(self) -> bool:
-        return self.name is not None
-
-    def _handle(self, signum, frame):
-        import signal
-
-        if self.name is not None:
-            raise KeyboardInterrupt
-        self.name = signal.Signals(signum).name
-        typer.secho(f"\n{self.name}: stopping after this step with a checkpoint (again to stop at once)",
-                    fg=typer.colors.YELLOW, err=True)
-
-    def __enter__(self):
-        import signal
-
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def __exit__(self, *exc):
-        import signal
-
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)

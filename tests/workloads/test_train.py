@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 import workloads.train as train_mod
 from orchestrator.cli import app
+from orchestrator.rundir import STOP_FILE
 from workloads.config import TrialConfig, trial_config
 from workloads.evaluate import answers, generate
 from workloads.metrics import METRICS, PROGRESS
@@ -526,11 +527,22 @@ def test_checkpoints_between_evaluations_by_time_and_a_resume_from_one_matches_a
 def test_a_trial_asked_to_stop_checkpoints_its_current_step(tmp_path):
     config = small_trial()
     asked = iter([False] * 10 + [True])
-    metrics = run_trial(config, Hooks(should_stop=lambda: next(asked)), Checkpoints(dir=tmp_path))
+    metrics = run_trial(config, Hooks(stop=lambda: next(asked)), Checkpoints(dir=tmp_path))
     assert metrics["stopped"] and metrics["samples"] == 11 * 32 and not metrics["evaluated"]
     assert _weights(tmp_path)["samples"] == 11 * 32  # nothing since the evaluation at 256 is lost
     finished = run_trial(config, Hooks(), Checkpoints(dir=tmp_path, resume_from=tmp_path))
     assert finished["samples"] == 1024 and finished["final_eval"]
+
+
+def test_a_sweeps_trial_asked_to_stop_checkpoints_its_step_and_trains_on_for_tune_to_end_it(tmp_path):
+    config = small_trial()
+    rows = []
+    asked = iter([False] * 7 + [True])  # step 8 evaluates and asks nothing: the 8th ask is step 9's
+    metrics = run_trial(config, Hooks(report=lambda m, _: rows.append(m), stop=lambda: next(asked, False), stop_ends=False),
+                        Checkpoints(dir=tmp_path))
+    assert "stopped" not in metrics and metrics["samples"] == 1024 and metrics["final_eval"]
+    stops = [r for r in rows if r.get("checkpoint_reason") == "stop"]
+    assert [r["samples"] for r in stops] == [9 * 32] and not stops[0]["evaluated"]
 
 
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
@@ -559,6 +571,7 @@ def test_train_stops_on_a_signal_with_a_checkpoint_and_exit_130(tmp_path, sig):
     saved = _weights(out / "checkpoint")
     assert before < saved["samples"] < 1_000_000 and saved["history"] == []  # saved at the stop, not only by time
     assert "Traceback" not in err
+    assert not (out / STOP_FILE).exists()  # the request the signal wrote is gone: the next run is not stopped by it
 
 
 def test_a_damaged_newest_checkpoint_falls_back_to_the_older_one_and_says_so(tmp_path):
@@ -618,7 +631,7 @@ def test_a_checkpoint_keeps_its_row_and_a_resume_hands_it_back(tmp_path):
     stopped = []
     asked = iter([False, False, True])
     run_trial(config, Hooks(report=lambda m, _: stopped.append({k: v for k, v in m.items() if k != "config"}),
-                            should_stop=lambda: next(asked, True)),
+                            stop=lambda: next(asked, True)),
               Checkpoints(dir=tmp_path / "stop"))
     handed.clear()
     run_trial(config, Hooks(stop_after=1, on_resume=handed.append),
