@@ -33,7 +33,7 @@ def setup_key(label: str):
     return {"vanilla": 0, "cot": 1, "retrieval": 2}.get(base, 3), base, size_key("-" + rest)[2]
 
 
-# The paper reports teacher-forced exact match (PAPER.md): it heads every table and
+# The paper reports teacher-forced exact match (docs/experiment.md): it heads every table and
 # figure. Generation accuracy with the real retriever is ours and stands beside it
 # (workloads/metrics.py holds every metric's names and direction).
 BY_SEED = f"{HEADLINE}_by_seed"  # each seed's value of the headline, by seed, "/"-joined (the findings' check)

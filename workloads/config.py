@@ -10,7 +10,7 @@ from workloads.naming import joined, trial_name
 from workloads.tasks import DEFAULT_TASK, TaskConfig
 
 def paper_lr(arch: str) -> float:
-    """The architecture's default learning rate (PAPER.md's for its three)."""
+    """The architecture's default learning rate (docs/experiment.md's for its three)."""
     if arch not in DEFAULT_LR:
         raise ValueError(f"no default learning rate for {arch!r}; known: {', '.join(DEFAULT_LR)}")
     return DEFAULT_LR[arch]

@@ -7,21 +7,21 @@ from typing import Optional
 import typer
 
 from orchestrator.cli.common import Format, ListFormat, app, fail, print_table
-from orchestrator.cli.flags import FAMILY_OPTION, SET_OPTION, setups_in_words, task_config_of_flags
+from orchestrator.cli.flags import SET_OPTION, setups_in_words, task_config_of_flags
 from workloads.tasks import DEFAULT_TASK, TASKS
 
 
 @app.command("show-task")
 def show_task(
     task: str = typer.Argument(DEFAULT_TASK, help="a task name (`icr-sweep tasks` lists them)"),
-    n: Optional[int] = typer.Option(None, help="the task's size (istree: vertices) [default: 8, or as many as --edges needs]"),
+    n: Optional[int] = typer.Option(None, help="the task's size (istree: vertices) [default: 8, or what --instance needs]"),
     setup: Optional[str] = typer.Option(None, help=f"{setups_in_words()} [default: the task's]"),
-    family: Optional[str] = FAMILY_OPTION,
     sets: list[str] = SET_OPTION,
     seed: int = typer.Option(0),
     count: int = typer.Option(3, min=1),
-    edges: Optional[str] = typer.Option(
-        None, help="istree: render this one graph instead of sampling: edges in input order, e.g. '3-1,5-2,4-1,4-3,2-0'"
+    instance: Optional[str] = typer.Option(
+        None, help="render this one instance instead of sampling, for a task that reads one (istree: a graph's edges "
+        "in input order, e.g. '3-1,5-2,4-1,4-3,2-0')"
     ),
     format: Format = typer.Option("text", "--format"),
 ):
@@ -32,20 +32,26 @@ def show_task(
 
     if not 0 <= seed <= SEED_MAX:
         fail(f"--seed must be in 0..{SEED_MAX} (2^64 - 1), got {seed}")
-    if edges is not None and not hasattr(TASKS.get(task, (None, None))[1], "render"):
-        fail(f"--edges renders one graph's sample; {task} has no graphs")
-    graph = _parse_edges(edges) if edges is not None else None
+    given = None
+    if instance is not None:
+        task_cls = TASKS.get(task, (None, None))[1]
+        if not hasattr(task_cls, "parse_instance"):
+            fail(f"--instance: {task} renders no given instance (only sampled ones)")
+        try:
+            given = task_cls.parse_instance(instance)
+        except ValueError as e:
+            fail(f"--instance: {e}")
     if n is None:
-        n = len(graph) + 1 if graph is not None else 8
-    t = build_task(task_config_of_flags(task, n, setup, family, sets))
+        n = given[0] if given is not None else 8
+    t = build_task(task_config_of_flags(task, n, setup, sets))
     try:
-        first = [t.render(graph)] if graph is not None else []
+        first = [t.render(given[1])] if given is not None else []
     except ValueError as e:
-        fail(f"--edges: {e}")
+        fail(f"--instance: {e}")
     # Streamed in chunks of about 2M tokens: memory stays flat whatever --count and n.
     chunk = max(1, 2_000_000 // t.max_length)
     batches = (t.samples(seed, TRAIN_STREAM, start, min(chunk, count - start)) for start in range(0, count, chunk))
-    samples = iter(first) if graph is not None else (s for batch in batches for s in batch)
+    samples = iter(first) if given is not None else (s for batch in batches for s in batch)
     for i, s in enumerate(samples):
         if format == "jsonl":
             typer.echo(json.dumps(s))
@@ -61,19 +67,6 @@ def show_task(
         if "targets" in s:  # targets that are not the next input token (mqar)
             typer.echo("targets (index: token, each predicted at the index before): " + " ".join(
                 f"{j}:{t}" for j, (t, sup) in enumerate(zip(s["targets"], s["supervised"])) if sup))
-
-
-def _parse_edges(text: str) -> list[tuple[int, int]]:
-    """'3-1,5-2 4-1' -> [(3, 1), (5, 2), (4, 1)]: commas or spaces between edges."""
-    out = []
-    for item in text.replace(",", " ").split():
-        u, sep, v = item.partition("-")
-        if not (sep and u.strip().isdigit() and v.strip().isdigit()):
-            fail(f"--edges: {item!r} is not an edge like 3-1")
-        out.append((int(u), int(v)))
-    if not out:
-        fail("--edges: no edges given")
-    return out
 
 
 @app.command("tasks")

@@ -1,4 +1,4 @@
-"""Command-line flags into configs: a task's (--set, --family), a model's
+"""Command-line flags into configs: a task's (--set), a model's
 (--dim) and the training protocol's, with errors in the words of the flags."""
 
 from typing import Optional
@@ -10,7 +10,7 @@ from workloads.config import TrainConfig
 from workloads.tasks import TASKS, task_config
 
 
-def task_config_of_flags(task: str, n: int, setup: Optional[str], family: Optional[str], sets: list[str]):
+def task_config_of_flags(task: str, n: int, setup: Optional[str], sets: list[str]):
     """The config of `task` from command-line options; exit 2 naming the flag at fault."""
     from pydantic import ValidationError
 
@@ -24,13 +24,7 @@ def task_config_of_flags(task: str, n: int, setup: Optional[str], family: Option
         if key.strip() in ("n", "setup"):
             fail(f"--set: {key.strip()} has a flag of its own, --{key.strip()}")
         fields[key.strip()] = value.strip()
-    if family is not None:  # --family X is --set family=X, a flag for the paper's task
-        if not TASKS[task][0].has("family"):
-            fail(f"--family: {task} has no graph family")
-        if "family" in fields:
-            fail(f"--family {family} and --set family={fields['family']}: give the graph family once")
-        fields["family"] = family
-    flags = {"n": "--n", "setup": "--setup", **({"family": "--family"} if family is not None else {})}
+    flags = {"n": "--n", "setup": "--setup"}
     try:
         return task_config(task, n, setup, **fields)
     except ValidationError as e:
@@ -54,10 +48,6 @@ def setups_in_words() -> str:
         for setup in config_cls.setups():
             having.setdefault(setup, []).append(name)
     return ", ".join(s if len(names) == len(TASKS) else f"{s} ({', '.join(names)})" for s, names in having.items())
-
-
-FAMILY_OPTION = typer.Option(None, help="the graphs' family, for a task that has one (istree: binary or random) "
-                             "[default: the task's]")
 
 
 SET_OPTION = typer.Option([], "--set", metavar="FIELD=VALUE", help="another field of the task's config, FIELD=VALUE (e.g. ar: keys=64); repeatable")

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from orchestrator.cli.common import app, fail
-from orchestrator.cli.flags import (DIM_OPTION, FAMILY_OPTION, SET_OPTION, flag_error, model_dims, protocol_option,
+from orchestrator.cli.flags import (DIM_OPTION, SET_OPTION, flag_error, model_dims, protocol_option,
                                     setups_in_words, task_config_of_flags)
 from workloads.config import Device, Precision, TrainConfig
 from workloads.models.config import DEFAULT_LR, SIZES, Arch
@@ -26,14 +26,14 @@ def train(
     task: str = typer.Option(DEFAULT_TASK, help="a task name (`icr-sweep tasks` lists them)"),
     sets: list[str] = SET_OPTION,
     dims: list[str] = DIM_OPTION,
-    family: Optional[str] = FAMILY_OPTION,
     samples: int = protocol_option("samples"),
     lr: Optional[float] = typer.Option(None, help="peak learning rate [default: the architecture's, "
                                        + ", ".join(f"{arch} {significant(rate, 3)}" for arch, rate in DEFAULT_LR.items()) + "]"),
     seed: int = protocol_option("seed"),
     batch_size: int = protocol_option("batch_size"),
     warmup_samples: Optional[int] = typer.Option(
-        None, help="linear warm-up [default: 10,000 (the paper's), or a tenth of --samples when that is less]"
+        None, help=f"linear warm-up [default: {TrainConfig.model_fields['warmup_samples'].default:,} (the paper's), or a tenth "
+        "of --samples when that is less]"
     ),
     eval_every: int = protocol_option("eval_every"),
     checkpoint_every_s: float = protocol_option("checkpoint_every_s"),
@@ -53,7 +53,7 @@ def train(
         protocol["warmup_samples"] = min(TrainConfig.model_fields["warmup_samples"].default, samples // 10)
     from orchestrator.rundir import TRIAL_LOCK_FILE, RunDirError, RunLock
 
-    config = _trial_of_flags(arch, size, task_config_of_flags(task, n, setup, family, sets), lr, model_dims(arch, size, dims),
+    config = _trial_of_flags(arch, size, task_config_of_flags(task, n, setup, sets), lr, model_dims(arch, size, dims),
                              protocol, out)
     try:
         with RunLock(out, TRIAL_LOCK_FILE):  # two `train`s of one --out would each write every row

@@ -1,4 +1,5 @@
-"""`icr-sweep show-task`: what it prints is what PAPER.md's rules prescribe."""
+"""`icr-sweep show-task`: what it prints is what the experiment's rules prescribe
+(docs/experiment.md)."""
 
 import json
 
@@ -15,7 +16,7 @@ runner = CliRunner()
 @pytest.mark.parametrize("family", ["binary", "random"])
 @pytest.mark.parametrize("n", [6, 24])
 def test_jsonl_samples_agree_with_the_independent_oracle(setup, family, n):
-    result = runner.invoke(app, ["show-task", "istree", "--n", str(n), "--setup", setup, "--family", family,
+    result = runner.invoke(app, ["show-task", "istree", "--n", str(n), "--setup", setup, "--set", f"family={family}",
                                  "--seed", "4", "--count", "150", "--format", "jsonl"])
     assert result.exit_code == 0, result.output
     lines = [json.loads(line) for line in result.output.splitlines()]
@@ -28,21 +29,21 @@ def test_jsonl_samples_agree_with_the_independent_oracle(setup, family, n):
 
 def test_one_given_graph_is_rendered_in_its_edge_order():
     edges = "3-0,5-2,4-0,4-3,5-1"
-    result = runner.invoke(app, ["show-task", "--edges", edges, "--setup", "retrieval", "--format", "jsonl"])
+    result = runner.invoke(app, ["show-task", "--instance", edges, "--setup", "retrieval", "--format", "jsonl"])
     assert result.exit_code == 0, result.output
     (s,) = [json.loads(line) for line in result.output.splitlines()]
     assert oracle.edges_of(s["tokens"]) == [(3, 0), (5, 2), (4, 0), (4, 3), (5, 1)]
     assert s == oracle.sample(6, "retrieval", oracle.edges_of(s["tokens"]))
     # 4's first neighbour is the root, always visited: the trace stops at that query.
     assert s["tokens"][-7:] == ["STARTSEARCH", "0", "~", "ENDSEARCH", "FAILED", "EOS", "FALSE"]
-    text = runner.invoke(app, ["show-task", "--edges", edges, "--setup", "retrieval"])
+    text = runner.invoke(app, ["show-task", "--instance", edges, "--setup", "retrieval"])
     assert "not a tree" in text.output and "[FAILED]" in text.output
 
 
 @pytest.mark.parametrize("edges, message", [("3-0,5-2", "n-1 = 5 edges"), ("3-0,x", "'x' is not an edge"),
                                             ("1-0,2-1,2-1", "repeated")])
-def test_bad_edges_are_named(edges, message):
-    args = ["show-task", "--edges", edges] + (["--n", "6"] if "5 edges" in message else [])
+def test_a_bad_instance_is_named(edges, message):
+    args = ["show-task", "--instance", edges] + (["--n", "6"] if "5 edges" in message else [])
     result = runner.invoke(app, args)
     assert result.exit_code == 2 and message in result.output
 
@@ -95,8 +96,8 @@ def test_every_task_prints_its_samples_with_its_parameters(task, sets, setup):
     (["ar", "--set", "colour=red"], "--set colour: Extra inputs are not permitted"),
     (["ar", "--set", "keys"], "--set: 'keys' is not FIELD=VALUE"),
     (["index", "--setup", "cot"], "--setup: Input should be 'vanilla' or 'retrieval'"),
-    (["index", "--family", "random"], "--family: index has no graph family"),
-    (["ar", "--edges", "1-0"], "--edges renders one graph's sample; ar has no graphs"),
+    (["index", "--set", "family=random"], "--set family: Extra inputs are not permitted"),
+    (["ar", "--instance", "1-0"], "--instance: ar renders no given instance (only sampled ones)"),
     (["mqar9"], "unknown task 'mqar9'; known tasks: ar, "),
 ])
 def test_bad_task_options_name_the_flag(args, message):

@@ -180,7 +180,9 @@ BAD_SPECS = {
     "task size out of range": ("name: x\ntask: index\naxes: {setups: [vanilla], n: [8, 5000]}\n", ["axes.n", "index sizes must be in 1..4096", "[5000]"]),
     "bad task parameter": ("name: x\ntask: ar\ntask_params: {keys: 4}\naxes: {setups: [vanilla], n: [8]}\n", ["task_params", "keys (4) must be at least n (8)"]),
     "unknown task parameter": ("name: x\ntask: ar\ntask_params: {colour: 4}\naxes: {setups: [vanilla], n: [8]}\n", ["task_params", "colour", "Extra inputs are not permitted"]),
-    "family of another task": ("name: x\ntask: ar\naxes: {setups: [vanilla], n: [8], family: random}\n", ["axes.family: ar has no graph family", "a field of istree"]),
+    "task field in axes": ("name: x\ntask: ar\naxes: {setups: [vanilla], n: [8], family: random}\n",
+                           ["axes.family: unknown key; allowed keys: archs, setups", "family is a task field (istree): give it "
+                            "as task_params.family for every trial, or sweep it as axes.task.family: [...]"]),
     "unknown model axis": ("name: x\naxes: {model: {width: [64]}}\n", ["axes.model", "width", "'d_model'"]),
     "repeated model axis value": ("name: x\naxes: {model: {d_state: [4, 4]}}\n", ["axes.model", "d_state: a list of distinct positive values"]),
     "model axes for an arch not swept": ("name: x\naxes: {archs: [transformer], model: {mamba: {d_state: [4]}}}\n",
@@ -532,25 +534,27 @@ def test_a_stored_spec_that_no_longer_validates_names_its_field(tmp_path):
         run_spec(tmp_path)
 
 
-def test_a_run_stored_when_family_defaulted_to_binary_for_every_task_still_loads(tmp_path):
-    # Specs stored before axes.family defaulted to the task's own hold family: binary
-    # for tasks without graphs too; resume and report read them as they were.
+def test_a_run_stored_when_axes_held_the_family_still_loads(tmp_path):
+    # Specs stored while axes.family was a field (before 2026-11-26) hold it, and
+    # those stored before it defaulted to the task's own hold family: binary for
+    # tasks without graphs too; resume and report read them as they ran.
     from orchestrator.rundir import SPEC_FILE
     from orchestrator.spec import run_spec
 
-    for task, n in (("ar", 8), ("istree", 6)):
-        spec = SweepSpec(name="old", task=task, axes=dict(setups=["vanilla"], n=[n], sizes=["tiny"], archs=["mamba"]))
+    for task, n, family in (("ar", 8, "binary"), ("istree", 6, "binary"), ("istree", 6, "random")):
+        spec = SweepSpec(name="old", task=task, axes=dict(setups=["vanilla"], n=[n], sizes=["tiny"], archs=["mamba"]),
+                         task_params={"family": family} if task == "istree" else {})
         stored = spec.model_dump(mode="json")
-        stored["axes"]["family"] = "binary"
-        run = tmp_path / task
+        stored["axes"]["family"] = stored["task_params"].pop("family", family)
+        run = tmp_path / f"{task}-{family}"
         run.mkdir()
         (run / SPEC_FILE).write_text(json.dumps({"spec": stored}))
         loaded = run_spec(run)
-        assert [t.name for t in expand(loaded)] == [t.name for t in expand(spec)]
-        assert loaded.task_params.get("family") == ("binary" if task == "istree" else None)
-    path = tmp_path / "new.yaml"  # a spec written today: the family of a task without graphs is refused
-    path.write_text("name: x\ntask: ar\naxes: {setups: [vanilla], n: [8], family: binary}\n")
-    with pytest.raises(SpecError, match="axes.family: ar has no graph family"):
+        assert [(t.name, t.task) for t in expand(loaded)] == [(t.name, t.task) for t in expand(spec)]
+        assert loaded.task_params.get("family") == (family if task == "istree" else None) and "family" not in loaded.axes
+    path = tmp_path / "new.yaml"  # a spec written today: axes.family is refused, saying where the field goes
+    path.write_text("name: x\ntask: istree\naxes: {setups: [cot], n: [6], family: binary}\n")
+    with pytest.raises(SpecError, match=r"axes.family: unknown key.*give it as task_params.family"):
         load_spec(path)
 
 
@@ -561,9 +565,8 @@ def _written(tmp_path, spec: dict) -> str:
 
 
 def test_a_family_in_task_params_is_one_field_like_the_rest(tmp_path):
-    """`task_params: {family: random}` reaches every trial and plan's family column;
-    given in axes.family too, it is refused naming both (issue 28, class 4: every
-    command crashed with TypeError)."""
+    """`task_params: {family: random}` reaches every trial and plan's family column
+    (issue 28, class 4: every command crashed with TypeError)."""
     spec = dict(name="fam", task="istree", task_params=dict(family="random"),
                 axes=dict(archs=["mamba"], setups=["cot"], sizes=["tiny"], n=[5], seeds=[0]))
     path = _written(tmp_path, spec)
@@ -572,8 +575,6 @@ def test_a_family_in_task_params_is_one_field_like_the_rest(tmp_path):
     plan = runner.invoke(app, ["plan", path, "--format", "json"])
     assert plan.exit_code == 0, plan.output
     assert {row["family"] for row in json.loads(plan.output)} == {"random"}
-    both = runner.invoke(app, ["validate", _written(tmp_path, {**spec, "axes": {**spec["axes"], "family": "binary"}})])
-    assert both.exit_code == 2 and "give the graph family in one place" in both.output, both.output
 
 
 def test_plan_of_an_optuna_spec_with_an_arch_at_a_fixed_rate(tmp_path):
@@ -623,20 +624,20 @@ def test_a_spec_with_no_axes_at_all_takes_the_papers_setups():
 
 def test_the_graph_family_is_a_task_field_swept_like_the_others(tmp_path):
     """Issue 31: IsTree's family goes through the generic task axis: axes.task sweeps
-    it (a setup label per family, as any task field), axes.family is task_params.family
-    written where the paper's specs write it, and either is refused naming the field
-    when given twice or with a value the task does not have."""
+    it (a setup label per family, as any task field), task_params sets it for every
+    trial, and either is refused naming the field when given twice or with a value
+    the task does not have. axes.family (issue 43: retired) says where it goes."""
     base = dict(name="fam", axes=dict(archs=["mamba"], setups=["cot"], sizes=["tiny"], n=[6], seeds=[0]))
     swept = load_spec(_written(tmp_path, {**base, "axes": {**base["axes"], "task": {"family": ["binary", "random"]}}}))
     assert [(t.name, t.task.family) for t in expand(swept)] == [
         ("mamba-cot-familybinary-tiny-n6-lr3e-4-s0", "binary"), ("mamba-cot-familyrandom-tiny-n6-lr3e-4-s0", "random")]
     plan = runner.invoke(app, ["plan", _written(tmp_path, swept.model_dump(mode="json")), "--format", "json"])
     assert [row["family"] for row in json.loads(plan.output)] == ["binary", "random"]
-    written_in_axes = load_spec(_written(tmp_path, {**base, "axes": {**base["axes"], "family": "random"}}))
-    assert written_in_axes.task_params == {"family": "random"}
-    assert {t.task.family for t in expand(written_in_axes)} == {"random"}
-    for axes, said in (({"family": "random", "task": {"family": ["binary"]}},
-                        "axes.family: random is given in axes.task.family too (['binary']); give the graph family in one place"),
-                       ({"family": "tree"}, "axes.family: 'tree' is not a graph family of istree; choose one of binary, random")):
-        result = runner.invoke(app, ["validate", _written(tmp_path, {**base, "axes": {**base["axes"], **axes}})])
+    for given, said in (({"task_params": {"family": "random"}, "axes": {**base["axes"], "task": {"family": ["binary"]}}},
+                         "axes.task: family is also in task_params; give it in one place"),
+                        ({"task_params": {"family": "tree"}}, "task_params: family: Input should be 'binary' or 'random'"),
+                        ({"axes": {**base["axes"], "family": "random"}},
+                         "axes.family: unknown key; allowed keys: archs, setups, sizes, n, seeds, model, task; family is "
+                         "a task field (istree): give it as task_params.family for every trial")):
+        result = runner.invoke(app, ["validate", _written(tmp_path, {**base, **given})])
         assert result.exit_code == 2 and said in result.output, result.output

@@ -23,7 +23,7 @@ from typing import ClassVar, Literal, Optional, get_args
 
 from pydantic import BaseModel, ConfigDict
 
-Size = Literal["tiny", "0.5M", "1M", "2M"]  # PAPER.md's three; tiny is ours, for tests and CPU demos
+Size = Literal["tiny", "0.5M", "1M", "2M"]  # docs/experiment.md's three; tiny is ours, for tests and CPU demos
 SIZES = get_args(Size)
 
 

@@ -1,4 +1,4 @@
-"""Model specs and the size presets of PAPER.md, one registry for all architectures.
+"""Model specs and the size presets of docs/experiment.md, one registry for all architectures.
 
 A model is a stack of `n_layers` layers; `attn_layer_idx` says which are LLaMA
 decoder layers (attention + SwiGLU MLP), and the others are pre-norm residual
@@ -180,14 +180,14 @@ def _transformer(size, d_model, d_mlp, n_layers, n_heads, attn_init="normal"):
 
 def _from_stack(arch: str, size: str, stack: Stack, config: type, hybrid: bool) -> ModelConfig:
     """A registered preset as a model: the recurrent stack alone or, in a hybrid,
-    with ONE LLaMA decoder layer on top (PAPER.md), keeping PyTorch's init."""
+    with ONE LLaMA decoder layer on top (docs/experiment.md), keeping PyTorch's init."""
     top = (stack.layers,) if hybrid else ()
     return ModelConfig(arch=arch, size=size, d_model=stack.d_model, n_layers=stack.layers + len(top),
                        attn_layer_idx=top, d_mlp=stack.d_mlp, n_heads=stack.n_heads,
                        attn_init="torch" if hybrid else "normal", mixer=stack.mixer or config())
 
 
-# The Transformer (PAPER.md's table; `tiny` is ours, for tests and CPU demos) and
+# The Transformer (docs/experiment.md's table; `tiny` is ours, for tests and CPU demos) and
 # every registered mixer's architectures, in the order `models` lists them.
 PRESETS: dict[str, dict[str, ModelConfig]] = {
     "transformer": {
@@ -206,17 +206,20 @@ PRESETS: dict[str, dict[str, ModelConfig]] = {
 # Every architecture by name: what a spec's axes.archs and `train --arch` take.
 Arch = Literal[tuple(PRESETS)]
 
-# Peak learning rates by architecture. PAPER.md: Adam at 1e-3 for Transformers,
+# Peak learning rates by architecture. docs/experiment.md: Adam at 1e-3 for Transformers,
 # 3e-4 for Mamba and hybrids; each mixer registers its own and its hybrid's.
 DEFAULT_LR = {"transformer": 1e-3, **{arch: lr for m in _REGISTERED for arch, (lr, _) in m.archs().items()}}
 
 
-# Trainable parameters PAPER.md gives per preset (the frozen embedding excluded).
+# Trainable parameters docs/experiment.md gives per preset (the frozen embedding excluded).
 PAPER_PARAMS = {
     ("transformer", "0.5M"): 0.53e6, ("transformer", "1M"): 1.05e6, ("transformer", "2M"): 1.97e6,
     ("mamba", "0.5M"): 0.52e6, ("mamba", "1M"): 1.17e6, ("mamba", "2M"): 2.10e6,
     ("hybrid", "0.5M"): 0.46e6, ("hybrid", "1M"): 0.98e6, ("hybrid", "2M"): 1.80e6,
 }
+# The paper's grid of models, a sweep spec's default axes: its architectures at its sizes.
+PAPER_ARCHS = tuple(dict.fromkeys(arch for arch, _ in PAPER_PARAMS))
+PAPER_SIZES = tuple(dict.fromkeys(size for _, size in PAPER_PARAMS))
 
 
 def preset(arch: str, size: str) -> ModelConfig:

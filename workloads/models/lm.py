@@ -48,7 +48,7 @@ class SequenceModel(nn.Module):
     def __init__(self, cfg: ModelConfig, vocab_size: int):
         super().__init__()
         self.cfg = cfg
-        # Frozen so that the parameter count does not grow with the vocabulary (PAPER.md).
+        # Frozen so that the parameter count does not grow with the vocabulary (docs/experiment.md).
         self.register_buffer("embedding", sinusoidal_table(vocab_size, cfg.d_model), persistent=False)
         self.layers = nn.ModuleList(
             AttentionLayer(cfg, i) if kind == "attention" else RecurrentLayer(cfg, i) for i, kind in enumerate(cfg.layers)

@@ -1,4 +1,4 @@
-"""What an IsTree sweep shows of the paper's findings (PAPER.md, "What the paper
+"""What an IsTree sweep shows of the paper's findings (docs/experiment.md, "What the paper
 found"), decided from the report's per-cell table by the rules of docs/findings.md,
 which were written before they were run on the laptop's data.
 

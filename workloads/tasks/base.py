@@ -83,6 +83,8 @@ class TaskConfigBase(BaseModel):
     """A task's pydantic config: `name` (the discriminator), `n` (the task's size), `setup`."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+    # The sizes a sweep spec of the default task sweeps where it gives none (its axes.n).
+    default_n: ClassVar[tuple[int, ...]] = ()
 
     @model_validator(mode="after")
     def _vocabulary_fits(self):

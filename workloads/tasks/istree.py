@@ -1,4 +1,4 @@
-"""IsTree (PAPER.md): is a graph on n vertices with n-1 edges a tree?
+"""IsTree (docs/experiment.md): is a graph on n vertices with n-1 edges a tree?
 
 The three setups differ only in what the model writes after the first EOS:
 the answer (vanilla), a DFS Euler tour then the answer (cot), or the same DFS with
@@ -9,7 +9,7 @@ every look-up asked of a retriever (retrieval). The heavy lifting is compiled in
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, Sequence
+from typing import TYPE_CHECKING, ClassVar, Literal, Sequence
 
 from pydantic import Field
 
@@ -36,6 +36,7 @@ Family = Literal["binary", "random"]
 
 
 class IsTreeConfig(TaskConfigBase):
+    default_n: ClassVar[tuple[int, ...]] = (16, 32, 64)  # the paper's graph sizes
     name: Literal["istree"] = "istree"
     n: int = Field(ge=N_MIN, le=N_MAX, description="vertices in each graph")
     family: Family = "binary"
@@ -164,6 +165,20 @@ class IsTreeTask(TaskBase):
             self._record(b.tokens[i].numpy(), b.supervised[i].numpy(), int(b.lengths[i]), bool(b.labels[i]))
             for i in range(count)
         ]
+
+    @staticmethod
+    def parse_instance(text: str) -> tuple[int, list[tuple[int, int]]]:
+        """A graph as `show-task --instance` takes it, '3-1,5-2 4-1' (commas or spaces
+        between edges): (n, its edges), n = edges + 1; ValueError naming what is wrong."""
+        edges = []
+        for item in text.replace(",", " ").split():
+            u, sep, v = item.partition("-")
+            if not (sep and u.strip().isdigit() and v.strip().isdigit()):
+                raise ValueError(f"{item!r} is not an edge like 3-1")
+            edges.append((int(u), int(v)))
+        if not edges:
+            raise ValueError("no edges given")
+        return len(edges) + 1, edges
 
     def render(self, edges: Sequence[tuple[int, int]]) -> dict:
         """The sample of one given graph, its edges in input order (each written u-v

@@ -9,7 +9,7 @@ per second; these kernels are what make a GPU trial not wait for its data.
 Token ids are the reference implementation's: its 16 special tokens first, in its
 order (id k for SPECIALS[k]; six of them are never written), then vertex v at id
 16 + v for v in 0..n. The frozen sinusoidal embedding makes the id of a token its
-input vector and output row, so the ids are part of the model (PAPER.md).
+input vector and output row, so the ids are part of the model (docs/experiment.md).
 """
 
 import numpy as np
@@ -140,7 +140,7 @@ def _cot_trace(n, nbr, deg, out, sup, pos):
     """DFS from 0 as an Euler tour (a vertex is written on entry and on every return
     to it), neighbours in input order. Meeting a visited vertex other than the parent
     stops at once without writing it, so the trace ends with the vertex being
-    expanded: the cycle (PAPER.md, as the reference). Returns (pos, tree found)."""
+    expanded: the cycle (docs/experiment.md, as the reference). Returns (pos, tree found)."""
     visited = np.zeros(n, np.bool_)
     parent = np.full(n, -1, np.int64)
     ptr = np.zeros(n, np.int64)
@@ -207,7 +207,7 @@ def _query(out, sup, pos, v, op, u, answer):
 @njit(cache=True)
 def _retrieval_trace(n, nbr, deg, out, sup, pos):
     """The DFS of `_cot_trace` with every look-up written as a retrieval query (see
-    PAPER.md, setup 3). Vertices are numbers here, -1 is FAILED. Returns (pos, tree found)."""
+    docs/experiment.md, setup 3). Vertices are numbers here, -1 is FAILED. Returns (pos, tree found)."""
     recorded = np.full(n, -1, np.int64)  # what `v ~` answers: the `v ~ u` record
     stack = np.empty(n, np.int64)
     st_ptr = np.empty(n, np.int64)  # index in nbr[v] of the last neighbour asked for

@@ -1,4 +1,4 @@
-"""An independent reading of PAPER.md's IsTree rules, in plain Python over token
+"""An independent reading of docs/experiment.md's IsTree rules, in plain Python over token
 strings, for the tests: no code shared with the compiled kernels.
 
 The CoT trace is a recursive DFS; the retrieval trace is a DFS that learns every
@@ -120,7 +120,7 @@ def retrieval_sample(n: int, edges) -> tuple[list[str], list[int], bool]:
 
 
 def sample(n: int, setup: str, edges) -> dict:
-    """The record PAPER.md prescribes for one graph and setup."""
+    """The record docs/experiment.md prescribes for one graph and setup."""
     if setup == "retrieval":
         tokens, sup, label = retrieval_sample(n, edges)
         return {"tokens": tokens, "supervised": sup, "label": label}

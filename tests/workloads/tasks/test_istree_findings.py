@@ -77,7 +77,7 @@ def test_a_run_shaped_like_the_paper_reproduces_its_findings_and_says_where_two_
     assert len(lines) == 8
     for start in ("vanilla:", "cot:", "CoT improves", "retrieval improves", "with retrieval Mamba", "the hybrid tracks"):
         assert head(line(lines, start)) == "Reproduced", line(lines, start)
-    # PAPER.md says Mamba falls far more "in every setup" and that with retrieval it comes
+    # docs/experiment.md says Mamba falls far more "in every setup" and that with retrieval it comes
     # close: where it is close, it does not fall far more. The rule says so rather than bend.
     assert head(line(lines, "retrieval:")) == "Not reproduced"
     assert "mamba tiny (29,888 params) against transformer tiny (30,944 params): Mamba 1.000 / 0.500 / 0.200" in line(lines, "cot:")

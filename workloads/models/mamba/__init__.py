@@ -48,7 +48,7 @@ class MambaConfig(MixerConfigBase):
         return projections + 2 * d_inner + 5 * d_inner + 2 * n_state + 2 * n_state * d_inner / SCAN_CHUNK
 
 
-# PAPER.md's table: Mamba's widths and layers, and the hybrid's (a Mamba stack, its
+# docs/experiment.md's table: Mamba's widths and layers, and the hybrid's (a Mamba stack, its
 # norm, then ONE LLaMA decoder layer with PyTorch's init); Adam at 3e-4 for both.
 register_mixer(
     MambaConfig, arch="mamba", hybrid="hybrid", lr=3e-4, order=0,

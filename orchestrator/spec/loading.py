@@ -1,0 +1,142 @@
+"""A YAML spec file into a SweepSpec, and every problem found as one line naming
+the file, the field path, the bad value and what is allowed."""
+
+import re
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from orchestrator.spec.sections import AxesSpec, section_of
+from orchestrator.spec.sweep import SweepSpec
+from workloads.tasks import TASKS
+
+MAX_SPEC_BYTES = 1_000_000
+
+
+class SpecError(ValueError):
+    """A spec that cannot be used; the message names the file, field path and problem."""
+
+
+def _path(loc) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}" if out else str(part)
+    return out or "(top level)"
+
+
+def _allowed_keys(loc) -> list[str]:
+    """The field names of the spec model at `loc` (for unknown-key errors)."""
+    model = SweepSpec
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue  # an item of a list of sections: the section's model
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        section = section_of(field.annotation) if field is not None else None  # a section, or a list of them
+        if section is None:
+            return []
+        model = section
+    return list(model.model_fields)
+
+
+def format_errors(error: ValidationError, source: str) -> str:
+    lines = []
+    for err in error.errors():
+        loc = [p for p in err["loc"] if not (isinstance(p, str) and "[" in p)]  # drop union branch tags
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            allowed = _allowed_keys(loc)
+            msg = "unknown key" + (f"; allowed keys: {', '.join(allowed)}" if allowed else "") + _task_field_hint(loc)
+        elif err["type"] == "value_error":
+            msg = msg.removeprefix("Value error, ")  # our own messages name the bad value
+            field, sep, rest = msg.partition(": ")
+            if sep and loc == ["axes"] and field in AxesSpec.model_fields:  # a check of axes against the task
+                loc, msg = ["axes", field], rest
+        elif err["type"] == "model_type":  # a section given as something else ("lr: 1e-3")
+            keys = _allowed_keys(loc + ["?"])
+            msg = (f"a mapping{' of ' + ', '.join(keys) if keys else ''}, got {err['input']!r}"
+                   + _yaml_number_hint(err["input"]))
+        elif "input" in err and err["type"] != "missing":
+            msg += f" (got {err['input']!r})" + _yaml_number_hint(err["input"])
+        if not loc:  # a check across fields: its message names the field it is about
+            match = re.match(r"^((?:axes|training|resources|search|lr)\.\w+ with \w+|(?:axes|training|resources|search|lr)\.\w+): (.*)$", msg, re.S)
+            if match:
+                lines.append(f"{source}: {match.group(1)}: {match.group(2)}")
+                continue
+        lines.append(f"{source}: {_path(loc)}: {msg}")
+    return "\n".join(dict.fromkeys(lines))
+
+
+def _task_field_hint(loc) -> str:
+    """Where an unknown axes key is a task's config field (IsTree's graph family,
+    which earlier versions took as axes.family): where it goes instead."""
+    if len(loc) != 2 or loc[0] != "axes":
+        return ""
+    field = loc[1]
+    having = [name for name, (config_cls, _) in TASKS.items() if field in config_cls.model_fields]
+    if not having:
+        return ""
+    return (f"; {field} is a task field ({', '.join(having)}): give it as task_params.{field} for every trial, or "
+            f"sweep it as axes.task.{field}: [...]")
+
+
+def _yaml_number_hint(value) -> str:
+    """YAML 1.1 reads 1e-3 as text (it wants 1.0e-3): say so where a text is a number."""
+    if isinstance(value, str):
+        try:
+            float(value)
+        except ValueError:
+            return ""
+        return f"; YAML reads {value} as text, write it with a point (1.0e-3)"
+    return ""
+
+
+class _SpecLoader(yaml.SafeLoader):
+    """YAML for specs: no aliases (an alias bomb expands exponentially once
+    validated), and a repeated key is an error instead of a silent overwrite."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.constructor.ConstructorError(
+                None, None, f"aliases (*{event.anchor}) are not allowed in a spec; write the value out", event.start_mark
+            )
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def load_spec(path: Path | str) -> SweepSpec:
+    """Reads and validates a YAML spec; raises SpecError with every problem found."""
+    path = Path(path)
+    if not path.is_file():
+        raise SpecError(f"{path}: no such spec file")
+    size = path.stat().st_size
+    if size > MAX_SPEC_BYTES:
+        raise SpecError(f"{path}: {size:,} bytes is not a spec (specs are a few hundred bytes; the limit is {MAX_SPEC_BYTES:,})")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SpecError(f"{path}: not UTF-8 text (byte {e.start}); a spec is a YAML file") from None
+    if "\x00" in text:
+        raise SpecError(f"{path}: a binary file (it holds NUL bytes); a spec is a YAML file")
+    try:
+        data = yaml.load(text, Loader=_SpecLoader)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark
+        raise SpecError(f"{path}:{mark.line + 1}:{mark.column + 1}: not valid YAML: {e.problem}") from None
+    except yaml.YAMLError as e:
+        raise SpecError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: the spec must be a mapping of keys (name, axes, ...), got {type(data).__name__}")
+    try:
+        return SweepSpec.model_validate(data)
+    except ValidationError as e:
+        raise SpecError(format_errors(e, str(path))) from None
