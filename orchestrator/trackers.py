@@ -105,7 +105,7 @@ def _params(trial, swept) -> dict:
     return tracked_params(trial.config["trial"], swept)
 
 
-class Wandb(wandb_callback(tracked_metrics, STEP, charts=("train/*", "val/*", "test/*"))):
+class Wandb(wandb_callback(tracked_metrics, STEP, charts=("train/*", "val/*", "test/*"), trial_dir="trial_dir")):
     """One W&B run per trial, named after it (its id too: an offline run's folder,
     offline-run-<time>-<trial>-<tune id>, is found by the trial's name), with the
     flat config; samples are every chart's step."""

@@ -4,7 +4,10 @@ The driver's side: the Ray it runs on (cluster.py), the code of a trial inside i
 worker (worker.py), how it stops (stopping.py) and its Optuna search
 (optuna_search.py) are modules of their own."""
 
+import contextlib
+import io
 import os
+import re
 import signal
 import sys
 import threading
@@ -51,19 +54,19 @@ class StopAtStep(tune.Callback):
         handler = signal.getsignal(signal.SIGINT)
         if callable(handler) and threading.current_thread() is threading.main_thread():
             self.tune_handler = handler
-            signal.signal(signal.SIGINT, self._asked)
+            signal.signal(signal.SIGINT, self.asked)
             if EARLY_STOP.requested:  # asked before Tune's loop and swallowed on the way: stop before any trial
-                self._stop_now()
+                self.stop_now()
 
-    def _asked(self, signum, frame):
+    def asked(self, signum, frame):
         if self.asked_at is not None:
-            return self._stop_now(signum, frame)
+            return self.stop_now(signum, frame)
         self.asked_at = time.monotonic()
         self.stop_file.write_bytes(b"")
         print("Stopping: each running trial first checkpoints the step it is at (Ctrl-C again to stop at once).",
               file=sys.stderr, flush=True)
 
-    def _stop_now(self, signum=signal.SIGINT, frame=None):
+    def stop_now(self, signum=signal.SIGINT, frame=None):
         signal.signal(signal.SIGINT, self.tune_handler)
         self.stop_file.unlink(missing_ok=True)
         self.tune_handler(signum, frame)
@@ -78,7 +81,7 @@ class StopAtStep(tune.Callback):
         running = {t.trial_id for t in trials if t.status == "RUNNING"}
         if running <= self.reported or time.monotonic() - self.asked_at > STOP_WAIT_S:
             self.asked_at = None
-            self._stop_now()
+            self.stop_now()
 
 
 def _fit(tuner) -> None:
@@ -115,6 +118,22 @@ def _per_trial(spec: SweepSpec, resources: dict):
     return per_trial
 
 
+class _Progress(tune.CLIReporter):
+    """Tune's progress table, its `Result logdir` line (Ray's temporary copy of the
+    run, which vanishes with the session) naming the run directory instead, where
+    status, report and every tracker find the run."""
+
+    def report(self, trials, done: bool, *sys_info: str) -> None:
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            super().report(trials, done, *sys_info)
+        runs = sorted({f"{t.storage.storage_path.rstrip('/')}/{t.storage.experiment_dir_name}" for t in trials})
+        text = re.sub(r"^Result logdir: .*\n", "".join(f"Run directory: {run}\n" for run in runs), printed.getvalue(),
+                      count=1, flags=re.M)
+        text = re.sub(r"^Result logdir: .*\n", "", text, flags=re.M)
+        print(text, end="", flush=True)
+
+
 def _tuner_parts(spec: SweepSpec, resources: dict):
     trainable = tune.with_resources(trainable_fn, _per_trial(spec, resources))
     # A checkpoint between evaluations (time or stop) is reported with its progress
@@ -125,7 +144,7 @@ def _tuner_parts(spec: SweepSpec, resources: dict):
     # Tune's newer console output prints every config key (here: the whole nested
     # trial config) as a column; the classic reporter lets us pick the metrics.
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    reporter = tune.CLIReporter(
+    reporter = _Progress(
         metric_columns={"samples": "samples", "train_loss": "train_loss",
                         **{name: METRICS[name].label for name in PLOTTED}, "samples_per_s": "samples/s"},
         parameter_columns={"trial/train/lr": "lr"}, max_report_frequency=30,

@@ -63,6 +63,9 @@ PRIVATE_NAMES = (
                 "the row each W&B log call gets", "WandbLoggerCallback(excludes=...) (drops keys, renames none)"),
     PrivateName("ray", "ray.air.integrations.wandb", "_wandb", set_in="_WandbLoggingActor.__init__",
                 buys="the actor's wandb module, for define_metric and teardown", tried="none public"),
+    PrivateName("ray", "ray.air.integrations.wandb", "_logdir", set_in="_WandbLoggingActor.run",
+                buys="the W&B run's trial_log_path the trial's directory in the run directory, not Ray's temporary copy",
+                tried="wandb.init(config=...) (Ray writes trial_log_path after init, over it)"),
     PrivateName("ray", "ray.air.integrations.wandb", "WandbLoggerCallback._logger_actor_cls",
                 "the logging actor class above", "none public"),
     PrivateName("ray", "ray.air.integrations.wandb", "WandbLoggerCallback._start_logging_actor",
@@ -191,15 +194,21 @@ def name_trial_actor(actor, name: Optional[str]) -> None:
         actor._name = name
 
 
-def wandb_callback(figures: Callable[[dict], dict], step: str, charts: tuple[str, ...]):
+def wandb_callback(figures: Callable[[dict], dict], step: str, charts: tuple[str, ...], trial_dir: str):
     """Ray's WandbLoggerCallback class, opened where it has no public hook: its
     logging actor logs `figures(row)` with `step` as the step metric of every chart
-    matching `charts` (W&B's define_metric), and ends W&B's service before the actor
-    ends; `start_run(trial, **init)` starts one trial's run with wandb.init's
-    arguments as given."""
+    matching `charts` (W&B's define_metric), writes as the run's trial_log_path the
+    run's config entry `trial_dir` (the trial's directory in the run directory; Ray
+    writes its temporary copy of it, which vanishes with the session), and ends
+    W&B's service before the actor ends; `start_run(trial, **init)` starts one
+    trial's run with wandb.init's arguments as given."""
     from ray.air.integrations.wandb import WandbLoggerCallback, _WandbLoggingActor
 
     class Actor(_WandbLoggingActor):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self._logdir = (self.kwargs.get("config") or {}).get(trial_dir, self._logdir)
+
         def run(self):
             try:
                 return super().run()

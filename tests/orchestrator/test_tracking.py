@@ -92,6 +92,8 @@ def test_every_tracker_holds_each_trials_config_and_every_evaluation(tmp_path, r
     # that opens this run in each tool it logged to; report.md opens with them.
     console = (tmp_path / "console.txt").read_text()
     assert "Traceback" not in console and "deprecated" not in console, console[-3000:]
+    # Tune's table names the run directory, not Ray's temporary copy of it (issue 44).
+    assert f"Run directory: {run}" in console and "Result logdir" not in console, console[-3000:]
     assert not [line for line in console.splitlines() if "wandb:" in line], console[-3000:]
     after = console.split("Open this run in:\n")[-1].splitlines()
     opened = after[:next((i for i, line in enumerate(after) if not line.startswith("  ")), len(after))]
@@ -128,6 +130,8 @@ def test_every_tracker_holds_each_trials_config_and_every_evaluation(tmp_path, r
         assert trial is not None, f"{log}: run named {name!r}, trials {sorted(expected)}"
         assert trial.replace(".", "_") in log.parent.name  # the offline folder is found by the trial's name
         seen[trial] = history
+        # The trial's directory in the run directory, not Ray's temporary copy (issue 44).
+        assert config["trial_log_path"] == config["trial_dir"] == trial, config.get("trial_log_path")
         params = {k: v for k, v in config.items() if not k.startswith("_") and k != "trial_log_path"}
         assert list(params)[:6] == ["arch", "setup", "size", "n", "lr", "seed"], list(params)
         assert params["arch"] == trial.split("-")[0] and steps == samples[trial]
