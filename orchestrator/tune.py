@@ -127,11 +127,17 @@ class _Progress(tune.CLIReporter):
         printed = io.StringIO()
         with contextlib.redirect_stdout(printed):
             super().report(trials, done, *sys_info)
-        runs = sorted({f"{t.storage.storage_path.rstrip('/')}/{t.storage.experiment_dir_name}" for t in trials})
+        runs = sorted({_where(t.storage) for t in trials})
         text = re.sub(r"^Result logdir: .*\n", "".join(f"Run directory: {run}\n" for run in runs), printed.getvalue(),
                       count=1, flags=re.M)
         text = re.sub(r"^Result logdir: .*\n", "", text, flags=re.M)
         print(text, end="", flush=True)
+
+
+def _where(storage) -> str:
+    """The run directory a trial's storage context names: a local path, else a URI."""
+    kind = storage.storage_filesystem.type_name
+    return storage.experiment_fs_path if kind == "local" else f"{kind}://{storage.experiment_fs_path}"
 
 
 def _tuner_parts(spec: SweepSpec, resources: dict):
