@@ -208,12 +208,39 @@ def _measured(best: pd.DataFrame) -> list[tuple[str, str]]:
     return [(m, METRICS[m].title) for m in PLOTTED if m in best and best[m].notna().any()]
 
 
+def arch_style(arch: str, variant: bool = False) -> dict:
+    """An architecture's colour and marker, the same in every figure (frontier.png
+    too), in the order of the model registry; a variant of a preset (mamba
+    (tiny-dstate1)) is drawn dash-dotted in its arch's colour."""
+    from workloads.models import PRESETS
+
+    i = list(PRESETS).index(arch) if arch in PRESETS else len(PRESETS)
+    return dict(color=f"C{i % 10}", marker="soDv^<>ph*X"[min(i, 10)], ls="-." if variant else "-")
+
+
+def model_key(model: str) -> tuple:
+    """Figures' and legends' order: the registry's order of archs, each preset before
+    its variants."""
+    from workloads.models import PRESETS
+
+    arch = model.split(" (")[0]
+    return (list(PRESETS).index(arch) if arch in PRESETS else len(PRESETS), model)
+
+
+def chance_level(task_cls, metric: str, setup: str) -> Optional[float]:
+    """What guessing scores on `metric` in `setup` (a setup label: cot-familyrandom is
+    cot), where the task says so and it is above zero; else None."""
+    levels = {HEADLINE: task_cls.exact_match_chance, "val_token_accuracy": task_cls.token_accuracy_chance}
+    return levels.get(metric, {}).get(setup.split("-")[0]) or None
+
+
 def plot(best: pd.DataFrame, out_dir: Path, task: str = DEFAULT_TASK) -> list[Path]:
     """The paper's figure (accuracy against n, a panel per setup, a line per arch),
     one PNG per size (its variants beside its presets) and metric:
     exact_match_<size>.png and gen_accuracy_<size>.png.
-    Where the task says what guessing scores (`exact_match_chance`), a dashed line
-    marks it."""
+    Where the task says what guessing scores (`exact_match_chance`,
+    `token_accuracy_chance`, `generation_chance`), a dashed line marks it. Each
+    arch has its colour and marker in every figure (`arch_style`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -226,15 +253,16 @@ def plot(best: pd.DataFrame, out_dir: Path, task: str = DEFAULT_TASK) -> list[Pa
         for size, part in by_base_size(best):
             fig, axes = plt.subplots(1, len(setups), figsize=(max(6, 4 * len(setups)), 3.4), sharey=True, squeeze=False)
             for ax, setup in zip(axes[0], setups):
-                for model, rows in part[part["setup"] == setup].groupby("model"):
+                for model, rows in sorted(part[part["setup"] == setup].groupby("model"), key=lambda g: model_key(g[0])):
                     rows = rows.sort_values("n")
-                    ax.errorbar(rows["n"], rows[metric], yerr=rows[metric + "_std"], marker="o", capsize=3, label=model)
+                    ax.errorbar(rows["n"], rows[metric], yerr=rows[metric + "_std"], capsize=3, label=model,
+                                **arch_style(rows["arch"].iloc[0], variant=model != rows["arch"].iloc[0]))
                 ax.set_title(setup)
                 ax.set_xlabel(task_cls.n_label)
                 ax.set_xscale("log", base=2)
                 ax.set_xticks(sorted(part["n"].unique()), labels=[str(n) for n in sorted(part["n"].unique())])
-                chance = task_cls.exact_match_chance.get(setup.split("-")[0])
-                if metric == HEADLINE and chance:
+                chance = chance_level(task_cls, metric, setup)
+                if chance:
                     ax.axhline(chance, color="grey", lw=0.8, ls="--")
                     ax.annotate("guessing", xy=(0.02, chance), xycoords=("axes fraction", "data"), xytext=(0, 2),
                                 textcoords="offset points", fontsize=7, color="grey")
@@ -284,7 +312,7 @@ def frontier(best: pd.DataFrame, solved: float = SOLVED, model_of=None, metric: 
                            ignore_index=True)
 
 
-def _frontier_panel(ax, part: pd.DataFrame, setup: str, markers: dict, sample_length) -> None:
+def _frontier_panel(ax, part: pd.DataFrame, setup: str, sample_length) -> None:
     """One setup's panel of frontier.png (`part`: its rows of the frontier table)."""
     import matplotlib.ticker
 
@@ -292,8 +320,9 @@ def _frontier_panel(ax, part: pd.DataFrame, setup: str, markers: dict, sample_le
     part["x"] = part["state_floats"].where(part["state_floats"] > 0, part["kv_floats_per_token"] * cache)
     floor = part["largest_tried"].min() / 2  # where models that solve no n sit
     top = part["largest_tried"].max()
-    for arch, rows in part.groupby("arch", sort=False):
-        ax.scatter(rows["x"], rows["largest_solved"].fillna(floor), marker=markers.get(arch, "X"), s=40,
+    for arch, rows in sorted(part.groupby("arch"), key=lambda g: model_key(g[0])):
+        style = arch_style(arch)
+        ax.scatter(rows["x"], rows["largest_solved"].fillna(floor), marker=style["marker"], color=style["color"], s=40,
                    label=arch, zorder=3)
     every = part[part["solves_all"]]
     if len(every):  # an arrow up: it might solve larger n too
@@ -347,11 +376,8 @@ def plot_frontier(table: pd.DataFrame, out_dir: Path, solved: float, sample_leng
 
     setups = sorted(dict.fromkeys(table["setup"]), key=setup_key)  # the paper's order, as the other figures
     fig, axes = plt.subplots(1, len(setups), figsize=(max(6, 4.5 * len(setups)), 3.8), squeeze=False)
-    from workloads.models import PRESETS
-
-    markers = dict(zip(PRESETS, "soDv^<>ph*"))  # one per architecture, the same in every figure
     for ax, setup in zip(axes[0], setups):
-        _frontier_panel(ax, table[table["setup"] == setup].copy(), setup, markers, sample_length)
+        _frontier_panel(ax, table[table["setup"] == setup].copy(), setup, sample_length)
     score = "robust score" if robust else "exact match"  # robust: held-out, at each seed's own rate
     axes[0][0].set_ylabel(f"largest n solved\n({score} >= {solved:g})")
     shown = {}  # every panel's entries, once each (the arrow may be drawn in one panel only)

@@ -667,6 +667,63 @@ def test_figures_label_their_axes_in_words_and_every_chance_line(tmp_path, monke
         plt.close(fig)
 
 
+def test_the_token_accuracy_figure_marks_guessing_where_the_answer_is_the_one_supervised_token(tmp_path, monkeypatch):
+    """Issue 44: the token-accuracy figure had no chance line. With the answer alone
+    (vanilla) its one supervised token is the answer: guessing scores 0.5; a trace's
+    tokens have no fixed guessing level, so CoT's panel has none."""
+    import matplotlib.pyplot as plt
+
+    from orchestrator.report import plot
+
+    best = best_by_cell(pd.concat([_trials([("transformer", n, 1e-3, 0, 0.7), ("mamba", n, 1e-3, 0, 0.6)]).assign(
+        setup=setup) for setup in ("vanilla", "cot") for n in (4, 6)]))
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    paths = plot(best, tmp_path)
+    figure = figures[[p.name for p in paths].index("token_accuracy_tiny.png")]
+    guessing = {ax.get_title(): [line.get_ydata()[0] for line in ax.get_lines() if line.get_linestyle() == "--"]
+                for ax in figure.axes}
+    assert guessing == {"vanilla": [0.5], "cot": []}
+    monkeypatch.undo()
+    plt.close("all")
+
+
+def test_every_figure_draws_an_arch_in_one_colour_and_marker_and_lists_archs_in_one_order(tmp_path, monkeypatch):
+    """Issue 44: frontier.png's colours and legend order were its own (the order of
+    the rows), so Mamba was orange in one figure and blue in the next."""
+    import matplotlib.colors
+    import matplotlib.pyplot as plt
+
+    from orchestrator.report import plot, plot_frontier
+
+    best = best_by_cell(pd.concat([_trials([(arch, n, 1e-3, 0, 0.9) for arch in ("hybrid", "mamba", "transformer")
+                                            for n in (4, 6)])]))
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    plot(best, tmp_path)
+    rows = [dict(setup="cot", arch=arch, size="tiny", params=30000, state_floats=state, kv_floats_per_token=kv,
+                 largest_solved=4, largest_tried=6, solves_all=False)
+            for arch, state, kv in (("mamba", 2048, 0), ("hybrid", 2048, 64), ("transformer", 0, 64))]
+    plot_frontier(pd.DataFrame(rows), tmp_path, 0.9, sample_length=lambda setup, n: 10 * n)
+    seen = []
+    for fig in figures:
+        ax = fig.axes[-1]
+        styles = {}  # label: (colour, marker) of its line (errorbar) or its points (frontier)
+        for bars in ax.containers:
+            line = bars.lines[0]
+            styles[bars.get_label()] = (matplotlib.colors.to_hex(line.get_color()), line.get_marker())
+        for points in ax.collections:
+            if points.get_label() in ("transformer", "mamba", "hybrid"):
+                styles[points.get_label()] = (matplotlib.colors.to_hex(points.get_facecolor()[0]), None)
+        legend = [t.get_text() for t in ax.get_legend().get_texts()]
+        archs = [label for label in legend if label in ("transformer", "mamba", "hybrid")]
+        assert archs == ["transformer", "mamba", "hybrid"], archs  # the model registry's order
+        seen.append({arch: styles[arch][0] for arch in archs})
+    assert len(seen) >= 2 and all(styles == seen[0] for styles in seen), seen
+    monkeypatch.undo()
+    plt.close("all")
+
+
 def test_a_variant_of_a_size_shares_its_table_and_figure_with_the_presets_it_is_compared_with(tmp_path, monkeypatch):
     """Issue 29: the laptop spec's Mamba is tiny-dmodel16 beside the tiny Transformer;
     in tables and figures of its own it was never seen beside the model it is

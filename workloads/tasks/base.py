@@ -150,6 +150,9 @@ class TaskBase:
     # generation (None: not a fixed level). The report marks them.
     exact_match_chance: ClassVar[dict[str, float]] = {}
     generation_chance: ClassVar[Optional[float]] = None
+    # Teacher-forced accuracy per supervised token of a model that guesses, by setup,
+    # where it is a fixed level (a setup whose one supervised token is the answer).
+    token_accuracy_chance: ClassVar[dict[str, float]] = {}
 
     # The trainer's half: set by the task's __init__.
     vocab_size: int  # tokens the model embeds (a property of the config is fine)

@@ -67,6 +67,7 @@ class IsTreeTask(TaskBase):
     # alone (classes balanced); a trace is never guessed whole. The report marks it.
     exact_match_chance = CHANCE
     generation_chance = 0.5  # the answer guessed: a model that fails still scores this in generation
+    token_accuracy_chance = {"vanilla": 0.5}  # the answer alone is its one supervised token; a trace's are not guessed
 
     @staticmethod
     def label_text(label) -> str:
