@@ -22,6 +22,7 @@ import ray.cloudpickle as cloudpickle
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, LoggerCallback
 from ray.tune.result import EXPR_PARAM_PICKLE_FILE, EXPR_RESULT_FILE, TRAINING_ITERATION
 from ray.tune.utils.util import SafeFallbackEncoder
+from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData
 
 from orchestrator.rundir import TrialFiles
 from orchestrator.spec import SweepSpec
@@ -31,6 +32,7 @@ from workloads.config import TRIAL_IDS, TrialConfig
 from workloads.metrics import HELD_OUT, METRICS, measured
 
 STEP = "samples"  # training samples: the x axis of every chart
+DIFFERS = bytes([7 << 3, 1])  # HParamInfo.differs = true: field 7, varint 1
 
 
 def metric_name(key: str) -> str:
@@ -206,14 +208,40 @@ class MLflow(LoggerCallback):
             self.client.set_terminated(self.runs.pop(trial), status="FAILED" if failed else "FINISHED")
 
 
+def hparams_of(spec: SweepSpec) -> tuple[dict, set[str]]:
+    """Every parameter a trial of `spec` logs, in the trackers' order (the ids, the
+    swept fields, the rest), each with a value of one trial that has it; and the
+    swept axes whose values differ between the spec's trials (the ids and the task's
+    and model's swept fields; the learning rate where Optuna searches it)."""
+    from orchestrator.grid import shape_trials
+
+    swept = swept_fields(spec)
+    params = [tracked_params(t.model_dump(mode="json"), swept) for t in shape_trials(spec)]
+    example = {}
+    for trial in params:
+        for key, value in trial.items():
+            example.setdefault(key, value)
+    axes = [k for k in example if k in TRIAL_IDS.values() or k == "setup" or k.rsplit(".", 1)[-1] in swept]
+    varying = {k for k in axes if len({repr(p[k]) for p in params if k in p}) > 1}
+    if spec.search.method == "optuna":
+        varying.add("lr")
+    return example, varying
+
+
 class TensorBoard(LoggerCallback):
     """TensorBoard files in each trial's directory (tensorboardX's writer): the
     figures under their short names at the trial's samples, and, at the trial's
-    end, HParams over the flat config with the latest of each figure."""
+    end, its HParams session (the flat config, the latest of each figure). The
+    HParams experiment (which parameters, which metrics) is written once, in the
+    run directory: TensorBoard sorts parameters by whether they differ between
+    runs, then by name, and shows the first five, so that those the spec sweeps
+    are marked as differing: they come first and are shown; every other one is
+    listed after them (as each trial's own experiment, TensorBoard listed them by
+    name alone, and showed model.attn_init before setup)."""
 
-    def __init__(self, swept: tuple[str, ...] = ()):
-        self.swept = swept
-        self.writers, self.latest = {}, {}
+    def __init__(self, swept: tuple[str, ...] = (), hparams: tuple[dict, set[str]] = ({}, set())):
+        self.swept, (self.params, self.varying) = swept, hparams
+        self.writers, self.latest, self.experiment_written = {}, {}, False
 
     def log_trial_start(self, trial) -> None:
         from tensorboardX import SummaryWriter
@@ -223,6 +251,27 @@ class TensorBoard(LoggerCallback):
         trial.init_local_path()
         self.writers[trial] = SummaryWriter(trial.local_path, flush_secs=30)
         self.latest.setdefault(trial, {})
+        if not self.experiment_written and self.params:
+            self.write_experiment(trial.local_experiment_path)
+
+    def write_experiment(self, run_dir: str) -> None:
+        """The HParams experiment: every parameter, those the spec sweeps marked as
+        differing, and the metrics; in the run directory, TensorBoard's logdir."""
+        from tensorboardX import SummaryWriter
+        from tensorboardX.summary import hparams
+
+        experiment, _, _ = hparams(hparam_dict={k: v for k, v in self.params.items() if v is not None},
+                                   metric_dict={name: 0.0 for name in TRACKED.values()})
+        data = HParamsPluginData()
+        value = experiment.value[0]
+        data.ParseFromString(value.metadata.plugin_data.content)
+        for info in data.experiment.hparam_infos:
+            if info.name in self.varying:  # TensorBoard's HParamInfo.differs (field 7, a bool), which
+                info.MergeFromString(DIFFERS)  # tensorboardX's copy of the proto lacks: its wire bytes
+        value.metadata.plugin_data.content = data.SerializeToString()
+        with SummaryWriter(run_dir) as writer:
+            writer.file_writer.add_summary(experiment)
+        self.experiment_written = True
 
     def log_trial_result(self, iteration: int, trial, result: dict) -> None:
         if trial not in self.writers:
@@ -242,7 +291,8 @@ class TensorBoard(LoggerCallback):
             return
         if latest:
             params = {k: v for k, v in _params(trial, self.swept).items() if v is not None}  # TensorBoard takes no None
-            for summary in hparams(hparam_dict=params, metric_dict=latest):
+            _, session_start, session_end = hparams(hparam_dict=params, metric_dict=latest)
+            for summary in (session_start, session_end):  # the experiment is the run directory's
                 writer.file_writer.add_summary(summary)
         writer.close()
 
@@ -305,7 +355,7 @@ def trackers(spec: SweepSpec, mlflow_uri) -> list:
     os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
     out = [TrialFilesCallback(), CSVLoggerCallback()]
     if tracking.tensorboard:
-        out.append(TensorBoard(swept))
+        out.append(TensorBoard(swept, hparams_of(spec)))
     if tracking.wandb:
         w = tracking.wandb
         if w.mode == "offline":

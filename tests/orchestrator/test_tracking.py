@@ -77,7 +77,6 @@ def test_every_tracker_holds_each_trials_config_and_every_evaluation(tmp_path, r
     the model has), every evaluation under its short name at its training samples,
     and none of Tune's bookkeeping (issue 30, item 1)."""
     import mlflow
-    from tensorboardX.proto.event_pb2 import Event
 
     spec = yaml.safe_load((SWEEPS / "istree_micro.yaml").read_text())
     spec.update(name="tracked", tracking=dict(wandb=dict(project="icr-test", mode="offline"), mlflow={},
@@ -168,12 +167,7 @@ def test_every_tracker_holds_each_trials_config_and_every_evaluation(tmp_path, r
     for trial in trials:
         (events,) = trial.glob("events.out.tfevents.*")
         values, steps, tags = [], [], set()
-        data, pos = events.read_bytes(), 0
-        while pos < len(data):  # TFRecord framing: length, its CRC, the record, its CRC
-            (length,) = struct.unpack("<Q", data[pos:pos + 8])
-            event = Event()
-            event.ParseFromString(data[pos + 12:pos + 12 + length])
-            pos += 12 + length + 4
+        for event in _events(events):
             tags |= {v.tag for v in event.summary.value}
             for v in event.summary.value:
                 if v.tag == "val/loss":
@@ -181,6 +175,40 @@ def test_every_tracker_holds_each_trials_config_and_every_evaluation(tmp_path, r
                     steps.append(event.step)
         assert values == pytest.approx(expected[trial.name], rel=1e-6) and steps == samples[trial.name]
         assert not any(t.startswith("ray/tune") for t in tags), sorted(tags)
+        assert "_hparams_/session_start_info" in tags and "_hparams_/experiment" not in tags, sorted(tags)
+    # HParams (issue 44): one experiment, in the run directory (TensorBoard's logdir). TensorBoard
+    # sorts parameters by whether they differ, then by name, and shows the first five: the
+    # axes the spec sweeps (here arch and lr) are marked as differing, so they lead and are shown.
+    from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData
+
+    (root,) = run.glob("events.out.tfevents.*")
+    (experiment,) = [v for e in _events(root) for v in e.summary.value if v.tag == "_hparams_/experiment"]
+    plugin = HParamsPluginData()
+    plugin.ParseFromString(experiment.metadata.plugin_data.content)
+    infos = plugin.experiment.hparam_infos
+
+    def differs(info) -> bool:  # TensorBoard's field 7, unknown to tensorboardX's proto: kept as its bytes
+        return info.SerializeToString().endswith(bytes([7 << 3, 1]))
+
+    shown = [i.name for i in sorted(infos, key=lambda i: (not differs(i), i.name))][:5]
+    assert [i.name for i in infos if differs(i)] == ["arch", "lr"] and shown[:2] == ["arch", "lr"], shown
+    assert [i.name for i in infos][:6] == ["arch", "setup", "size", "n", "lr", "seed"]
+    assert {"params", "trial_dir", "model.mixer.d_state", "model.n_heads"} <= {i.name for i in infos}
+    assert {m.name.tag for m in plugin.experiment.metric_infos} >= {"val/exact_match", "val/loss", "train/loss"}
+
+
+def _events(path: Path):
+    """The events of a TensorBoard file (TFRecord framing: length, its CRC, the
+    record, its CRC)."""
+    from tensorboardX.proto.event_pb2 import Event
+
+    data, pos = path.read_bytes(), 0
+    while pos < len(data):
+        (length,) = struct.unpack("<Q", data[pos:pos + 8])
+        event = Event()
+        event.ParseFromString(data[pos + 12:pos + 12 + length])
+        pos += 12 + length + 4
+        yield event
 
 
 def test_a_tracker_whose_package_is_missing_or_needs_a_uri_is_refused_before_anything_starts(tmp_path):
