@@ -211,8 +211,8 @@ class MLflow(LoggerCallback):
 def hparams_of(spec: SweepSpec) -> tuple[dict, set[str]]:
     """Every parameter a trial of `spec` logs, in the trackers' order (the ids, the
     swept fields, the rest), each with a value of one trial that has it; and the
-    swept axes whose values differ between the spec's trials (the ids and the task's
-    and model's swept fields; the learning rate where Optuna searches it)."""
+    axes to show first: a trial's ids (arch, setup, size, n, lr, seed) and the
+    task's and model's fields the spec sweeps with more than one value."""
     from orchestrator.grid import shape_trials
 
     swept = swept_fields(spec)
@@ -221,11 +221,9 @@ def hparams_of(spec: SweepSpec) -> tuple[dict, set[str]]:
     for trial in params:
         for key, value in trial.items():
             example.setdefault(key, value)
-    axes = [k for k in example if k in TRIAL_IDS.values() or k == "setup" or k.rsplit(".", 1)[-1] in swept]
-    varying = {k for k in axes if len({repr(p[k]) for p in params if k in p}) > 1}
-    if spec.search.method == "optuna":
-        varying.add("lr")
-    return example, varying
+    ids = {k for k in example if k in TRIAL_IDS.values() or k == "setup"}
+    fields = {k for k in example if k not in ids and k.rsplit(".", 1)[-1] in swept}
+    return example, ids | {k for k in fields if len({repr(p[k]) for p in params if k in p}) > 1}
 
 
 class TensorBoard(LoggerCallback):
@@ -234,10 +232,10 @@ class TensorBoard(LoggerCallback):
     end, its HParams session (the flat config, the latest of each figure). The
     HParams experiment (which parameters, which metrics) is written once, in the
     run directory: TensorBoard sorts parameters by whether they differ between
-    runs, then by name, and shows the first five, so that those the spec sweeps
-    are marked as differing: they come first and are shown; every other one is
-    listed after them (as each trial's own experiment, TensorBoard listed them by
-    name alone, and showed model.attn_init before setup)."""
+    runs, then by name, and shows the first five, so that a trial's ids and the
+    swept fields are marked as differing: they come first and are shown, five of
+    them; every other one is listed after them (as each trial's own experiment,
+    TensorBoard listed them by name alone, and showed model.attn_init before setup)."""
 
     def __init__(self, swept: tuple[str, ...] = (), hparams: tuple[dict, set[str]] = ({}, set())):
         self.swept, (self.params, self.varying) = swept, hparams

@@ -4,6 +4,7 @@ directory), its rows reported to Tune, and what it does where a checkpoint is
 gone or its failure would repeat. The driver (tune.py) hands `trainable_fn` to
 Tune."""
 
+import logging
 import math
 import os
 import sys
@@ -32,6 +33,10 @@ def trainable_fn(config: dict) -> None:
         # see every GPU of its node and pile onto cuda:0 beside the GPU trials.
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     bound_threads(max(1, int(given.get("CPU", 1))))
+    # Ray Train's "Checkpoint successfully created at ..." at every checkpoint reached
+    # the driver's console after its last lines (the report, how to open the run);
+    # the checkpoints are the run directory's to show (status, report).
+    logging.getLogger("ray.train").setLevel(logging.WARNING)
     trial = TrialConfig.model_validate(config["trial"])
     storage = _trial_storage()
     _fails_again(storage)

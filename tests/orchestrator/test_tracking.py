@@ -177,8 +177,8 @@ def test_every_tracker_holds_each_trials_config_and_every_evaluation(tmp_path, r
         assert not any(t.startswith("ray/tune") for t in tags), sorted(tags)
         assert "_hparams_/session_start_info" in tags and "_hparams_/experiment" not in tags, sorted(tags)
     # HParams (issue 44): one experiment, in the run directory (TensorBoard's logdir). TensorBoard
-    # sorts parameters by whether they differ, then by name, and shows the first five: the
-    # axes the spec sweeps (here arch and lr) are marked as differing, so they lead and are shown.
+    # sorts parameters by whether they differ, then by name, and shows the first five: a
+    # trial's ids and the swept fields are marked as differing, so they lead and are shown.
     from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData
 
     (root,) = run.glob("events.out.tfevents.*")
@@ -191,7 +191,8 @@ def test_every_tracker_holds_each_trials_config_and_every_evaluation(tmp_path, r
         return info.SerializeToString().endswith(bytes([7 << 3, 1]))
 
     shown = [i.name for i in sorted(infos, key=lambda i: (not differs(i), i.name))][:5]
-    assert [i.name for i in infos if differs(i)] == ["arch", "lr"] and shown[:2] == ["arch", "lr"], shown
+    assert [i.name for i in infos if differs(i)] == ["arch", "setup", "size", "n", "lr", "seed"]
+    assert shown == ["arch", "lr", "n", "seed", "setup"], shown
     assert [i.name for i in infos][:6] == ["arch", "setup", "size", "n", "lr", "seed"]
     assert {"params", "trial_dir", "model.mixer.d_state", "model.n_heads"} <= {i.name for i in infos}
     assert {m.name.tag for m in plugin.experiment.metric_infos} >= {"val/exact_match", "val/loss", "train/loss"}
