@@ -29,7 +29,7 @@ from orchestrator.spec import SweepSpec
 from orchestrator.storage import answer_timeout, is_remote
 from orchestrator.unpromised import wandb_callback
 from workloads.config import TRIAL_IDS, TrialConfig
-from workloads.metrics import HELD_OUT, METRICS, measured
+from workloads.metrics import HELD_OUT, METRICS, RESOLVED, measured
 
 STEP = "samples"  # training samples: the x axis of every chart
 DIFFERS = bytes([7 << 3, 1])  # HParamInfo.differs = true: field 7, varint 1
@@ -95,6 +95,11 @@ def _plain(value):
     return str(value) if isinstance(value, list) else value
 
 
+def resolved(result: dict) -> dict:
+    """What a trial ran on, from one of its rows (RESOLVED: strings), where it says."""
+    return {key: result[key] for key in RESOLVED if isinstance(result.get(key), str)}
+
+
 def swept_fields(spec: SweepSpec) -> tuple[str, ...]:
     """The task's and model's field names that the spec's axes sweep."""
     model = []
@@ -107,7 +112,8 @@ def _params(trial, swept) -> dict:
     return tracked_params(trial.config["trial"], swept)
 
 
-class Wandb(wandb_callback(tracked_metrics, STEP, charts=("train/*", "val/*", "test/*"), trial_dir="trial_dir")):
+class Wandb(wandb_callback(tracked_metrics, STEP, charts=("train/*", "val/*", "test/*"), trial_dir="trial_dir",
+                           config=resolved)):
     """One W&B run per trial, named after it (its id too: an offline run's folder,
     offline-run-<time>-<trial>-<tune id>, is found by the trial's name), with the
     flat config; samples are every chart's step."""
@@ -158,7 +164,7 @@ class MLflow(LoggerCallback):
 
     def __init__(self, tracking_uri: str, experiment_name: str, tags: dict, swept: tuple[str, ...] = ()):
         self.tracking_uri, self.experiment_name, self.tags, self.swept = tracking_uri, experiment_name, tags, swept
-        self.client, self.experiment_id, self.runs = None, None, {}
+        self.client, self.experiment_id, self.runs, self.resolved = None, None, {}, set()
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(max(1, round(answer_timeout()))))
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
 
@@ -191,7 +197,7 @@ class MLflow(LoggerCallback):
     def log_trial_result(self, iteration: int, trial, result: dict) -> None:
         import time
 
-        from mlflow.entities import Metric
+        from mlflow.entities import Metric, Param
 
         if trial not in self.runs:
             self.log_trial_start(trial)
@@ -200,7 +206,10 @@ class MLflow(LoggerCallback):
         figures = tracked_metrics(result)
         step, now = int(figures.pop(STEP, 0)), int(time.time() * 1000)
         metrics = [Metric(name, float(value), now, step) for name, value in figures.items()]
-        self.client.log_batch(self.runs[trial], metrics=metrics)
+        ran = resolved(result) if trial not in self.resolved else {}  # once: MLflow's params do not change
+        if ran:
+            self.resolved.add(trial)
+        self.client.log_batch(self.runs[trial], metrics=metrics, params=[Param(k, v) for k, v in ran.items()])
 
     @_or_off
     def log_trial_end(self, trial, failed: bool = False) -> None:
@@ -239,7 +248,7 @@ class TensorBoard(LoggerCallback):
 
     def __init__(self, swept: tuple[str, ...] = (), hparams: tuple[dict, set[str]] = ({}, set())):
         self.swept, (self.params, self.varying) = swept, hparams
-        self.writers, self.latest, self.experiment_written = {}, {}, False
+        self.writers, self.latest, self.ran, self.experiment_written = {}, {}, {}, False
 
     def log_trial_start(self, trial) -> None:
         from tensorboardX import SummaryWriter
@@ -258,7 +267,8 @@ class TensorBoard(LoggerCallback):
         from tensorboardX import SummaryWriter
         from tensorboardX.summary import hparams
 
-        experiment, _, _ = hparams(hparam_dict={k: v for k, v in self.params.items() if v is not None},
+        every = {**self.params, **{key: "" for key in RESOLVED}}  # what ran: text, known at the trial's end
+        experiment, _, _ = hparams(hparam_dict={k: v for k, v in every.items() if v is not None},
                                    metric_dict={name: 0.0 for name in TRACKED.values()})
         data = HParamsPluginData()
         value = experiment.value[0]
@@ -279,16 +289,17 @@ class TensorBoard(LoggerCallback):
         for name, value in figures.items():
             self.writers[trial].add_scalar(name, value, global_step=step)
         self.latest[trial] = {**self.latest[trial], **figures}
+        self.ran[trial] = {**self.ran.get(trial, {}), **resolved(result)}
         self.writers[trial].flush()
 
     def log_trial_end(self, trial, failed: bool = False) -> None:
         from tensorboardX.summary import hparams
 
-        writer, latest = self.writers.pop(trial, None), self.latest.pop(trial, {})
+        writer, latest, ran = self.writers.pop(trial, None), self.latest.pop(trial, {}), self.ran.pop(trial, {})
         if writer is None:
             return
         if latest:
-            params = {k: v for k, v in _params(trial, self.swept).items() if v is not None}  # TensorBoard takes no None
+            params = {k: v for k, v in {**_params(trial, self.swept), **ran}.items() if v is not None}  # none: refused
             _, session_start, session_end = hparams(hparam_dict=params, metric_dict=latest)
             for summary in (session_start, session_end):  # the experiment is the run directory's
                 writer.file_writer.add_summary(summary)

@@ -194,10 +194,12 @@ def name_trial_actor(actor, name: Optional[str]) -> None:
         actor._name = name
 
 
-def wandb_callback(figures: Callable[[dict], dict], step: str, charts: tuple[str, ...], trial_dir: str):
+def wandb_callback(figures: Callable[[dict], dict], step: str, charts: tuple[str, ...], trial_dir: str,
+                   config: Callable[[dict], dict]):
     """Ray's WandbLoggerCallback class, opened where it has no public hook: its
     logging actor logs `figures(row)` with `step` as the step metric of every chart
-    matching `charts` (W&B's define_metric), writes as the run's trial_log_path the
+    matching `charts` (W&B's define_metric) and adds `config(row)` to the run's
+    config (what the trial ran on), writes as the run's trial_log_path the
     run's config entry `trial_dir` (the trial's directory in the run directory; Ray
     writes its temporary copy of it, which vanishes with the session), and ends
     W&B's service before the actor ends; `start_run(trial, **init)` starts one
@@ -223,7 +225,7 @@ def wandb_callback(figures: Callable[[dict], dict], step: str, charts: tuple[str
                 for chart in charts:
                     self._wandb.define_metric(chart, step_metric=step)
                 self.defined = True
-            return figures(result), {}
+            return figures(result), config(result)
 
     class Callback(WandbLoggerCallback):
         _logger_actor_cls = Actor

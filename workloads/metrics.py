@@ -61,6 +61,10 @@ HELD_OUT = {"test_exact_match": HEADLINE}  # a held-out metric: the validation m
 PLOTTED = tuple(name for name, m in METRICS.items() if m.plot)  # the accuracies, drawn and tabled
 # Progress, in every result row (between evaluations too), beside the metrics.
 PROGRESS = ("samples", "train_loss", "samples_per_s")
+# What a trial ran on, as it ran, beside what its config asked (device: auto, scan:
+# auto): the device's type, and the scan its recurrent layers ran (none without
+# any). Text in its rows; parameters in the trackers.
+RESOLVED = ("device_used", "scan_used")
 
 
 def measured(row: dict, keys) -> dict:

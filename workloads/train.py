@@ -76,6 +76,12 @@ def lr_factor(step: int, warmup_steps: int, total_steps: int) -> float:
 class Trial:
     """Model, optimiser, schedule and data position of one run; saved and restored whole."""
 
+    def resolved(self) -> dict:
+        """What the run ran on (workloads.metrics.RESOLVED): the device's type and the
+        scans its recurrent layers ran last (each sets `scan_ran` in its forward)."""
+        scans = sorted({m.scan_ran for m in self.model.modules() if getattr(m, "scan_ran", None)})
+        return {"device_used": self.device.type, "scan_used": "+".join(scans) or "none"}
+
     def __init__(self, config: TrialConfig):
         self.config = config
         tc = config.train
@@ -297,6 +303,7 @@ class _Run:
             "lr": trial.scheduler.get_last_lr()[0],
             "samples_per_s": self.trained / max(self.train_time, 1e-9),
             "tokens_per_s": self.train_tokens / max(self.train_time, 1e-9),
+            **trial.resolved(),
             "config": trial.config.model_dump(mode="json"),
         }
 

@@ -143,6 +143,8 @@ def test_every_tracker_holds_each_trials_config_and_every_evaluation(tmp_path, r
         assert not bookkeeping & set(params) and "trial" not in params
         has_mixer = params["arch"] != "transformer"
         assert any(k.startswith("model.mixer.") for k in params) == has_mixer
+        # What ran beside what was asked (device: auto, scan: auto), issue 44.
+        assert (params["device_used"], params["scan_used"]) == ("cpu", "cpu" if has_mixer else "none"), params
     assert seen.keys() == expected.keys()
     for trial, values in expected.items():
         assert seen[trial] == pytest.approx(values)
@@ -162,6 +164,8 @@ def test_every_tracker_holds_each_trials_config_and_every_evaluation(tmp_path, r
         assert {"val/loss", "val/exact_match", "train/loss"} <= metrics, metrics
         assert not any(m.startswith("config") for m in metrics) and not bookkeeping & metrics, metrics
         assert not any(p.startswith("trial/") for p in r.data.params)
+        ran = "cpu" if r.data.params["arch"] != "transformer" else "none"
+        assert (r.data.params["device_used"], r.data.params["scan_used"]) == ("cpu", ran), r.data.params
 
     # TensorBoard: an event file in each trial's directory, tags by short names at the samples.
     for trial in trials:
@@ -176,6 +180,14 @@ def test_every_tracker_holds_each_trials_config_and_every_evaluation(tmp_path, r
         assert values == pytest.approx(expected[trial.name], rel=1e-6) and steps == samples[trial.name]
         assert not any(t.startswith("ray/tune") for t in tags), sorted(tags)
         assert "_hparams_/session_start_info" in tags and "_hparams_/experiment" not in tags, sorted(tags)
+        from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData
+
+        (start,) = [v for e in _events(events) for v in e.summary.value if v.tag == "_hparams_/session_start_info"]
+        session = HParamsPluginData()
+        session.ParseFromString(start.metadata.plugin_data.content)
+        ran = "cpu" if trial.name.startswith("mamba") else "none"
+        assert session.session_start_info.hparams["scan_used"].string_value == ran
+        assert session.session_start_info.hparams["device_used"].string_value == "cpu"
     # HParams (issue 44): one experiment, in the run directory (TensorBoard's logdir). TensorBoard
     # sorts parameters by whether they differ, then by name, and shows the first five: a
     # trial's ids and the swept fields are marked as differing, so they lead and are shown.

@@ -200,6 +200,8 @@ class GatedDeltaNetMixer(nn.Module):
         qkv, gate, a, b = self._project(h)
         q, k, v, g, beta = self._inputs(short_conv(qkv, self.conv1d, cache), a, b)
         kernel = pick_kernel(self.scan, h.is_cuda, torch.is_grad_enabled())
+        if self.training:  # what trained (evaluation may run another form)
+            self.scan_ran = "fla" if kernel is not None else "recurrent" if self.scan == "recurrent" else "chunked"
         if kernel is not None:
             o, last = kernel(q, k, v, g, beta, scale=1.0, output_final_state=True)
         elif self.scan == "recurrent":

@@ -117,6 +117,8 @@ class GatedDeltaProductMixer(nn.Module):
         qkv, gate, a, b = self._project(h)
         inputs = self._inputs(short_conv(qkv, self.conv1d, cache), a, b)
         kernel = pick_kernel(self.scan, h.is_cuda, torch.is_grad_enabled())
+        if self.training:  # what trained (evaluation may run another form)
+            self.scan_ran = "fla" if kernel is not None else "recurrent" if self.scan == "recurrent" else "chunked"
         o, last = product_scan(*inputs, chunk=self.chunk, scan=self.scan, kernel=kernel)
         if cache is not None:
             cache.state, cache.filled = last, True

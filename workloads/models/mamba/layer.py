@@ -96,6 +96,8 @@ class MambaMixer(nn.Module):
         dt, Bm, C = self.x_proj(x).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
         A = -torch.exp(self.A_log.float())
         impl = self._impl(x)
+        if self.training:  # what trained (evaluation may run another form)
+            self.scan_ran = {"cuda": "mamba-ssm"}.get(impl, impl)  # what ran: cpu (compiled), reference, mamba-ssm
         if impl == "cuda":
             y, last = self._scan_cuda(x, dt, A, Bm, C, z)
         else:

@@ -148,6 +148,8 @@ class Mamba2Mixer(nn.Module):
         acc = torch.promote_types(x.dtype, torch.float32)  # the scan's precision: fp32, or fp64 in tests
         A = -torch.exp(self.A_log.to(acc))
         kernel = mamba2_kernel() if self.scan == "auto" and h.is_cuda else None
+        if self.training:  # what trained (evaluation may run another form)
+            self.scan_ran = "mamba-ssm" if kernel is not None else "recurrent" if self.scan == "recurrent" else "chunked"
         if kernel is not None:
             y, last = kernel(x, dt, A, B[:, :, None], C[:, :, None], KERNEL_CHUNK, D=self.D, dt_bias=self.dt_bias,
                              dt_softplus=True, return_final_states=True)

@@ -205,6 +205,8 @@ class RWKV7Mixer(nn.Module):
         v, kk = self._heads(v).to(acc), kk.to(acc)
         state = cache.state if decoding else None
         kernel = rwkv7_kernel() if self.scan == "auto" and h.is_cuda and not decoding else None
+        if self.training and not decoding:  # what trained (evaluation may run another form)
+            self.scan_ran = "fla" if kernel is not None else "recurrent" if self.scan == "recurrent" else "chunked"
         if kernel is not None:
             o, last = kernel(r=r, w=w, k=k, v=v, a=-kk, b=kk * a, scale=1.0, initial_state=state,
                              output_final_state=True, safe_gate=True, lower_bound=DECAY_FLOOR, chunk_size=64)
