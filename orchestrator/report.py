@@ -4,6 +4,7 @@ file of the run (every figure comes from the `Run` it is given), so a report can
 always be regenerated from the stored results.
 """
 
+import contextlib
 import math
 import re
 from pathlib import Path
@@ -409,8 +410,10 @@ def open_commands(run: Run, run_dir: str, local: Path) -> list[str]:
     if mlflow is not None:
         uri = mlflow.get("tracking_uri") or f"sqlite:///{where}/{MLFLOW_FILE}"
         experiment = mlflow.get("experiment") or spec.get("name", "")
-        out.append(f"MLflow: `{'mlflow ui --backend-store-uri ' + uri if not uri.startswith('http') else uri}` "
-                   f"(experiment {experiment}; choose \"Model training\" in MLflow 3's view menu)")
+        number = None if mlflow.get("tracking_uri") else _mlflow_experiment_id(local / MLFLOW_FILE, experiment)
+        runs = f", then http://127.0.0.1:5000/#/experiments/{number}/runs (its runs)" if number else ""
+        out.append(f"MLflow: `{'mlflow ui --backend-store-uri ' + uri if not uri.startswith('http') else uri}`{runs} "
+                   f"(experiment {experiment}; MLflow 3 opens in its GenAI view: choose \"Model training\")")
     wandb = tracking.get("wandb")
     if wandb:
         if wandb.get("mode", "offline") == "offline":
@@ -424,6 +427,20 @@ def open_commands(run: Run, run_dir: str, local: Path) -> list[str]:
         if storage:
             out.append(f"Optuna: `optuna-dashboard {storage}`")
     return out
+
+
+def _mlflow_experiment_id(db: Path, name: str) -> Optional[str]:
+    """The id of experiment `name` in an MLflow SQLite store (None where it cannot be read)."""
+    import sqlite3
+
+    if not db.is_file():
+        return None
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as con:
+            row = con.execute("SELECT experiment_id FROM experiments WHERE name = ?", (name,)).fetchone()
+    except sqlite3.Error:
+        return None
+    return str(row[0]) if row else None
 
 
 def write_report(run: Run, out_dir: Path, solved: float = SOLVED,

@@ -103,7 +103,9 @@ def test_every_tracker_holds_each_trials_config_and_every_evaluation(tmp_path, r
     after = console.split("Open this run in:\n")[-1].splitlines()
     opened = after[:next((i for i, line in enumerate(after) if not line.startswith("  ")), len(after))]
     assert [line.split(":")[0].strip() for line in opened] == ["a notebook", "TensorBoard", "MLflow", "W&B (offline)"]
-    assert f"mlflow ui --backend-store-uri sqlite:///{run}/mlflow.db" in opened[2]
+    assert f"mlflow ui --backend-store-uri sqlite:///{run}/mlflow.db`, then http://127.0.0.1:5000/#/experiments/" \
+        f"{mlflow.tracking.MlflowClient(f'sqlite:///{run}/mlflow.db').get_experiment_by_name('tracked').experiment_id}/runs" \
+        in opened[2], opened[2]
     assert f"tensorboard --logdir {run}`" in opened[1] and f"wandb sync {run}/wandb/offline-run-*" in opened[3]
     report = (run / "report.md").read_text()
     assert "Open this run in:" in report.split("## ")[0] and f"tensorboard --logdir {run}`" in report
