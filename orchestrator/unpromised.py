@@ -28,7 +28,7 @@ class PrivateName:
 
 PRIVATE_NAMES = (
     PrivateName("ray", "ray", "_temp_dir", set_in="init",
-                buys="the embedded Ray's session files (logs, sockets) where the sweep's --ray-temp says, so that "
+                buys="the embedded Ray's session files (logs, sockets) where the command's --temp-dir says, so that "
                 "two users' or tests' Rays on one machine do not share /tmp/ray",
                 tried="RAY_TMPDIR (read in Ray 2.60 as a base directory under which Ray adds `ray`; "
                 "undocumented, so no more promised than this keyword, which Ray's docs name)"),
