@@ -41,7 +41,7 @@ def trainable_fn(config: dict) -> None:
     storage = _trial_storage()
     _fails_again(storage)
     with tempfile.TemporaryDirectory(prefix="icr-trial-") as work:
-        resume = first_intact(_checkpoints(work), trial, say=lambda line: print(line, file=sys.stderr, flush=True))
+        resume = first_intact(_checkpoints(work, storage), trial, say=lambda line: print(line, file=sys.stderr, flush=True))
 
         def report(metrics: dict, checkpoint_dir: Optional[Path]) -> None:
             # Tune stores the trial config beside every result (params.json, result.json).
@@ -50,7 +50,7 @@ def trainable_fn(config: dict) -> None:
             tune.report(flat, checkpoint=tune.Checkpoint.from_directory(str(checkpoint_dir)) if checkpoint_dir else None)
 
         def on_resume(rows: list[dict]) -> None:
-            catch_up(_stored_rows(), rows, report=lambda row: report(row, None),
+            catch_up(_stored_rows(storage), rows, report=lambda row: report(row, None),
                      say=lambda line: print(f"icr-sweep: {trial.name}: {line}", file=sys.stderr, flush=True))
 
         local = storage is not None and isinstance(storage[0], pyarrow.fs.LocalFileSystem)
@@ -92,10 +92,9 @@ def _trial_file(storage, name: str) -> Optional[str]:
         return None
 
 
-def _stored_rows() -> list[dict]:
+def _stored_rows(storage) -> list[dict]:
     """The result rows stored so far in the trial's directory (those kept from before
     a rebuild too): what Tune's driver wrote, read where the sweep keeps it."""
-    storage = _trial_storage()
     return stored_rows(lambda name: _trial_file(storage, name))
 
 
@@ -145,11 +144,12 @@ def _trial_storage():
         return None
 
 
-def _checkpoints(work: str):
+def _checkpoints(work: str, storage):
     """The trial's checkpoints, to restore from in this order, each fetched into
     `work` when asked for: the one Tune hands over, then every other one in the
-    trial's directory, newest first (one that cannot be fetched, say deleted, as a
-    CheckpointError, which first_intact passes over as it does a damaged one). A damaged newest one then costs one
+    trial's directory in `storage` (`_trial_storage`'s), newest first (one that
+    cannot be fetched, say deleted, as a CheckpointError, which first_intact passes
+    over as it does a damaged one). A damaged newest one then costs one
     checkpoint's interval, not the trial; and a sweep whose Tune state was rebuilt
     (Tune hands nothing over) finds its trials' checkpoints here."""
     given = tune.get_checkpoint()
@@ -158,7 +158,6 @@ def _checkpoints(work: str):
             yield Path(given.to_directory(os.path.join(work, "restored-0")))
         except (OSError, RuntimeError) as e:  # deleted or unreadable: passed over as a damaged one is
             yield CheckpointError(f"{given.path} cannot be fetched ({type(e).__name__}: {str(e).splitlines()[0][:200]})")
-    storage = _trial_storage()
     if storage is None:
         return
     fs, trial_path = storage

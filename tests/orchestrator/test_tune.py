@@ -170,9 +170,9 @@ def test_a_deleted_checkpoint_that_tune_hands_over_falls_back_to_an_older_one(tm
         torch.save({"config": config.model_dump(mode="json"), "model": {}, "optimizer": {}, "samples": samples},
                    trial_dir / name / "checkpoint.pt")
     monkeypatch.setattr(tune, "get_checkpoint", lambda: tune.Checkpoint(str(trial_dir / "checkpoint_000001")))
-    monkeypatch.setattr(worker, "_trial_storage", lambda: (pyarrow.fs.LocalFileSystem(), str(trial_dir)))
     said = []
-    chosen = first_intact(worker._checkpoints(str(tmp_path / "work")), config, said.append)
+    storage = (pyarrow.fs.LocalFileSystem(), str(trial_dir))
+    chosen = first_intact(worker._checkpoints(str(tmp_path / "work"), storage), config, said.append)
     assert chosen is not None and torch.load(chosen / "checkpoint.pt", weights_only=True)["samples"] == 30
     assert "checkpoint_000001 cannot be fetched" in said[0] and "continuing from the older checkpoint" in said[1], said
 
