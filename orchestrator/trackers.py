@@ -268,8 +268,7 @@ class TensorBoard(LoggerCallback):
         from tensorboardX.summary import hparams
 
         every = {**self.params, **{key: "" for key in RESOLVED}}  # what ran: text, known at the trial's end
-        experiment, _, _ = hparams(hparam_dict={k: v for k, v in every.items() if v is not None},
-                                   metric_dict={name: 0.0 for name in TRACKED.values()})
+        experiment, _, _ = hparams(hparam_dict=every, metric_dict={name: 0.0 for name in TRACKED.values()})
         data = HParamsPluginData()
         value = experiment.value[0]
         data.ParseFromString(value.metadata.plugin_data.content)
@@ -299,7 +298,7 @@ class TensorBoard(LoggerCallback):
         if writer is None:
             return
         if latest:
-            params = {k: v for k, v in {**_params(trial, self.swept), **ran}.items() if v is not None}  # none: refused
+            params = {**_params(trial, self.swept), **ran}  # plain values: TensorBoard takes no None
             _, session_start, session_end = hparams(hparam_dict=params, metric_dict=latest)
             for summary in (session_start, session_end):  # the experiment is the run directory's
                 writer.file_writer.add_summary(summary)
