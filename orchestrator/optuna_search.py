@@ -124,7 +124,7 @@ class CellStudy:
                                                           float(result[self.metric]))
 
     def on_trial_complete(self, trial_id: str, result: Optional[dict] = None, error: bool = False) -> None:
-        import optuna
+        from optuna.trial import TrialState
 
         last = self.evaluated.pop(trial_id, None)
         if result is not None and (result.get("evaluated") is False or self.metric not in result):
@@ -137,12 +137,10 @@ class CellStudy:
             self.tag_figures(trial_id, result)
         # As Ray's OptunaSearch tells it: no value is a failure where the trial
         # failed, else pruned; a value Optuna refuses (NaN) fails the trial.
-        state = optuna.trial.TrialState.COMPLETE if value is not None else \
-            optuna.trial.TrialState.FAIL if error else optuna.trial.TrialState.PRUNED
+        finite = value is not None and math.isfinite(value)
+        state = TrialState.COMPLETE if finite else TrialState.FAIL if error or value is not None else TrialState.PRUNED
         number = self.storage.get_trial(self.trials[trial_id]).number
-        self.study.tell(number, value if value is not None and math.isfinite(value) else None,
-                        state=state if value is None or math.isfinite(value) else optuna.trial.TrialState.FAIL,
-                        skip_if_finished=True)
+        self.study.tell(number, value if finite else None, state=state, skip_if_finished=True)
         self.finished.add(trial_id)
         self.name_choice()
 
