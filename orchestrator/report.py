@@ -14,7 +14,7 @@ import pandas as pd
 
 from orchestrator.rundir import MLFLOW_FILE, OPTUNA_FILE, Run
 from workloads.metrics import HEADLINE, METRICS, PLOTTED, SOLVED, rank_key
-from workloads.models import preset
+from workloads.models import PRESETS, preset
 from workloads.models.config import SIZES
 from workloads.naming import preset_of, short_float, significant
 from workloads.tasks import DEFAULT_TASK, TASKS
@@ -209,23 +209,23 @@ def _measured(best: pd.DataFrame) -> list[tuple[str, str]]:
     return [(m, METRICS[m].title) for m in PLOTTED if m in best and best[m].notna().any()]
 
 
+def _arch_rank(arch: str) -> int:
+    """An architecture's place in the model registry (one past the end if unknown)."""
+    return list(PRESETS).index(arch) if arch in PRESETS else len(PRESETS)
+
+
 def arch_style(arch: str, variant: bool = False) -> dict:
     """An architecture's colour and marker, the same in every figure (frontier.png
     too), in the order of the model registry; a variant of a preset (mamba
     (tiny-dstate1)) is drawn dash-dotted in its arch's colour."""
-    from workloads.models import PRESETS
-
-    i = list(PRESETS).index(arch) if arch in PRESETS else len(PRESETS)
+    i = _arch_rank(arch)
     return dict(color=f"C{i % 10}", marker="soDv^<>ph*X"[min(i, 10)], ls="-." if variant else "-")
 
 
 def model_key(model: str) -> tuple:
     """Figures' and legends' order: the registry's order of archs, each preset before
     its variants."""
-    from workloads.models import PRESETS
-
-    arch = model.split(" (")[0]
-    return (list(PRESETS).index(arch) if arch in PRESETS else len(PRESETS), model)
+    return _arch_rank(model.split(" (")[0]), model
 
 
 def chance_level(task_cls, metric: str, setup: str) -> Optional[float]:
