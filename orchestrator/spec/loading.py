@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from orchestrator.spec.sections import AxesSpec, section_of
 from orchestrator.spec.sweep import SweepSpec
-from workloads.tasks import TASKS
+from workloads.tasks import tasks_having
 
 MAX_SPEC_BYTES = 1_000_000
 
@@ -73,7 +73,7 @@ def _task_field_hint(loc) -> str:
     if len(loc) != 2 or loc[0] != "axes":
         return ""
     field = loc[1]
-    having = [name for name, (config_cls, _) in TASKS.items() if field in config_cls.model_fields]
+    having = tasks_having(field)
     if not having:
         return ""
     return (f"; {field} is a task field ({', '.join(having)}): give it as task_params.{field} for every trial, or "

@@ -10,7 +10,7 @@ from orchestrator.grid import plan
 from orchestrator.spec.loading import SpecError, format_errors
 from orchestrator.spec.sections import AxesSpec
 from orchestrator.spec.sweep import SweepSpec
-from workloads.tasks import DEFAULT_TASK, TASKS
+from workloads.tasks import DEFAULT_TASK, TASKS, tasks_having
 
 
 def run_spec(run_dir: Path | str) -> Optional["SweepSpec"]:
@@ -58,16 +58,14 @@ def _stored_before_family_was_the_tasks(data: dict) -> dict:
     a field of a registered task is task_params' now where the spec's task has the
     field (unless task_params gives it), and set nothing where it has not. Any
     other unknown key is damage, and stays to be named."""
-    axes = data.get("axes") if isinstance(data, dict) else None
-    task = TASKS.get(data.get("task", DEFAULT_TASK)) if isinstance(data, dict) else None
-    params = data.get("task_params") or {} if isinstance(data, dict) else {}
+    if not isinstance(data, dict):
+        return data  # the schema names what it is
+    axes, task, params = data.get("axes"), TASKS.get(data.get("task", DEFAULT_TASK)), data.get("task_params") or {}
     if not (isinstance(axes, dict) and task and isinstance(params, dict)):
         return data
-    fields = task[0].model_fields
-    task_fields = {f for config_cls, _ in TASKS.values() for f in config_cls.model_fields}
-    moved = {k: v for k, v in axes.items() if k not in AxesSpec.model_fields and k in task_fields
+    moved = {k: v for k, v in axes.items() if k not in AxesSpec.model_fields and tasks_having(k)
              and (v is None or isinstance(v, str))}
     if not moved:
         return data
-    kept = {k: v for k, v in moved.items() if v is not None and k in fields and k not in params}
+    kept = {k: v for k, v in moved.items() if v is not None and task[0].has(k) and k not in params}
     return {**data, "axes": {k: v for k, v in axes.items() if k not in moved}, "task_params": {**params, **kept}}

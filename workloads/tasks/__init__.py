@@ -20,7 +20,7 @@ from typing import Annotated, Union
 from pydantic import Field
 
 from workloads.tasks.base import Batch, TaskBase, TaskConfigBase
-from workloads.tasks.registry import DEFAULT_TASK, TASKS, build_task, register, task_config
+from workloads.tasks.registry import DEFAULT_TASK, TASKS, build_task, register, task_config, tasks_having
 
 
 def _is_task_module(name: str) -> bool:
@@ -38,4 +38,4 @@ TaskConfig = _configs[0] if len(_configs) == 1 else Annotated[Union[_configs], F
 from workloads.tasks.istree import IsTreeConfig, IsTreeTask  # noqa: E402  (the paper's task, re-exported)
 
 __all__ = ["DEFAULT_TASK", "TASKS", "Batch", "IsTreeConfig", "IsTreeTask", "TaskBase", "TaskConfig", "TaskConfigBase",
-           "build_task", "register", "task_config"]
+           "build_task", "register", "task_config", "tasks_having"]

@@ -25,6 +25,11 @@ def register(config_cls: type, task_cls: type) -> None:
     TASKS[name] = (config_cls, task_cls)
 
 
+def tasks_having(field: str) -> list[str]:
+    """The registered tasks whose config has `field`."""
+    return [name for name, (config_cls, _) in TASKS.items() if config_cls.has(field)]
+
+
 def task_config(name: str, n: int, setup: Optional[str] = None, **fields):
     """The config of task `name` at size `n`: the one builder of a spec's trials and
     `train`'s. `setup` None keeps the task's default; `fields` are the task's
