@@ -61,3 +61,9 @@ def optional_kernel(module: str, name: str):
         return getattr(importlib.import_module(module), name), ""
     except Exception as e:  # ImportError, or the extension failing to load in many ways
         return None, f"{type(e).__name__}: {e}"
+
+
+def scan_form(kernel, scan: str, library: str = "fla") -> str:
+    """The form a layer's scan ran as (a trial's `scan_used`): its CUDA kernel's
+    library where `kernel` ran, else recurrent or chunked as its config's `scan` says."""
+    return library if kernel is not None else "recurrent" if scan == "recurrent" else "chunked"

@@ -26,7 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.models.recurrent_parts import dt_bias_init, optional_kernel, residual_out_proj, short_conv, short_conv_step
+from workloads.models.recurrent_parts import (dt_bias_init, optional_kernel, residual_out_proj, scan_form, short_conv,
+                                              short_conv_step)
 
 
 def delta_recurrent(q, k, v, g, beta, state=None):
@@ -201,7 +202,7 @@ class GatedDeltaNetMixer(nn.Module):
         q, k, v, g, beta = self._inputs(short_conv(qkv, self.conv1d, cache), a, b)
         kernel = pick_kernel(self.scan, h.is_cuda, torch.is_grad_enabled())
         if self.training:  # what trained (evaluation may run another form)
-            self.scan_ran = "fla" if kernel is not None else "recurrent" if self.scan == "recurrent" else "chunked"
+            self.scan_ran = scan_form(kernel, self.scan)
         if kernel is not None:
             o, last = kernel(q, k, v, g, beta, scale=1.0, output_final_state=True)
         elif self.scan == "recurrent":

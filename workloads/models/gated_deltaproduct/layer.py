@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from workloads.models.gated_deltanet.layer import GatedDeltaNetMixer, delta_chunked, delta_recurrent, pick_kernel
-from workloads.models.recurrent_parts import dt_bias_init, residual_out_proj, short_conv, short_conv_step
+from workloads.models.recurrent_parts import dt_bias_init, residual_out_proj, scan_form, short_conv, short_conv_step
 
 
 def interleave(q, k, v, g, beta, n: int):
@@ -118,7 +118,7 @@ class GatedDeltaProductMixer(nn.Module):
         inputs = self._inputs(short_conv(qkv, self.conv1d, cache), a, b)
         kernel = pick_kernel(self.scan, h.is_cuda, torch.is_grad_enabled())
         if self.training:  # what trained (evaluation may run another form)
-            self.scan_ran = "fla" if kernel is not None else "recurrent" if self.scan == "recurrent" else "chunked"
+            self.scan_ran = scan_form(kernel, self.scan)
         o, last = product_scan(*inputs, chunk=self.chunk, scan=self.scan, kernel=kernel)
         if cache is not None:
             cache.state, cache.filled = last, True

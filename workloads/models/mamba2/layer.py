@@ -21,7 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.models.recurrent_parts import dt_bias_init, optional_kernel, residual_out_proj, short_conv, short_conv_step
+from workloads.models.recurrent_parts import (dt_bias_init, optional_kernel, residual_out_proj, scan_form, short_conv,
+                                              short_conv_step)
 
 
 def ssd_recurrent(x, dt, A, B, C, state=None):
@@ -149,7 +150,7 @@ class Mamba2Mixer(nn.Module):
         A = -torch.exp(self.A_log.to(acc))
         kernel = mamba2_kernel() if self.scan == "auto" and h.is_cuda else None
         if self.training:  # what trained (evaluation may run another form)
-            self.scan_ran = "mamba-ssm" if kernel is not None else "recurrent" if self.scan == "recurrent" else "chunked"
+            self.scan_ran = scan_form(kernel, self.scan, library="mamba-ssm")
         if kernel is not None:
             y, last = kernel(x, dt, A, B[:, :, None], C[:, :, None], KERNEL_CHUNK, D=self.D, dt_bias=self.dt_bias,
                              dt_softplus=True, return_final_states=True)

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.models.recurrent_parts import optional_kernel
+from workloads.models.recurrent_parts import optional_kernel, scan_form
 
 DECAY_FLOOR = -math.exp(-0.5)  # fla's and RWKV-7's lower bound of the log decay per token
 
@@ -206,7 +206,7 @@ class RWKV7Mixer(nn.Module):
         state = cache.state if decoding else None
         kernel = rwkv7_kernel() if self.scan == "auto" and h.is_cuda and not decoding else None
         if self.training and not decoding:  # what trained (evaluation may run another form)
-            self.scan_ran = "fla" if kernel is not None else "recurrent" if self.scan == "recurrent" else "chunked"
+            self.scan_ran = scan_form(kernel, self.scan)
         if kernel is not None:
             o, last = kernel(r=r, w=w, k=k, v=v, a=-kk, b=kk * a, scale=1.0, initial_state=state,
                              output_final_state=True, safe_gate=True, lower_bound=DECAY_FLOOR, chunk_size=64)
