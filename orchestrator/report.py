@@ -12,7 +12,8 @@ from typing import Optional
 
 import pandas as pd
 
-from orchestrator.rundir import MLFLOW_FILE, OPTUNA_FILE, Run
+from orchestrator.rundir import (MLFLOW_FILE, OPTUNA_FILE, PLOT_FILES, REPORT_FILES, Run, check_report_dir, record_report,
+                                report_owned)
 from workloads.metrics import HEADLINE, METRICS, PLOTTED, SOLVED, rank_key
 from workloads.models import PRESETS, preset
 from workloads.models.config import SIZES
@@ -455,14 +456,16 @@ def write_report(run: Run, out_dir: Path, solved: float = SOLVED,
     out_dir, df = Path(out_dir), run.trials
     if df.empty:
         raise FileNotFoundError(f"{out_dir}: no trial results (no */params.json)")
+    check_report_dir(out_dir)  # a folder of `train` trials may hold a user's report.md: RunDirError naming it
+    owned = report_owned(out_dir)
     metric, mode, tie_break = run.chosen_by
     df.to_csv(out_dir / "results.csv", index=False)
     best = best_by_cell(df, metric, mode, tie_break)
     falling = still_falling(run.rows, best)
     best = with_models(best, run).assign(still_training=[falling.get(key, "") for key in _keys(best)])
     best.to_csv(out_dir / "best.csv", index=False)
-    for stale in (p for pattern in PLOT_FILES for p in out_dir.glob(pattern)):
-        stale.unlink()  # the report owns these names: a plot of a metric no longer measured must not linger
+    for stale in (p for pattern in PLOT_FILES for p in out_dir.glob(pattern) if owned is None or p.name in owned):
+        stale.unlink()  # an earlier report's: a plot of a metric no longer measured must not linger
     plots = plot(best, out_dir, run.task) if not best.empty else []
     counts = df["state"].value_counts().to_dict()
     selected_by = (f"{metric} ({'highest' if mode == 'max' else 'lowest'} mean over seeds; ties by "
@@ -489,6 +492,7 @@ def write_report(run: Run, out_dir: Path, solved: float = SOLVED,
     lines += _trials_section(df)
     text = "\n".join(lines) + "\n"
     (out_dir / "report.md").write_text(text)
+    record_report(out_dir, [p.name for p in report_files(out_dir)])
     return text, best
 
 
@@ -643,10 +647,6 @@ def cell_shapes(run: Run):
         return tasks[(setup, int(n))]
 
     return model_of, sample_length
-
-
-PLOT_FILES = tuple(f"{METRICS[m].plot}_*.png" for m in PLOTTED) + ("frontier.png", "frontier_robust.png")
-REPORT_FILES = ("report.md", "results.csv", "best.csv", "frontier.csv", "frontier_robust.csv", *PLOT_FILES)
 
 
 def _headline(best: pd.DataFrame, task: str = DEFAULT_TASK) -> str:

@@ -115,7 +115,7 @@ def write_and_print_report(run_dir: str, out: Optional[Path] = None, solved: flo
 
     from orchestrator.api import read_stored
     from orchestrator.report import open_commands, report_files, write_report
-    from orchestrator.rundir import RunDirError
+    from orchestrator.rundir import RunDirError, check_report_dir, record_report
     from orchestrator.storage import is_remote, local_view, upload
 
     remote = is_remote(run_dir)
@@ -140,9 +140,11 @@ def write_and_print_report(run_dir: str, out: Optional[Path] = None, solved: flo
             if remote:
                 upload(files, run_dir)
                 out = out or Path("reports") / local.name
+                check_report_dir(out, flag="--out")  # a folder of the user's: no file of theirs is replaced
                 out.mkdir(parents=True, exist_ok=True)
                 for file in files:
                     shutil.copy(file, out / file.name)
+                record_report(out, [file.name for file in files])
     except (RunDirError, OSError) as e:
         fail(f"{run_dir}: cannot be read or written ({e})")
     typer.echo(text.split("## Every trial")[0].rstrip())

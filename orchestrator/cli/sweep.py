@@ -104,44 +104,59 @@ def advice_for_failures(failed, run_dir: str) -> str:
     return "\n".join(lines)
 
 
-def _run_locked(run_dir: str, work, fresh: bool = False) -> None:
+def _run_locked(run_dir: str, work, footprint=None) -> None:
     """Runs `work()` holding the run directory's lock (local storage; remote storage
     has no lock), then reports. Ctrl-C stops the sweep; the report then says what
-    is left and how to resume. A `fresh` launch that ends before any trial started
-    (a failed Ray start, a stop seconds in) leaves no run directory behind."""
+    is left and how to resume. A new launch (its `footprint`, taken before it wrote
+    anything) that ends before any trial started (a failed Ray start, a refusal, a
+    stop seconds in) removes what it wrote, and nothing else."""
     import contextlib
 
-    from orchestrator.rundir import RunDirError, RunLock, discard_unstarted
+    from orchestrator.rundir import RunDirError, RunLock
     from orchestrator.storage import is_remote
 
     lock = contextlib.nullcontext() if is_remote(run_dir) else RunLock(run_dir)
-    interrupted = False
+    interrupted = discarded = False
     try:
-        with lock:
-            work()
-    except RunDirError as e:
-        fail(str(e))
-    except KeyboardInterrupt:
-        interrupted = True
-    except (SystemExit, typer.Exit):  # a refusal (exit 2) inside work: nothing of the launch is kept
-        if fresh:
-            discard_unstarted(run_dir)
-        raise
-    except Exception as e:  # the driver itself failed (a full disk, Tune's state cut short): the trials' files stay
-        import errno
+        with lock:  # what is discarded, is discarded under the lock: no other driver writes there meanwhile
+            try:
+                work()
+            except KeyboardInterrupt:
+                interrupted = True
+            except (RunDirError, SystemExit, typer.Exit):  # a refusal (exit 2) inside work: nothing of it is kept
+                _discard(footprint)
+                raise
+            except Exception as e:  # the driver itself failed (a full disk, Tune's state cut short): the trials' files stay
+                import errno
 
-        full = isinstance(e, OSError) and e.errno == errno.ENOSPC or "truncated" in str(e)
-        typer.secho(f"The sweep's driver stopped: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-                    + ("; the disk is full, or was: free some space before resuming" if full else ""),
-                    fg=typer.colors.RED, err=True)
+                full = isinstance(e, OSError) and e.errno == errno.ENOSPC or "truncated" in str(e)
+                typer.secho(f"The sweep's driver stopped: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                            + ("; the disk is full, or was: free some space before resuming" if full else ""),
+                            fg=typer.colors.RED, err=True)
+                interrupted = True
+            discarded = _discard(footprint, say=True)
+    except RunDirError as e:  # the lock held by another driver, or a refusal inside work
+        fail(str(e))
+    except KeyboardInterrupt:  # Ctrl-C while the lock was taken or given back
         interrupted = True
-    if fresh and discard_unstarted(run_dir):
-        typer.secho("Stopped before any trial started: nothing was kept. Launch the spec again to run it.",
-                    fg=typer.colors.YELLOW, err=True)
+    if discarded:
         raise typer.Exit(130)
     if interrupted:
         typer.secho("Interrupted.", fg=typer.colors.YELLOW, err=True)
     _finish(run_dir)
+
+
+def _discard(footprint, say: bool = False) -> bool:
+    """Removes what an unstarted launch wrote (nothing where a trial started, or on a
+    resume: no footprint); with `say`, says so. Returns whether it did."""
+    kept = footprint.discard() if footprint is not None else None
+    if kept is not None and say:
+        stays = [f"what {footprint.path} held before stays as it was"] if footprint.before else []
+        stays += [f"{', '.join(kept)}, written there meanwhile by another hand, stay"] if kept else []
+        typer.secho("Stopped before any trial started: nothing of this launch was kept"
+                    + (f" ({'; '.join(stays)})" if stays else "") + ". Launch the spec again to run it.",
+                    fg=typer.colors.YELLOW, err=True)
+    return kept is not None
 
 
 RAY_OPTIONS = dict(
@@ -164,16 +179,18 @@ def launch(
     num_cpus: Optional[int] = RAY_OPTIONS["num_cpus"],
 ):
     """Run a sweep on Ray Tune (embedded local Ray unless --address) and write its report."""
-    from orchestrator.rundir import RunDirError, check_launch_dir, check_storage
+    from orchestrator.rundir import Footprint, RunDirError, check_launch_dir, check_storage
 
     s = spec_or_exit(spec, storage)
     run_dir = s.run_dir()
     opts = _ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus)
     _check_trackers(s)
+    footprint = Footprint(run_dir)  # before anything is written: what the folder held, which folders are made
     try:
         check_storage(run_dir)  # first: it names paths too long to look into
         check_launch_dir(run_dir)
     except RunDirError as e:
+        _discard(footprint)
         fail(str(e))
 
     def work():
@@ -200,7 +217,7 @@ def launch(
         typer.echo(f"Sweep {s.name!r} -> {run_dir}", err=True)
         sweep.launch(s, resources)
 
-    _run_locked(run_dir, work, fresh=True)
+    _run_locked(run_dir, work, footprint)
 
 
 def _check_trackers(s) -> None:

@@ -11,10 +11,14 @@ import errno
 import fcntl
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Optional
 
-from orchestrator.rundir.layout import BEFORE_ANY_TRIAL, LOCK_FILE, PARAMS_FILE, TRIAL_LOCK_FILE, sweep_above
+from orchestrator.rundir.layout import (BEFORE_ANY_TRIAL, LAUNCH_WRITES, LOCK_FILE, PARAMS_FILE, REPORT_FILES,
+                                        REPORT_MANIFEST, RESULTS_FILE, SPEC_FILE, TRIAL_LOCK_FILE, TRIAL_WRITES,
+                                        named_like, sweep_above)
 from orchestrator.storage import RunDirError, check_remote, is_remote
 
 NAME_MAX, PATH_MAX = 255, 4096
@@ -38,6 +42,9 @@ def claim_trial_dir(out: str, config: dict, name: str) -> None:
         raise RunDirError(f"--out {out} holds the directories of other trials ({', '.join(trials[:3])}"
                           f"{', ...' if len(trials) > 3 else ''}); give this trial a directory of its own")
     params = path / PARAMS_FILE
+    if path.is_dir() and not params.is_file() and not (path / TRIAL_LOCK_FILE).is_file():
+        _refuse_foreign(path, named_like(path, TRIAL_WRITES), f"--out {out}", "no run of icr-sweep (no params.json)",
+                        "give this trial another --out")
     if params.is_file():
         try:
             stored = json.loads(params.read_text())["trial"]
@@ -64,27 +71,75 @@ def _name_of(config) -> str:
         return "of another config"
 
 
-def discard_unstarted(run_dir: str) -> bool:
-    """Removes what a launch wrote into a local run directory that no trial ever
-    started in (a Ray start that failed, a stop seconds after launch), and the
-    directory itself when that leaves it empty: the next launch of the spec then
-    starts afresh instead of finding a half-made run. Returns whether it did."""
-    if is_remote(run_dir):
-        return False
-    path = Path(run_dir)
-    if not path.is_dir() or any(path.glob(f"*/{PARAMS_FILE}")):
-        return False
-    for pattern in BEFORE_ANY_TRIAL:
-        for file in path.glob(pattern):
-            file.unlink(missing_ok=True)
-    with contextlib.suppress(OSError):
-        path.rmdir()  # only when empty: a directory that held files of the user's keeps them
-    return True
+def _refuse_foreign(path: Path, found: list[str], what: str, because: str, instead: str) -> None:
+    """RunDirError naming the files of `path` that the command would write, when the
+    folder is not the tool's own (`because` says why not): they are someone's."""
+    if found:
+        shown = ", ".join(found[:8]) + (f", ... ({len(found)} in all)" if len(found) > 8 else "")
+        raise RunDirError(f"{what} holds {shown}, named like files icr-sweep writes, but is {because}: they are not "
+                          f"this tool's, and nothing of them is touched. Move them elsewhere, or {instead}")
+
+
+class Footprint:
+    """What a local run directory held before a launch wrote anything, so that a
+    launch that ends before any trial started (a Ray start that failed, a refusal,
+    a stop seconds in) removes exactly what it created: the new entries with the
+    names a launch writes, the new folders (Ray's, the trackers') holding no trial's
+    config, then the run directory and the folders above it that it made, each
+    only when that leaves it empty. What was there before is never touched, and a
+    new file of any other name (a user's, written meanwhile) is kept. Taken before
+    `check_storage`, which makes the folders."""
+
+    def __init__(self, run_dir: str):
+        self.path = None if is_remote(run_dir) else Path(run_dir.removeprefix("file://"))
+        self.made: Optional[Path] = None  # the highest folder the launch creates (None: all were there)
+        self.before: set[str] = set()
+        if self.path is None:
+            return
+        try:
+            folder = self.path
+            while not folder.exists() and folder != folder.parent:
+                self.made, folder = folder, folder.parent
+            self.before = set(os.listdir(self.path)) if self.path.is_dir() else set()
+        except OSError:  # a path too long to look into: check_storage refuses it next, and nothing is removed
+            self.path, self.made = None, None
+
+    def discard(self) -> Optional[list[str]]:
+        """Removes what the launch created, if no trial started; returns the new
+        entries it kept (not a launch's), or None where it removed nothing (a remote
+        run directory, or a trial that started: its run is kept for resume)."""
+        path = self.path
+        if path is None or not path.is_dir() or any(path.glob(f"*/{PARAMS_FILE}")):
+            return None
+        kept = []
+        for name in sorted(set(os.listdir(path)) - self.before):
+            entry = path / name
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)  # the launch made it; a trial's would hold params.json
+            elif _launch_name(name):
+                entry.unlink(missing_ok=True)
+            else:
+                kept.append(name)
+        folder = path
+        while self.made is not None and folder.is_relative_to(self.made):
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only when empty
+            folder = folder.parent
+        return kept
+
+
+def _launch_name(name: str) -> bool:
+    """Whether a file name is one a launch writes before its first trial starts."""
+    from fnmatch import fnmatchcase
+
+    return any(fnmatchcase(name, pattern) for pattern in BEFORE_ANY_TRIAL)
 
 
 def check_launch_dir(run_dir: str) -> None:
     """Refuses (RunDirError) a local sweep run directory that is a trial of `train`,
-    or lies inside another sweep's run directory."""
+    lies inside another sweep's run directory, or holds files named like those a
+    launch writes without being a run of this tool (a user's mlflow.db, say: the
+    launch would write into it, and remove it if stopped before any trial)."""
     if is_remote(run_dir):
         return
     path = Path(run_dir.removeprefix("file://")).resolve()
@@ -94,6 +149,42 @@ def check_launch_dir(run_dir: str) -> None:
     sweep = sweep_above(path.parent)
     if sweep is not None:
         raise RunDirError(f"{path} lies inside the sweep run directory {sweep}; choose another --storage")
+    if path.is_dir() and sweep_above(path) is None:
+        trials = [f"{p.parent.name}/" for name in (PARAMS_FILE, RESULTS_FILE) for p in path.glob(f"*/{name}")]
+        _refuse_foreign(path, named_like(path, LAUNCH_WRITES) + sorted(set(trials)), str(path),
+                        f"no run of icr-sweep (no {SPEC_FILE})", "choose another name or --storage for the sweep")
+
+
+def report_owned(out_dir: Path) -> Optional[set[str]]:
+    """The report files in `out_dir` that an earlier report wrote, and may be replaced
+    or removed: every one in a sweep's or a trial's directory (a launch or `train`
+    refuses a folder that held such names), else those REPORT_MANIFEST lists. None
+    means all."""
+    out_dir = Path(out_dir)
+    if (out_dir / SPEC_FILE).is_file() or (out_dir / PARAMS_FILE).is_file():
+        return None
+    try:
+        names = json.loads((out_dir / REPORT_MANIFEST).read_text())["files"]
+        return {n for n in names if isinstance(n, str)}
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+
+
+def check_report_dir(out_dir: Path, flag: str = "the run directory") -> None:
+    """Refuses (RunDirError) to write a report into a folder holding report files that
+    no report of this tool wrote (a user's report.md or best.csv), naming them."""
+    owned = report_owned(out_dir)
+    if owned is not None and Path(out_dir).is_dir():
+        found = [name for name in named_like(out_dir, REPORT_FILES) if name not in owned]
+        _refuse_foreign(Path(out_dir), found, str(out_dir), "not a run of icr-sweep, and no report of it wrote them",
+                        f"choose another {flag}")
+
+
+def record_report(out_dir: Path, names: list[str]) -> None:
+    """Notes the files a report wrote into `out_dir` (REPORT_MANIFEST), with those
+    noted before: only these are ever replaced or removed by a later report."""
+    earlier = report_owned(out_dir) or set()
+    (Path(out_dir) / REPORT_MANIFEST).write_text(json.dumps({"files": sorted(earlier | set(names))}, indent=1))
 
 
 def check_storage(run_dir: str, flag: str = "--storage") -> None:
@@ -115,11 +206,11 @@ def check_storage(run_dir: str, flag: str = "--storage") -> None:
         existing = existing.parent
     if not existing.is_dir():
         raise RunDirError(f"{existing} is a file, so {path} cannot be created there; choose another {flag}")
-    probe = path / ".icr-sweep-probe"
     try:  # a real write: permission bits say nothing of root, read-only mounts or quotas
         path.mkdir(parents=True, exist_ok=True)
-        probe.write_bytes(b"")
-        probe.unlink()
+        fd, probe = tempfile.mkstemp(prefix=".icr-sweep-probe-", dir=path)  # a new name: no file of the user's is met
+        os.close(fd)
+        os.unlink(probe)
     except OSError as e:
         raise RunDirError(f"{path} cannot be written ({e.strerror or e}); choose another {flag}") from None
 

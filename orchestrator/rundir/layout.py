@@ -16,12 +16,18 @@
             .icr-fails-again          a failure any retry repeats (a loss not finite before any update):
                                       Tune's retries end at once; resume clears it
             checkpoint_*/             its checkpoints
+        report.md, results.csv, best.csv, *.png   the report (`icr-sweep report` writes it anew)
+        .icr-report.json              the names the report wrote: only those are ever replaced or removed
+
+A launch or a `train` writes only into a folder that holds none of these names, or
+that is already a run of this tool (guard.py): nothing of a user's is overwritten.
 """
 
 from pathlib import Path
 from typing import Optional
 
 from orchestrator.storage import is_remote
+from workloads.metrics import METRICS, PLOTTED
 
 LOCK_FILE = ".icr-sweep.lock"
 TRIAL_LOCK_FILE = ".icr-sweep-train.lock"  # `train --out`'s, in its trial directory
@@ -39,10 +45,22 @@ DAMAGED_GLOB = "result-damaged*.json"  # the first repair's, then result-damaged
 ERROR_FILE = "error.txt"
 FAILS_AGAIN = ".icr-fails-again"
 
+REPORT_MANIFEST = ".icr-report.json"
+PLOT_FILES = tuple(f"{METRICS[m].plot}_*.png" for m in PLOTTED) + ("frontier.png", "frontier_robust.png")
+REPORT_FILES = ("report.md", "results.csv", "best.csv", "frontier.csv", "frontier_robust.csv", *PLOT_FILES)
+
 # What a launch writes into its run directory before its first trial starts: its own
-# records and Ray Tune's (its storage marker, tuner and experiment state).
-BEFORE_ANY_TRIAL = (LOCK_FILE, SPEC_FILE, PLAN_FILE, STOP_FILE, OPTUNA_FILE, MLFLOW_FILE, ".validate_storage_marker",
-                    "tuner.pkl", TUNE_STATE, "basic-variant-state-*.json", "searcher-state-*.pkl")
+# records (and their halves, where a write was cut short) and Ray Tune's (its storage
+# marker, tuner and experiment state).
+BEFORE_ANY_TRIAL = (LOCK_FILE, SPEC_FILE, PLAN_FILE, STOP_FILE, OPTUNA_FILE, MLFLOW_FILE, f"{SPEC_FILE}.tmp",
+                    f"{PLAN_FILE}.tmp", ".validate_storage_marker", "tuner.pkl", TUNE_STATE, "basic-variant-state-*.json",
+                    "searcher-state-*.pkl")
+# Every name a launch writes at the top of its run directory, then or later (trials'
+# directories aside): a folder holding any of them is refused unless it is a run of this tool.
+LAUNCH_WRITES = BEFORE_ANY_TRIAL + (f"{TUNE_STATE}.damaged*", REPORT_MANIFEST, *REPORT_FILES)
+# Every name `train --out` (and `report` of that trial) writes into a trial's directory.
+TRIAL_WRITES = (PARAMS_FILE, RESULTS_FILE, "result.tmp", EARLIER_RESULTS, DAMAGED_GLOB, ERROR_FILE, FAILS_AGAIN,
+                STOP_FILE, "checkpoint", "checkpoint_*", REPORT_MANIFEST, *REPORT_FILES)
 
 
 def is_trial_dir(path: Path) -> bool:
@@ -60,6 +78,21 @@ def trials_home(path: Path) -> Path:
 def trial_names(run_dir: Path) -> set[str]:
     """The trials that have a directory with a config or results in `run_dir`."""
     return {p.parent.name for pattern in (PARAMS_FILE, RESULTS_FILE) for p in Path(run_dir).glob(f"*/{pattern}")}
+
+
+def named_like(folder: Path, patterns: tuple[str, ...]) -> list[str]:
+    """The entries of `folder` whose names match any of `patterns` (globs), sorted."""
+    return sorted({p.name for pattern in patterns for p in Path(folder).glob(pattern)})
+
+
+def free_path(folder: Path, name: str) -> Path:
+    """`folder/name`, or where that is taken, the first free name-2, name-3, ... (the
+    number before the last suffix): what is set aside never replaces another file."""
+    stem, suffix = Path(name).stem, Path(name).suffix
+    target, k = Path(folder, name), 2
+    while target.exists() or target.is_symlink():
+        target, k = Path(folder, f"{stem}-{k}{suffix}"), k + 1
+    return target
 
 
 def sweep_above(path: Path) -> Optional[Path]:

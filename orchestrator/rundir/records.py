@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from orchestrator.rundir.layout import EARLIER_RESULTS, PLAN_FILE, RESULTS_FILE, SPEC_FILE, TUNE_STATE
+from orchestrator.rundir.layout import EARLIER_RESULTS, PLAN_FILE, RESULTS_FILE, SPEC_FILE, TUNE_STATE, free_path
 from orchestrator.storage import is_remote, read_file, write_file
 
 
@@ -93,9 +93,10 @@ def set_aside_for_rebuild(run_dir: str, unfinished: list[str]) -> None:
     """Before a sweep is rebuilt in `run_dir` (local): Tune's damaged states renamed,
     so that the new experiment's is the one read next; and each unfinished trial's
     rows moved onto its EARLIER_RESULTS, since Tune starts a rebuilt trial's
-    result.json afresh (readers read both, earlier first)."""
+    result.json afresh (readers read both, earlier first). A state is set aside under
+    a name no earlier rebuild used."""
     for state in Path(run_dir).glob(TUNE_STATE.replace("-*", "*")):
-        os.replace(state, state.with_name(state.name + ".damaged"))
+        os.replace(state, free_path(state.parent, state.name + ".damaged"))
     for name in unfinished:
         results = Path(run_dir, name, RESULTS_FILE)
         if results.is_file():

@@ -9,7 +9,8 @@ import os
 from pathlib import Path
 from typing import Callable, Optional
 
-from orchestrator.rundir.layout import DAMAGED_GLOB, DAMAGED_RESULTS, EARLIER_RESULTS, FAILS_AGAIN, PARAMS_FILE, RESULTS_FILE
+from orchestrator.rundir.layout import (DAMAGED_GLOB, DAMAGED_RESULTS, EARLIER_RESULTS, FAILS_AGAIN, PARAMS_FILE, RESULTS_FILE,
+                                        free_path)
 from orchestrator.rundir.records import tune_statuses
 from orchestrator.storage import is_remote
 from workloads.metrics import METRICS, PROGRESS
@@ -258,9 +259,6 @@ def _merged(rows: list[dict], restored: list[dict]) -> list[dict]:
 
 def _set_aside(results: Path) -> str:
     """Moves a damaged result.json aside under a name no earlier repair used; returns it."""
-    stem, suffix = Path(DAMAGED_RESULTS).stem, Path(DAMAGED_RESULTS).suffix
-    k = 1
-    while (target := results.parent / (DAMAGED_RESULTS if k == 1 else f"{stem}-{k}{suffix}")).exists():
-        k += 1
+    target = free_path(results.parent, DAMAGED_RESULTS)
     os.replace(results, target)
     return target.name

@@ -197,14 +197,21 @@ def _resume_without_the_newest_checkpoints(run_dir: Path, interrupted: str, ray_
     ({"device": "cuda"}, "resources.gpus_per_trial is 1, but the largest node has 0 GPU"),
 ])
 def test_trials_that_could_never_start_are_refused(tmp_path, ray_temp, resources, message):
+    """Refused once Ray is up, into a folder of the user's: what the launch and Ray
+    wrote is removed, the user's files stay byte for byte (issue 49)."""
     spec = yaml.safe_load((SWEEPS / "istree_micro.yaml").read_text())
     spec["resources"].update(resources)
     spec_path = tmp_path / "impossible.yaml"
     spec_path.write_text(yaml.safe_dump(spec))
+    run_dir = tmp_path / "runs" / "istree_micro"
+    (run_dir / "data").mkdir(parents=True)
+    mine = {"notes.txt": b"what I tried", "data/graphs.jsonl": b'{"n": 16}\n', "my.sqlite": b"SQLite format 3\x00"}
+    for name, data in mine.items():
+        (run_dir / name).write_bytes(data)
     result = subprocess.run(cli("launch", str(spec_path), "--storage", str(tmp_path / "runs"), ray_temp=ray_temp,
                                 port=free_port()), capture_output=True, text=True, timeout=300)
     assert result.returncode == 2 and message in result.stderr, result.stderr[-3000:]
-    assert not list((tmp_path / "runs").glob("*/*/params.json"))
+    assert {str(p.relative_to(run_dir)): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == mine
 
 
 def test_an_optuna_sweep_runs_its_trial_budget_per_cell(tmp_path, ray_temp):
@@ -363,8 +370,8 @@ def test_a_stop_before_any_trial_started_leaves_no_run_behind(tmp_path, ray_temp
     shown = out[:2500] + "\n[...]\n" + out[-1500:]  # the head says when the signal was sent
     assert "Ray dashboard:" in seen, shown
     assert proc.returncode == 130, shown
-    assert "Stopped before any trial started: nothing was kept" in out and "Traceback" not in out, shown
-    assert not (storage / "killme").exists()
+    assert "Stopped before any trial started: nothing of this launch was kept" in out and "Traceback" not in out, shown
+    assert not storage.exists()  # the launch made runs/ too
 
 
 def test_a_disk_that_fills_mid_sweep_ends_in_a_report_and_resumes_with_every_evaluation(tmp_path, ray_temp):
