@@ -1,0 +1,115 @@
+"""Trial arrays against separate trials: aggregate training samples/s on one device.
+
+    python bench/bench_arrays.py [--archs transformer mamba hybrid] [--setup retrieval] [--n 16 64]
+        [--size 0.5M] [--k 1 4 8 16] [--min-seconds 5] [--device auto] [--out bench/results/arrays_<device>.json]
+
+For each architecture, n and K, side by side in one run, measured in alternation so
+that machine noise hits both alike:
+  - separate: K lone trials (workloads.train.Trial, its own loop: length groups,
+    AdamW, LambdaLR), each stepped in turn: what K trials of one process, or K
+    processes time-sliced on one GPU, do at best;
+  - array: one TrialArray of the same K configs (rates and seeds differ).
+Each side trains steps of batch 64 until `--min-seconds` pass (after two warm-up
+steps); the figure is samples/s over all K members, and `ratio` = array / separate.
+The K = 1 row measures the array's own overhead. On a GPU each timed span ends
+with torch.cuda.synchronize().
+"""
+
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+from workloads.arrays import TrialArray
+from workloads.config import trial_config
+from workloads.tasks import IsTreeConfig
+from workloads.train import Trial, _Run
+
+
+def _configs(arch, setup, n, size, k, device):
+    rates = [10 ** (-3 - i / max(1, k)) for i in range(k)]
+    return [trial_config(arch, size, IsTreeConfig(n=n, setup=setup), lr=lr, seed=seed, samples=10**8, batch_size=64,
+                         warmup_samples=640, eval_every=10**8, device=device) for seed, lr in enumerate(rates)]
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _separate(configs):
+    runs = []
+    for config in configs:
+        trial = Trial(config)
+        trial.model.train()
+        runs.append(_Run(trial, None, None, (), time.monotonic))
+
+    def step():
+        for run in runs:
+            run.train_step()
+            run.pending.clear()  # the losses' check is the loop's, every 32 steps: not timed here
+        return 64 * len(runs)
+
+    return step, runs[0].trial.device
+
+
+def _array(configs):
+    array = TrialArray(configs)
+    array.model.train()
+
+    def step():
+        array.step()
+        return 64 * array.k
+
+    return step, array.trials[0].device
+
+
+def _rate(step, device, min_seconds):
+    for _ in range(2):
+        step()
+    _sync(device)
+    samples, started = 0, time.perf_counter()
+    while time.perf_counter() - started < min_seconds:
+        samples += step()
+    _sync(device)
+    return samples / (time.perf_counter() - started)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--archs", nargs="+", default=["transformer", "mamba", "hybrid"])
+    ap.add_argument("--setup", default="retrieval")
+    ap.add_argument("--n", nargs="+", type=int, default=[16, 64])
+    ap.add_argument("--size", default="0.5M")
+    ap.add_argument("--k", nargs="+", type=int, default=[1, 4, 8, 16])
+    ap.add_argument("--min-seconds", type=float, default=5.0)
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
+                          "cpu" if args.device == "auto" else args.device)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+    rows = []
+    for arch in args.archs:
+        for n in args.n:
+            for k in args.k:
+                configs = _configs(arch, args.setup, n, args.size, k, device.type)
+                separate, array = _separate(configs), _array(configs)
+                r_sep, r_arr = _rate(*separate, args.min_seconds), _rate(*array, args.min_seconds)
+                rows.append(dict(arch=arch, setup=args.setup, n=n, size=args.size, k=k, separate_samples_per_s=round(r_sep, 1),
+                                 array_samples_per_s=round(r_arr, 1), ratio=round(r_arr / r_sep, 3)))
+                print(json.dumps(rows[-1]), flush=True)
+    out = Path(args.out or f"bench/results/arrays_{'cpu' if device.type == 'cpu' else name.replace(' ', '_')}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"device": name, "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
+                               "command": "python bench/bench_arrays.py " + " ".join(f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
+                                                                                    for k, v in vars(args).items() if v is not None),
+                               "rows": rows}, indent=1) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

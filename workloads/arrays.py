@@ -1,0 +1,293 @@
+"""Trial arrays: K trials that differ only in learning rate and seed, trained as one
+model whose layers compute every member at once (horizontal fusion: HFTA, Wang et
+al., MLSys 2021). At these sizes a step is a thousand small kernels and the GPU
+waits on launches; K members in one set of kernels share that cost.
+
+Each member stays its trial, exactly (within fp32 rounding; tests/workloads/test_arrays.py):
+- its init: each member's model is built as its lone trial builds it (under its
+  seed), then its parameters are stacked with the others';
+- its samples: its seed's stream, its batch right-padded to the array's width
+  (padding carries no loss, and the models are causal: no earlier logit changes);
+- its gradient: the array's loss is the sum of the members' own mean losses, and
+  no layer mixes members, so each member's gradient is its own loss's;
+- its optimiser: Adam (AdamW, weight decay 0) with its own rate and cosine
+  schedule (`MemberAdam`), its own gradient clipping (a norm over its own
+  parameters, never the array's), its own NaN check: a member whose loss is not
+  finite stops updating, alone.
+
+What is fused: the members are folded into the batch (rows k*B .. (k+1)*B - 1 are
+member k's), every Linear becomes one batched matmul over stacked weights
+(K, out, in), every RMSNorm one normalisation with per-member weights, and so
+attention is one `scaled_dot_product_attention` over all members' batches, rotary
+tables shared. Mamba's mixer has a fused form (workloads/models/mamba/array.py:
+its projections and convolution stacked, its scan one mamba-ssm call on CUDA with
+the members' channels side by side, once per member on CPU), and so the hybrid
+fuses whole. A module with no fused form (the mixers of Mamba-2, Gated DeltaNet,
+RWKV-7 and Gated DeltaProduct, for now) runs its members one after another on
+their rows (`MembersInTurn`), fused around it. A batch is cut into length-grouped
+micro-batches as a lone trial's is (workloads/batching.py), on the widest
+member's length at each place.
+"""
+
+import copy
+import math
+from typing import Optional
+
+import numpy as np
+import torch
+from torch import nn
+
+from workloads.batching import group_rows, overhead_tokens
+from workloads.checkpoint import differences, what_trains
+from workloads.config import TrialConfig
+from workloads.evaluate import supervised_loss
+from workloads.models.stacked import StackedLinear, StackedRMSNorm
+from workloads.tasks import Batch
+from workloads.tasks.base import TRAIN_STREAM
+from workloads.train import NonFiniteLoss, Trial, lr_factor
+
+
+class MembersInTurn(nn.Module):
+    """A module no fused form exists for: each member's own copy runs on its rows."""
+
+    def __init__(self, members: list[nn.Module]):
+        super().__init__()
+        self.members = nn.ModuleList(copy.deepcopy(m) for m in members)
+
+    def forward(self, x: torch.Tensor, *args) -> torch.Tensor:
+        rows = x.chunk(len(self.members), dim=0)
+        return torch.cat([m(part, *args) for m, part in zip(self.members, rows)], dim=0)
+
+
+def _member(part: nn.Module, k: int) -> dict:
+    """Member k of a fused part: its own module's state, or each stacked parameter's slice k."""
+    if isinstance(part, MembersInTurn):
+        return part.members[k].state_dict(keep_vars=True)
+    return {name: p[k] for name, p in part.named_parameters()}
+
+
+def _grad_of(part: nn.Module, key: str, k: int) -> Optional[torch.Tensor]:
+    """Member k's gradient of `key` in a stacked or in-turn part."""
+    if isinstance(part, MembersInTurn):
+        grad = part.members[k].get_parameter(key).grad
+        return None if grad is None else grad.detach()
+    grad = part.get_parameter(key).grad
+    return None if grad is None else grad[k].detach()
+
+
+def _fused_types() -> tuple[type, ...]:
+    from workloads.models.lm import RecurrentLayer, SequenceModel
+    from workloads.models.transformer import Attention, AttentionLayer, SwiGLU
+
+    return SequenceModel, nn.ModuleList, AttentionLayer, Attention, SwiGLU, RecurrentLayer
+
+
+def _fused_forms() -> dict[type, type]:
+    """Modules with a fused form of their own: the leaves, and the mixers that have one."""
+    from workloads.models.mamba.array import StackedMambaMixer
+    from workloads.models.mamba.layer import MambaMixer
+
+    return {nn.Linear: StackedLinear, nn.RMSNorm: StackedRMSNorm, MambaMixer: StackedMambaMixer}
+
+
+class ArrayModel(nn.Module):
+    """K models of one config as one: `forward(tokens)` takes the members' batches
+    stacked (K*B, T) and returns their logits (K*B, T, V). Containers of `FUSED`
+    are walked (their forward only calls their children on whole tensors), their
+    Linear and RMSNorm leaves stacked; any other module runs `MembersInTurn`."""
+
+    def __init__(self, models: list[nn.Module]):
+        super().__init__()
+        self.k = len(models)
+        self.body = copy.deepcopy(models[0])
+        self.parts: dict[str, nn.Module] = {}  # path in the lone model -> its stacked or in-turn module
+        self._fuse(self.body, models, "", _fused_types(), _fused_forms())
+        self.owner = {id(p): k for part in self.parts.values() if isinstance(part, MembersInTurn)
+                      for k, m in enumerate(part.members) for p in m.parameters()}
+
+    def _fuse(self, parent: nn.Module, members: list[nn.Module], path: str, fused: tuple[type, ...], forms: dict) -> None:
+        for name, child in list(parent.named_children()):
+            own = [getattr(m, name) for m in members]
+            where = f"{path}{name}"
+            if type(child) in forms:
+                part = forms[type(child)](own)
+            elif isinstance(child, fused) and not any(True for _ in child.parameters(recurse=False)):
+                self._fuse(child, own, f"{where}.", fused, forms)
+                continue
+            else:
+                part = MembersInTurn(own)
+            setattr(parent, name, part)
+            self.parts[where] = part
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.body(tokens)
+
+    def member_of(self, param: nn.Parameter) -> Optional[int]:
+        """The member a parameter belongs to wholly, or None for a stacked one (K first)."""
+        return self.owner.get(id(param))
+
+    def member_state(self, k: int, grads: bool = False) -> dict:
+        """Member k's parameters and buffers under its lone model's names (detached);
+        with `grads`, its parameters' gradients instead (where they have one)."""
+        state = {}
+        for path, part in self.parts.items():
+            for key, value in _member(part, k).items():
+                if not grads:
+                    state[f"{path}.{key}"] = value.detach()
+                elif isinstance(value, nn.Parameter) or value.grad_fn is not None or value.requires_grad:
+                    grad = _grad_of(part, key, k)
+                    if grad is not None:
+                        state[f"{path}.{key}"] = grad
+        return state
+
+
+class MemberAdam:
+    """Adam (AdamW with weight decay 0, as a lone trial's) over an array's
+    parameters, each member's slice at its own rate: torch's single-tensor AdamW,
+    its step size a per-member factor of the first moment. Members step together
+    (one array step is one step of each); a member whose rate is 0 (failed) stays."""
+
+    def __init__(self, model: ArrayModel, betas=(0.9, 0.999), eps: float = 1e-8):
+        self.model, self.betas, self.eps = model, betas, eps
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.state = {id(p): (torch.zeros_like(p), torch.zeros_like(p)) for p in self.params}
+        self.steps = 0
+
+    @torch.no_grad()
+    def step(self, rates: list[float]) -> None:
+        (beta1, beta2), self.steps = self.betas, self.steps + 1
+        correction1, correction2_sqrt = 1 - beta1**self.steps, (1 - beta2**self.steps) ** 0.5
+        sizes = [rate / correction1 for rate in rates]
+        for p in self.params:
+            if p.grad is None:
+                continue
+            exp_avg, exp_avg_sq = self.state[id(p)]
+            exp_avg.lerp_(p.grad, 1 - beta1)
+            exp_avg_sq.mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
+            denom = (exp_avg_sq.sqrt() / correction2_sqrt).add_(self.eps)
+            k = self.model.member_of(p)
+            if k is not None:
+                p.addcdiv_(exp_avg, denom, value=-sizes[k])
+            else:
+                size = torch.tensor(sizes, dtype=p.dtype, device=p.device).view(-1, *[1] * (p.dim() - 1))
+                p.addcdiv_(exp_avg * size, denom, value=-1.0)
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+
+def clip_per_member(model: ArrayModel, max_norm: float) -> torch.Tensor:
+    """torch's clip_grad_norm_ for each member over its own gradients; returns the
+    members' norms before clipping (K,)."""
+    squares = [[] for _ in range(model.k)]
+    for p in model.parameters():
+        if p.grad is None:
+            continue
+        k = model.member_of(p)
+        if k is not None:
+            squares[k].append(torch.linalg.vector_norm(p.grad))
+        else:
+            for j, norm in enumerate(torch.linalg.vector_norm(p.grad.flatten(1), dim=1)):
+                squares[j].append(norm)
+    norms = torch.stack([torch.linalg.vector_norm(torch.stack(s)) for s in squares])
+    coef = torch.clamp(max_norm / (norms + 1e-6), max=1.0)
+    for p in model.parameters():
+        if p.grad is not None:
+            k = model.member_of(p)
+            p.grad.mul_(coef[k] if k is not None else coef.view(-1, *[1] * (p.dim() - 1)))
+    return norms
+
+
+def array_key(config: TrialConfig) -> dict:
+    """What must be equal for trials to train as one array: all they train but the
+    rate and the seed (and the name's label)."""
+    trains = what_trains(config.model_dump(mode="json"))
+    trains["train"] = {k: v for k, v in trains["train"].items() if k not in ("lr", "seed")}
+    return trains
+
+
+class TrialArray:
+    """K trials of one `array_key`, trained as one `ArrayModel`. `step()` trains
+    each active member on its next batch; `member_model(k)` is member k as a lone
+    model (its evaluation runs the lone trial's code). `failed` maps a member to
+    the NonFiniteLoss that ended it."""
+
+    def __init__(self, configs: list[TrialConfig | dict]):
+        configs = [TrialConfig.model_validate(c) for c in configs]
+        for other in configs[1:]:
+            if array_key(other) != array_key(configs[0]):
+                differ = "; ".join(differences(array_key(configs[0]), array_key(other), held=configs[0].name))
+                raise ValueError(f"{other.name} cannot train in one array with {configs[0].name}: {differ}")
+        self.trials = [Trial(c) for c in configs]  # each model built under its own seed, as alone
+        self.model = ArrayModel([t.model for t in self.trials]).to(self.trials[0].device)
+        self.optimizer = MemberAdam(self.model)
+        self.samples, self.failed = 0, {}
+        # A micro-batch's fixed cost (launches, Python per layer) is shared by K members' rows.
+        self.group_overhead = overhead_tokens(self.trials[0].device.type, self.k * self.trials[0].model.num_params())
+        tc = configs[0].train
+        self.warmup_steps, self.total_steps = max(1, tc.warmup_samples // tc.batch_size), math.ceil(tc.samples / tc.batch_size)
+
+    @property
+    def k(self) -> int:
+        return len(self.trials)
+
+    def batches(self) -> tuple[list[Batch], list[int]]:
+        """The members' next batches as length-grouped micro-batches of K*b rows
+        (each member's rows sorted by length, grouped on the widest member's length
+        at each place, workloads/batching.py), and each member's supervised tokens."""
+        tc = self.trials[0].config.train
+        count = min(tc.batch_size, tc.samples - self.samples)
+        own = [t.task.batch(t.config.train.seed, TRAIN_STREAM, self.samples, count) for t in self.trials]
+        orders = [np.argsort(-b.lengths.numpy(), kind="stable") for b in own]
+        widest = np.max([b.lengths.numpy()[order] for b, order in zip(own, orders)], axis=0)  # non-increasing
+        groups = group_rows(widest, tc.length_groups, self.group_overhead)
+        if len(groups) == 1:  # one pass: each member's rows in its batch's order, as its lone trial runs them
+            orders, groups = [np.arange(count)] * len(own), [np.arange(count)]
+        parts = []
+        for places in groups:
+            width = int(widest[places].max())
+            rows = [b.rows(order[places], width) for b, order in zip(own, orders)]
+            parts.append(Batch(*(None if t[0] is None else torch.cat(t) for t in zip(
+                *((r.tokens, r.supervised, r.lengths, r.labels, r.targets) for r in rows)))))
+        return parts, [int(b.supervised[:, 1:].sum()) for b in own]
+
+    def step(self) -> torch.Tensor:
+        """One optimiser step of every member; returns their losses (K,), detached."""
+        tc, device = self.trials[0].config.train, self.trials[0].device
+        parts, supervised = self.batches()
+        supervised = torch.tensor([max(1, s) for s in supervised], device=device)
+        self.optimizer.zero_grad()
+        total = torch.zeros(self.k, device=device)
+        for part in parts:
+            part = part.to(device)
+            with self.trials[0].autocast():
+                logits = self.model(part.tokens[:, :-1])
+            losses = supervised_loss(logits, part, reduction="none").sum(1).view(self.k, -1).sum(1) / supervised
+            losses.sum().backward()
+            total += losses.detach()
+        if tc.grad_clip is not None:
+            clip_per_member(self.model, tc.grad_clip)
+        factor = lr_factor(self.optimizer.steps, self.warmup_steps, self.total_steps)
+        self.optimizer.step([0.0 if k in self.failed else t.config.train.lr * factor for k, t in enumerate(self.trials)])
+        self.samples += sum(len(p.lengths) for p in parts) // self.k
+        return total
+
+    def check(self, losses: torch.Tensor, step: int) -> list[int]:
+        """Ends each member whose loss at `step` is not finite (as its lone trial's
+        check would: NonFiniteLoss, in `failed`); returns the members it ended."""
+        ended = []
+        for k, loss in enumerate(losses.tolist()):
+            if k not in self.failed and not math.isfinite(loss):
+                name = self.trials[k].config.name
+                self.failed[k] = NonFiniteLoss(f"loss is {loss} at step {step} ({name})", step)
+                ended.append(k)
+        return ended
+
+    def member_model(self, k: int) -> nn.Module:
+        """Member k as a lone model (a copy: training the array does not change it)."""
+        lone = copy.deepcopy(self.trials[k].model)
+        lone.load_state_dict(self.model.member_state(k), strict=False)
+        missing = {n for n, _ in lone.named_parameters()} - set(self.model.member_state(k))
+        assert not missing, f"parameters the array does not hold: {sorted(missing)}"
+        return lone
