@@ -35,25 +35,26 @@ class Metric:
     tally: Optional[Tally] = None  # a teacher-forced metric's computation (evaluate.teacher_forced)
     generation: bool = False  # measured by greedy decoding, by tasks with a generation protocol (`generates`)
     held_out: bool = False  # measured once, at the end, on the held-out set: never what picks a learning rate
+    upper: Optional[float] = None  # the largest value it can take (an accuracy: 1); None: unbounded
 
 
 # In the report's order: the paper's metric first, ours beside it.
 METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("val_exact_match", "max", "exact_match", "teacher-forced exact match (the paper's metric)",
            "teacher-forced exact match", "exact_match",
-           tally=lambda t: (t.right.all(dim=1).sum(), t.right.shape[0])),  # samples right at every position
+           tally=lambda t: (t.right.all(dim=1).sum(), t.right.shape[0]), upper=1.0),  # samples right at every position
     Metric("gen_accuracy", "max", "gen_acc",
            "generation accuracy (ours: greedy decoding, the real retriever in the retrieval setup)",
-           "generation accuracy (ours)", "gen_accuracy", generation=True),
+           "generation accuracy (ours)", "gen_accuracy", generation=True, upper=1.0),
     Metric("val_token_accuracy", "max", "token_acc",
            "teacher-forced accuracy per supervised token (for mqar, zoology's accuracy per query)",
            "accuracy per supervised token", "token_accuracy",
-           tally=lambda t: ((t.right & t.supervised).sum(), t.supervised.sum())),
+           tally=lambda t: ((t.right & t.supervised).sum(), t.supervised.sum()), upper=1.0),
     Metric("val_loss", "min", "val_loss", "validation loss per supervised token", "validation loss", None,
            tally=lambda t: (t.losses.sum(), t.supervised.sum())),
     Metric("test_exact_match", "max", "test_em",
            "teacher-forced exact match on the held-out set (as many samples as validation's, another stream)",
-           "held-out exact match", None, held_out=True),
+           "held-out exact match", None, held_out=True, upper=1.0),
 )}
 HEADLINE = "val_exact_match"  # the paper's metric: heads every table and figure
 SOLVED = 0.9  # the headline at which a model solves a cell: the findings, the frontier, the rates that solve

@@ -94,28 +94,42 @@ def _read_results(path: Path) -> tuple[list[dict], list[str]]:
     return rows, problems
 
 
+# The largest sample count a row may hold: every count up to it is exact as a float
+# (JSON's numbers are read as such by other tools), and a budget past it never ends.
+MAX_SAMPLES = 2**53
+
+
 def as_row(line: str) -> tuple[Optional[dict], str]:
     """(the row, "") where a result.json line is one, else (None, what is wrong): a
-    JSON object with its sample count, whose metrics are numbers (nan for one not
-    measured). A line of anything else would otherwise leave a finished trial
-    "interrupted", count as an evaluation at no sample count, or (an infinite exact
-    match) crash the report or rank first."""
+    JSON object with its sample count (a whole number from 0 to MAX_SAMPLES), whose
+    figures are numbers in their range (none negative; an accuracy at most 1), nan
+    only for one not measured: a metric every evaluation measures (its tally) is
+    finite in an evaluation's row. A line of anything else would otherwise leave a
+    finished trial "interrupted", count as an evaluation at no sample count, or (an
+    infinite or NaN exact match, samples 1e30) crash the report or rank first."""
     try:
         row = json.loads(line)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return None, "not JSON"
     if not isinstance(row, dict):
         return None, f"a JSON {type(row).__name__}, not an object"
     if "samples" not in row:
         return None, f"no samples (its keys: {', '.join(sorted(row)[:8]) or 'none'})"
-    bad = []
-    for key in METRIC_KEYS:
-        value = row.get(key)
-        if value is None or (isinstance(value, float) and math.isnan(value) and key != "samples"):
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            bad.append(f"{key} is {json.dumps(value)}")
+    bad = [f"{key} is {json.dumps(row[key])}" for key in METRIC_KEYS if key in row and not _in_range(key, row)]
     return (None, ", ".join(bad)) if bad else (row, "")
+
+
+def _in_range(key: str, row: dict) -> bool:
+    """Whether a row's figure `key` is one a trial can report (as_row)."""
+    value = row[key]
+    if key == "samples":
+        return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                and value == int(value) and 0 <= value <= MAX_SAMPLES)
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return not (key in METRICS and METRICS[key].tally is not None and row.get("evaluated", True))
+    upper = METRICS[key].upper if key in METRICS else None
+    return (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and value >= 0
+            and (upper is None or value <= upper))
 
 
 def _timeline(rows: list[dict]) -> list[dict]:

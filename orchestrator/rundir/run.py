@@ -199,14 +199,44 @@ def read_run(run_dir: Path, locked: bool = True, plan_of: Optional[Callable[[dic
         return run
     if df.attrs.get("problem"):
         notes.append(df.attrs["problem"])
+    _mark_unplanned(run, run_dir)
     if plan is not None and plan.get("method") != "grid":
-        missing = plan["trial_count"] - len(df)
+        missing = plan["trial_count"] - int((df["state"] != "unplanned").sum())
         if missing > 0:
             notes.append(f"{missing} of the {plan['trial_count']} planned Optuna trials have not started")
     unreadable = df.loc[df["state"] == "unreadable", "trial"].tolist()
     if unreadable:
         notes.append(f"{len(unreadable)} trial(s) could not be read (see their error): {', '.join(unreadable)}")
     return run
+
+
+def _mark_unplanned(run: Run, run_dir: Path) -> None:
+    """Marks `unplanned` (listed, never pooled into a cell) each folder of trial files
+    that is not a trial of the run: not in a grid's plan, or, in an Optuna run, not
+    in Tune's record and named otherwise than its config (a copy, `<trial>.bak`)."""
+    from pydantic import ValidationError
+
+    from workloads.config import TrialConfig
+
+    if run.plan is None:
+        return
+    planned = set(run.plan["trials"]) if run.plan.get("method") == "grid" else set(tune_trials(run_dir)[0])
+
+    def own_name(name: str) -> bool:
+        try:
+            return name in run.configs and TrialConfig.model_validate(run.configs[name]).name == name
+        except (ValidationError, ValueError, TypeError):
+            return False
+
+    df = run.trials
+    stray = [name for name in df["trial"] if name not in planned and (run.plan.get("method") == "grid" or not own_name(name))]
+    if not stray:
+        return
+    at = df["trial"].isin(stray)
+    df.loc[at, "state"] = "unplanned"
+    df.loc[at, "error"] = "not a trial of this run's plan (a copy or a folder put here?): listed, left out of every cell"
+    run.notes.append(f"{len(stray)} folder(s) hold trial files but are not trials of this run's plan, and are left out "
+                     f"of every cell: {', '.join(stray)}")
 
 
 def _records(run_dir: Path, notes: list[str], plan_of) -> tuple[Optional[dict], Optional[dict]]:

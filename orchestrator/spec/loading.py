@@ -134,9 +134,18 @@ def load_spec(path: Path | str) -> SweepSpec:
         raise SpecError(f"{path}:{mark.line + 1}:{mark.column + 1}: not valid YAML: {e.problem}") from None
     except yaml.YAMLError as e:
         raise SpecError(f"{path}: not valid YAML: {e}") from None
+    except RecursionError:  # PyYAML parses nested lists by recursion
+        raise SpecError(_too_deep(path)) from None
     if not isinstance(data, dict):
         raise SpecError(f"{path}: the spec must be a mapping of keys (name, axes, ...), got {type(data).__name__}")
     try:
         return SweepSpec.model_validate(data)
     except ValidationError as e:
         raise SpecError(format_errors(e, str(path))) from None
+    except RecursionError:
+        raise SpecError(_too_deep(path)) from None
+
+
+def _too_deep(path: Path) -> str:
+    return (f"{path}: lists or mappings nested hundreds deep; a spec nests a few levels (axes.model.<arch>.<field>: "
+            "[values]): look for brackets that never close or repeat")

@@ -422,6 +422,58 @@ def test_results_of_the_wrong_shape_are_named_not_crashed_on_or_dropped(tmp_path
     assert all(math.isfinite(v) for v in df["val_exact_match"].dropna())
 
 
+@pytest.mark.parametrize("fields, named", [
+    ({"val_exact_match": float("nan")}, "val_exact_match is NaN"),
+    ({"val_exact_match": 1e300}, "val_exact_match is 1e+300"),
+    ({"gen_accuracy": 1.5}, "gen_accuracy is 1.5"),
+    ({"samples": 1e30}, "samples is 1e+30"),
+    ({"samples": 2.5}, "samples is 2.5"),
+])
+def test_a_value_out_of_range_is_named_and_every_reader_goes_on(tmp_path, fields, named):
+    """Issue 52, class 7 (and issue 51's crash): a final row with a NaN or impossible
+    exact match, or a sample count of 1e30, ended report and resume in a traceback
+    (cannot convert float NaN to integer; math domain error) and load_run in an
+    OverflowError. The row is refused by name, as any damaged line is."""
+    from icr_sweep import load_run
+
+    run, trials = fake_run(tmp_path, accuracy)
+    path = run / trials[0].name / "result.json"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    rows[-1].update(fields)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = CliRunner().invoke(app, ["report", str(run)])
+    assert result.exit_code == 0, result.output
+    df = read_run(run, locked=False).trials.set_index("trial")
+    assert f"is not a result ({named}); skipped" in df.loc[trials[0].name, "error"]
+    assert df.loc[trials[0].name, "state"] == "interrupted"  # its final row is gone: resume restores it
+    assert len(load_run(run)) > 0
+
+
+def test_a_measured_nan_is_refused_but_one_not_measured_is_not(tmp_path):
+    from orchestrator.rundir.rows import as_row
+
+    assert as_row(json.dumps({"samples": 64, "val_exact_match": 0.5, "gen_accuracy": float("nan")}))[0] is not None
+    assert as_row(json.dumps({"samples": 64, "evaluated": False, "train_loss": 1.0}))[0] is not None
+    assert as_row(json.dumps({"samples": 64, "val_loss": float("nan")}))[1] == "val_loss is NaN"
+
+
+def test_a_copy_of_a_trial_is_listed_unplanned_and_pooled_nowhere(tmp_path):
+    """Issue 52, class 8: `cp -a <trial> <trial>.bak` in a finished run made 3
+    finished trials, and best.csv pooled the copy as a second seed of its cell."""
+    import shutil
+
+    run, trials = fake_run(tmp_path, accuracy)
+    copy = run / f"{trials[0].name}.bak"
+    shutil.copytree(run / trials[0].name, copy)
+    result = CliRunner().invoke(app, ["report", str(run)])
+    assert result.exit_code == 0, result.output
+    stored = read_run(run, locked=False)
+    df = stored.trials.set_index("trial")
+    assert df.loc[copy.name, "state"] == "unplanned" and (df.drop(index=copy.name)["state"] != "unplanned").all()
+    assert any(copy.name in note and "not trials of this run's plan" in note for note in stored.notes)
+    assert copy.name not in (run / "best.csv").read_text()
+
+
 def test_a_trial_restarted_from_an_older_checkpoint_counts_each_evaluation_once(tmp_path):
     run, trials = fake_run(tmp_path, accuracy)
     trial_dir = run / trials[0].name

@@ -641,3 +641,12 @@ def test_the_graph_family_is_a_task_field_swept_like_the_others(tmp_path):
                          "a task field (istree): give it as task_params.family for every trial")):
         result = runner.invoke(app, ["validate", _written(tmp_path, {**base, **given})])
         assert result.exit_code == 2 and said in result.output, result.output
+
+
+def test_a_spec_nested_hundreds_deep_is_named_not_a_traceback(tmp_path):
+    """Issue 52, class 10: a 1.8 KB spec nesting 900 lists printed a 998-frame
+    RecursionError from `validate`."""
+    path = tmp_path / "deep.yaml"
+    path.write_text("name: deep\naxes:\n  n: " + "[" * 900 + "4" + "]" * 900 + "\n")
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2 and "nested hundreds deep" in result.output and "Traceback" not in result.output
