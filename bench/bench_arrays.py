@@ -1,7 +1,7 @@
 """Trial arrays against separate trials: aggregate training samples/s on one device.
 
     python bench/bench_arrays.py [--archs transformer mamba hybrid] [--setup retrieval] [--n 16 64]
-        [--size 0.5M] [--k 1 4 8 16] [--min-seconds 5] [--device auto] [--out bench/results/arrays_<device>.json]
+        [--size 0.5M] [--k 1 4 8 16] [--min-seconds 6] [--rounds 3] [--device auto] [--out bench/results/arrays_<device>.json]
 
 For each architecture, n and K, side by side in one run, measured in alternation so
 that machine noise hits both alike:
@@ -9,14 +9,17 @@ that machine noise hits both alike:
     AdamW, LambdaLR), each stepped in turn: what K trials of one process, or K
     processes time-sliced on one GPU, do at best;
   - array: one TrialArray of the same K configs (rates and seeds differ).
-Each side trains steps of batch 64 until `--min-seconds` pass (after two warm-up
-steps); the figure is samples/s over all K members, and `ratio` = array / separate.
+Each side trains steps of batch 64 (after two warm-up steps) in `--rounds` rounds of
+`--min-seconds` / rounds each, the sides alternating; the figure is each side's
+median samples/s over its rounds, all K members counted, and `ratio` = array /
+separate.
 The K = 1 row measures the array's own overhead. On a GPU each timed span ends
 with torch.cuda.synchronize().
 """
 
 import argparse
 import json
+import statistics
 import platform
 import time
 from pathlib import Path
@@ -67,15 +70,26 @@ def _array(configs):
     return step, array.trials[0].device
 
 
-def _rate(step, device, min_seconds):
-    for _ in range(2):
-        step()
+def _rate(step, device, seconds):
     _sync(device)
     samples, started = 0, time.perf_counter()
-    while time.perf_counter() - started < min_seconds:
+    while True:
         samples += step()
-    _sync(device)
-    return samples / (time.perf_counter() - started)
+        _sync(device)
+        if time.perf_counter() - started >= seconds:
+            return samples / (time.perf_counter() - started)
+
+
+def _side_by_side(sides, device, min_seconds, rounds):
+    """Each side's median rate over `rounds` rounds, the sides alternating."""
+    for step in sides:
+        for _ in range(2):
+            step()
+    rates = [[] for _ in sides]
+    for _ in range(rounds):
+        for rate, step in zip(rates, sides):
+            rate.append(_rate(step, device, min_seconds / rounds))
+    return [statistics.median(r) for r in rates]
 
 
 def main():
@@ -85,7 +99,8 @@ def main():
     ap.add_argument("--n", nargs="+", type=int, default=[16, 64])
     ap.add_argument("--size", default="0.5M")
     ap.add_argument("--k", nargs="+", type=int, default=[1, 4, 8, 16])
-    ap.add_argument("--min-seconds", type=float, default=5.0)
+    ap.add_argument("--min-seconds", type=float, default=6.0)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -97,8 +112,8 @@ def main():
         for n in args.n:
             for k in args.k:
                 configs = _configs(arch, args.setup, n, args.size, k, device.type)
-                separate, array = _separate(configs), _array(configs)
-                r_sep, r_arr = _rate(*separate, args.min_seconds), _rate(*array, args.min_seconds)
+                (separate, device), (array, _) = _separate(configs), _array(configs)
+                r_sep, r_arr = _side_by_side((separate, array), device, args.min_seconds, args.rounds)
                 rows.append(dict(arch=arch, setup=args.setup, n=n, size=args.size, k=k, separate_samples_per_s=round(r_sep, 1),
                                  array_samples_per_s=round(r_arr, 1), ratio=round(r_arr / r_sep, 3)))
                 print(json.dumps(rows[-1]), flush=True)

@@ -1,0 +1,130 @@
+"""One training step per architecture, profiled: where its time goes before anything is
+built on a guess (issue 50, item 4).
+
+    python bench/profile_step.py [--archs transformer mamba hybrid] [--setup retrieval] [--n 16 64]
+        [--size 0.5M] [--steps 3] [--device auto] [--out bench/results/profile_<device>.json]
+
+For each architecture and n, after two warm-up steps, `--steps` steps of a lone
+trial's loop (workloads.train: length groups, AdamW, LambdaLR) under torch.profiler:
+- wall seconds per step, and on CUDA the GPU's busy share (the union of its
+  kernels' spans over the wall time) and so its idle share;
+- the top kernels (CUDA) or operators (CPU) by self time;
+- host-device syncs per step (cudaStreamSynchronize, cudaDeviceSynchronize,
+  cudaMemcpy to the host: each stalls the launch queue);
+- the data path: a step that builds its batch against the same step on a batch
+  already on the device (`data_share`: what building and moving the batch costs).
+"""
+
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from workloads.config import trial_config
+from workloads.tasks import IsTreeConfig
+from workloads.tasks.base import TRAIN_STREAM
+from workloads.train import Trial, _Run
+
+SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpy")
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _busy_share(events, wall_us: float) -> float:
+    """The union of the kernels' spans over the wall time (overlapping kernels counted once)."""
+    spans = sorted((e.time_range.start, e.time_range.end) for e in events if e.device_type.name == "CUDA")
+    busy, end = 0.0, float("-inf")
+    for start, stop in spans:
+        if stop > end:
+            busy += stop - max(start, end)
+            end = stop
+    return busy / wall_us if wall_us else 0.0
+
+
+def _profile(config, steps: int) -> dict:
+    trial = Trial(config)
+    trial.model.train()
+    run, device = _Run(trial, None, None, (), time.monotonic), trial.device
+    for _ in range(2):
+        run.train_step()
+    _sync(device)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    started = time.perf_counter()
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            run.train_step()
+        _sync(device)
+    wall = (time.perf_counter() - started) / steps
+    cuda = device.type == "cuda"
+    table = prof.key_averages()
+    top = sorted(table, key=lambda e: e.self_device_time_total if cuda else e.self_cpu_time_total, reverse=True)[:10]
+    row = dict(seconds_per_step=round(wall, 4), samples_per_s=round(config.train.batch_size / wall, 1),
+               top=[dict(name=e.key[:80], ms_per_step=round((e.self_device_time_total if cuda else e.self_cpu_time_total)
+                                                            / 1e3 / steps, 3), calls_per_step=e.count // steps) for e in top])
+    if cuda:
+        row["gpu_idle_share"] = round(1 - _busy_share(prof.events(), wall * steps * 1e6), 3)
+        row["syncs_per_step"] = sum(e.count for e in table if e.key.startswith(SYNCS)) / steps
+    row["data_share"] = _data_share(run, trial, steps)
+    return row
+
+
+def _data_share(run, trial, steps: int) -> float:
+    """1 - (a step on a batch already on the device) / (a step that builds and moves its batch)."""
+    tc, device = trial.config.train, trial.device
+    batch = trial.task.batch(tc.seed, TRAIN_STREAM, trial.samples, tc.batch_size)
+    on_device = batch.to(device)
+
+    def timed(step):
+        _sync(device)
+        started = time.perf_counter()
+        for _ in range(steps):
+            step()
+        _sync(device)
+        return time.perf_counter() - started
+
+    def ready():
+        trial.optimizer.zero_grad(set_to_none=True)
+        trial.backward(on_device)
+        trial.optimizer.step()
+        trial.scheduler.step()
+
+    full = timed(run.train_step)
+    return round(max(0.0, 1 - timed(ready) / full), 3)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--archs", nargs="+", default=["transformer", "mamba", "hybrid"])
+    ap.add_argument("--setup", default="retrieval")
+    ap.add_argument("--n", nargs="+", type=int, default=[16, 64])
+    ap.add_argument("--size", default="0.5M")
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
+                          "cpu" if args.device == "auto" else args.device)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    rows = []
+    for arch in args.archs:
+        for n in args.n:
+            config = trial_config(arch, args.size, IsTreeConfig(n=n, setup=args.setup), samples=10**8, batch_size=64,
+                                  warmup_samples=640, eval_every=10**8, device=device.type)
+            rows.append(dict(arch=arch, setup=args.setup, n=n, size=args.size, **_profile(config, args.steps)))
+            print(json.dumps({k: v for k, v in rows[-1].items() if k != "top"}), flush=True)
+    out = Path(args.out or f"bench/results/profile_{name.replace(' ', '_')}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"device": name, "host": platform.node(), "date": time.strftime("%Y-%m-%d"),
+                               "torch": torch.__version__, "rows": rows}, indent=1) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
