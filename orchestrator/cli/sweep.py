@@ -67,8 +67,16 @@ def _finish(run_dir: str) -> None:
     """Reports the sweep; exits 130 when trials are left to run (interrupted), 1
     when some failed for good, 0 when every planned trial finished."""
     from orchestrator.cli.results import say_failed, write_and_print_report  # here: --help lists status after launch
+    from orchestrator.stopping import sigterm_as_ctrl_c
 
-    trials = write_and_print_report(run_dir)
+    try:
+        with sigterm_as_ctrl_c():  # Tune's loop has ended: a stop here must still say how to get the report
+            trials = write_and_print_report(run_dir)
+    except KeyboardInterrupt:
+        typer.secho(f"Stopped while the report was written; the trials' files are intact. Write the report with:\n"
+                    f"  icr-sweep report {run_dir}\n`icr-sweep status {run_dir}` says whether trials are left to "
+                    f"run (then: icr-sweep resume {run_dir}).", fg=typer.colors.YELLOW, err=True)
+        raise typer.Exit(130) from None
     left = trials[trials["state"].isin(["pending", "interrupted", "running"])]
     if len(left):
         counts = ", ".join(f"{v} {k}" for k, v in sorted(left["state"].value_counts().items()))

@@ -296,3 +296,37 @@ def test_a_ray_start_that_fails_is_one_line_and_leaves_no_run_directory(tmp_path
     assert "error: Ray did not start (TimeoutError: The current node timed out during startup." in result.output
     assert "Traceback" not in result.output and "more lines" not in result.output
     assert not (tmp_path / "istree_micro").exists()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_while_the_final_report_is_written_says_how_to_write_it(tmp_path, signum):
+    """Issue 52, class 4: Ctrl-C or SIGTERM just after Tune's loop, while the report
+    was written, ended the driver (exit 130 or 15) without a line after Tune's last:
+    no report.md, and nothing said `icr-sweep report RUN` would write it."""
+    script = f"""
+import os, signal, time
+from typer.testing import CliRunner
+from orchestrator.cli import app, results, sweep
+
+def sweep_ran(opts, spec):
+    return {{"cpu": 1, "gpu": 0}}
+
+def writing_the_report(run_dir, *args, **kwargs):
+    os.kill(os.getpid(), {int(signum)})
+    time.sleep(5)
+    raise SystemExit("the signal did not stop the report")
+
+sweep._start_ray = sweep_ran
+import orchestrator.tune as tune
+tune.launch = lambda spec, resources: None
+import orchestrator.rundir.guard as guard
+guard.Footprint.discard = lambda self: None  # as when trials ran: the run is kept
+results.write_and_print_report = writing_the_report
+result = CliRunner().invoke(app, ["launch", {MICRO!r}, "--storage", {str(tmp_path)!r}])
+print("EXIT", result.exit_code)
+print(result.output)
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0 and "EXIT 130" in out, out[-2000:]
+    assert "Stopped while the report was written" in out and f"icr-sweep report {tmp_path / 'istree_micro'}" in out
