@@ -42,6 +42,8 @@ def _opened(run_dir: str | Path):
     remote = is_remote(location)
     if not remote:
         location = str(Path(location.removeprefix("file://")).resolve())
+        if Path(location).exists() and not Path(location).is_dir():
+            raise NotADirectoryError(f"{run_dir} is a file, not a run directory (a sweep's is <storage>/<name>)")
         if not Path(location).is_dir():
             raise FileNotFoundError(f"{run_dir}: no such run directory")
     with local_view(location) as local:

@@ -44,7 +44,7 @@ def status(run_dir: str = RUN_DIR, format: ListFormat = typer.Option("table", he
     run = _read_run(run_location(run_dir))
     df = run.trials
     if df.empty:
-        fail(f"{run_dir}: no trials yet")
+        fail(_no_trials(run_dir))
     for note in run.notes:
         typer.secho(f"note: {note}", fg=typer.colors.YELLOW, err=True)
     from workloads.metrics import METRICS, PLOTTED
@@ -71,6 +71,18 @@ def status(run_dir: str = RUN_DIR, format: ListFormat = typer.Option("table", he
     typer.echo(", ".join(f"{v} {k}" for k, v in sorted(df["state"].value_counts().items())))
 
 
+def _no_trials(run_dir: str, otherwise: str = "no trials yet") -> str:
+    """Why a folder shows no trials: a storage folder holding runs names them."""
+    from orchestrator.rundir import SPEC_FILE
+    from orchestrator.storage import is_remote
+
+    runs = [] if is_remote(run_dir) else sorted(p.parent.name for p in Path(run_dir).glob(f"*/{SPEC_FILE}"))
+    if runs:
+        return (f"{run_dir} is a storage folder holding the runs {', '.join(runs[:6])}{', ...' if len(runs) > 6 else ''}; "
+                f"name one: {Path(run_dir) / runs[0]}")
+    return f"{run_dir}: {otherwise}"
+
+
 def _plain(v):
     """A stored value as JSON holds it: null where not measured, numbers as numbers."""
     if v is None or (isinstance(v, float) and v != v):
@@ -89,7 +101,7 @@ def _f(v):
 @app.command("report")
 def report(
     run_dir: str = RUN_DIR,
-    out: Optional[Path] = typer.Option(None, help="remote runs: also keep the report here (default ./reports/NAME)"),
+    out: Optional[Path] = typer.Option(None, help="also keep a copy of the report here (remote runs: default ./reports/NAME)"),
     solved: float = typer.Option(SOLVED, min=0.0, max=1.0, help="exact match at which the frontier counts a cell solved"),
 ):
     """Aggregate stored results: report.md, results.csv, best.csv, accuracy plots and, for a
@@ -127,7 +139,7 @@ def write_and_print_report(run_dir: str, out: Optional[Path] = None, solved: flo
             try:
                 text, _ = write_report(run, local, solved=solved, location=run_dir)
             except FileNotFoundError as e:
-                fail(str(e).replace(str(local), run_dir))
+                fail(_no_trials(run_dir, str(e).replace(str(local), run_dir).split(": ", 1)[-1]))
             except OSError as e:
                 if e.errno != errno.ENOSPC:
                     raise
@@ -139,6 +151,9 @@ def write_and_print_report(run_dir: str, out: Optional[Path] = None, solved: flo
             opened = open_commands(run, run_dir, local)
             if remote:
                 upload(files, run_dir)
+            if out is not None and Path(out).resolve() == Path(local).resolve():
+                out = None  # --out the run directory itself: the report is there already
+            if remote or out is not None:
                 out = out or Path("reports") / local.name
                 check_report_dir(out, flag="--out")  # a folder of the user's: no file of theirs is replaced
                 out.mkdir(parents=True, exist_ok=True)
@@ -148,7 +163,7 @@ def write_and_print_report(run_dir: str, out: Optional[Path] = None, solved: flo
     except (RunDirError, OSError) as e:
         fail(f"{run_dir}: cannot be read or written ({e})")
     typer.echo(text.split("## Every trial")[0].rstrip())
-    where = f"{run_dir}/report.md and {out}/report.md" if remote else f"{run_dir}/report.md"
+    where = f"{run_dir}/report.md" + (f" and {out}/report.md" if out is not None else "")
     typer.echo(f"Report: {where} ({', '.join(f.name for f in files if f.name != 'report.md')} beside it)")
     typer.echo("Open this run in:\n" + "\n".join(f"  {line}" for line in opened))
     return trials

@@ -81,14 +81,20 @@ def _task_field_hint(loc) -> str:
 
 
 def _yaml_number_hint(value) -> str:
-    """YAML 1.1 reads 1e-3 as text (it wants 1.0e-3): say so where a text is a number."""
-    if isinstance(value, str):
-        try:
-            float(value)
-        except ValueError:
-            return ""
-        return f"; YAML reads {value} as text, write it with a point (1.0e-3)"
-    return ""
+    """YAML 1.1 reads 1e-3 and 1.0e6 as text (its floats want a point and a signed
+    exponent: 1.0e-3, 1.0e+6): say so, with the form it reads, where a text is a number."""
+    if not isinstance(value, str):
+        return ""
+    try:
+        float(value)
+    except ValueError:
+        return ""
+    match = re.fullmatch(r"\s*([-+]?)(\d*)(?:\.(\d*))?[eE]([-+]?)(\d+)\s*", value)
+    if not match:
+        return ""
+    sign, whole, fraction, exp_sign, exponent = match.groups()
+    fixed = f"{sign}{whole or '0'}.{fraction or '0'}e{exp_sign or '+'}{exponent}"
+    return f"; YAML reads {value} as text (its numbers need a point and a signed exponent): write {fixed}"
 
 
 class _SpecLoader(yaml.SafeLoader):

@@ -21,7 +21,8 @@ PLAUSIBLE_TRIALS = 2_000
 
 
 class SweepSpec(Section):
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="the run directory's name")
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=255,  # a file name's limit: the run directory
+                      description="the run directory's name")
     task: str = Field(DEFAULT_TASK, description=f"a registered task: {DEFAULT_TASK} (the paper's); `icr-sweep tasks` "
                       "lists them")
     task_params: dict[str, Union[int, float, str]] = Field(

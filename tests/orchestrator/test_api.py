@@ -41,6 +41,9 @@ def test_load_run_gives_every_evaluation_of_finished_interrupted_and_failed_tria
 def test_load_run_of_a_path_that_is_not_a_run_says_so(tmp_path):
     with pytest.raises(FileNotFoundError, match="no such run directory"):
         load_run(tmp_path / "nothing")
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(NotADirectoryError, match="a-file is a file, not a run directory"):
+        load_run(tmp_path / "a-file")
 
 
 def test_a_run_opens_with_its_sweep_ids_and_figures_and_its_times_are_datetimes(tmp_path):

@@ -457,6 +457,21 @@ def test_a_measured_nan_is_refused_but_one_not_measured_is_not(tmp_path):
     assert as_row(json.dumps({"samples": 64, "val_loss": float("nan")}))[1] == "val_loss is NaN"
 
 
+def test_a_storage_folder_is_named_as_one_and_report_out_keeps_a_copy_of_a_local_run(tmp_path):
+    """Issue 52's messages: status and report of a storage root said "no trials yet";
+    `report RUN --out DIR` of a local run ignored --out without a word."""
+    (tmp_path / "runs").mkdir()
+    run, _ = fake_run(tmp_path / "runs", accuracy)
+    for command in ("status", "report"):
+        result = CliRunner().invoke(app, [command, str(run.parent)])
+        assert result.exit_code == 2, result.output
+        assert f"is a storage folder holding the runs {run.name}; name one: {run}" in result.output, result.output
+    out = tmp_path / "copy"
+    result = CliRunner().invoke(app, ["report", str(run), "--out", str(out)])
+    assert result.exit_code == 0 and f"and {out}/report.md" in result.output, result.output
+    assert (out / "report.md").read_text() == (run / "report.md").read_text()
+
+
 def test_a_copy_of_a_trial_is_listed_unplanned_and_pooled_nowhere(tmp_path):
     """Issue 52, class 8: `cp -a <trial> <trial>.bak` in a finished run made 3
     finished trials, and best.csv pooled the copy as a second seed of its cell."""

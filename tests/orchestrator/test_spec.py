@@ -219,7 +219,11 @@ BAD_SPECS = {
                                    ["training_overrides[0].n", "no setup sweeps n 3", "axes.n: 16, 32"]),
     # Issue 42, class 9: messages that name the field, the value and the fix, without pydantic's class names.
     "a section given as a number": ("name: x\nlr: 1e-3\n", ["lr: a mapping of transformer, mamba", "got '1e-3'",
-                                                          "YAML reads 1e-3 as text, write it with a point"]),
+                                                          "YAML reads 1e-3 as text", "write 1.0e-3"]),
+    # Issue 52: 1.0e6 has a point; YAML 1.1 wants the exponent's sign too.
+    "a number YAML reads as text for its exponent": ("name: x\nlr: 1.0e6\n", ["YAML reads 1.0e6 as text",
+                                                                           "a signed exponent): write 1.0e+6"]),
+    "a name no launch can take": ("name: " + "r" * 300 + "\n", ["name", "at most 255 characters"]),
     "a section given as a list": ("name: x\ntracking: [wandb]\n", ["tracking: a mapping of wandb, mlflow, tensorboard",
                                                                   "got ['wandb']"]),
     "a metric offered and then refused": ("name: x\nsearch: {metric: nope}\n",
