@@ -12,7 +12,8 @@ import ray
 
 from orchestrator.packing import gpu_shares
 from orchestrator.spec import SweepSpec
-from orchestrator.unpromised import autoscaler_node_groups, daemons_in_a_group_of_their_own, temp_dir_option
+from orchestrator.unpromised import (autoscaler_node_groups, daemons_in_a_group_of_their_own, temp_dir_option,
+                                     workers_inherit_env)
 from workloads.threads import thread_env
 
 
@@ -75,6 +76,7 @@ def start_ray(spec: SweepSpec, address: Optional[str], temp_dir: Optional[str], 
     runtime_env = {"env_vars": thread_env(max(1, int(spec.resources.cpus_per_trial)))}
     # The dashboard's Jobs page names a job by its metadata's job_name: the sweep's.
     job_config = ray.job_config.JobConfig(metadata={"job_name": spec.name})
+    workers_inherit_env(not address)  # the embedded Ray's workers get the driver's environment: no secret is copied
     if address:
         return ray.init(address=resolve_address(address), runtime_env=runtime_env, job_config=job_config,
                         log_to_driver=True), []
@@ -95,9 +97,28 @@ def start_ray(spec: SweepSpec, address: Optional[str], temp_dir: Optional[str], 
             notes.append(f"Port {dashboard_port} is taken; the dashboard listens on {port} instead (--dashboard-port to choose).")
         ctx = ray.init(
             address="local", include_dashboard=True, dashboard_host=dashboard_host, dashboard_port=port,
-            num_cpus=num_cpus, **temp_dir_option(temp_dir), runtime_env=runtime_env, job_config=job_config, log_to_driver=True,
+            num_cpus=num_cpus, **temp_dir_option(ray_temp_dir(temp_dir)), runtime_env=runtime_env,
+            job_config=job_config, log_to_driver=True,
         )
     return ctx, notes
+
+
+def ray_temp_dir(temp_dir: Optional[str]) -> str:
+    """Where the embedded Ray keeps its files (logs, sockets): `ray` inside a folder
+    this user alone may enter, `temp_dir` or <tmp>/icr-sweep-<uid> (made 0700). Ray
+    makes its own temp dir and each session 0777 and its logs 0644, again as each
+    worker starts, so every local user read them (a runtime env's values
+    included); it leaves the folder above alone."""
+    base = Path(temp_dir) if temp_dir else Path(tempfile.gettempdir()) / f"icr-sweep-{os.getuid()}"
+    made = not base.exists()
+    base.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if not temp_dir:
+        if base.stat().st_uid != os.getuid():
+            raise ClusterError(f"{base} belongs to another user; start with --temp-dir DIR, a folder of your own")
+        os.chmod(base, 0o700)
+    elif made:
+        os.chmod(base, 0o700)  # a folder we made: private whatever the umask
+    return str(base / "ray")
 
 
 START_LOCK = Path(tempfile.gettempdir()) / f"icr-sweep-ray-start-{os.getuid()}.lock"

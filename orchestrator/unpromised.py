@@ -45,7 +45,8 @@ PRIVATE_NAMES = (
                 "ray.cluster_resources() / ray.available_resources() (only nodes that are up); "
                 "ray.autoscaler.sdk (requests resources, does not list node types)"),
     PrivateName("ray", "ray.tune.execution.tune_controller", "_ActorClassCache",
-                "each trial's actor named after its trial in the Ray dashboard (Tune creates them unnamed)",
+                "each trial's actor named after its trial in the Ray dashboard (Tune creates them unnamed), and, on "
+                "the embedded Ray, made without the AWS keys Tune copies into its runtime env (logged in clear)",
                 "tune.with_resources / tune.TuneConfig (no actor options; ray-project/ray#32763)"),
     PrivateName("ray", "ray.tune.trainable.function_trainable", "_name", set_in="wrap_function",
                 buys="the trial's actor listed by its trial's name (its repr) on the dashboard's Actors page",
@@ -68,6 +69,10 @@ PRIVATE_NAMES = (
                 tried="wandb.init(config=...) (Ray writes trial_log_path after init, over it)"),
     PrivateName("ray", "ray.air.integrations.wandb", "WandbLoggerCallback._logger_actor_cls",
                 "the logging actor class above", "none public"),
+    PrivateName("ray", "ray.air.integrations.wandb", "_remote_logger_class", set_in="WandbLoggerCallback._start_logging_actor",
+                buys="W&B's logging actor made without WANDB_API_KEY in its runtime env on the embedded Ray (whose "
+                "workers inherit the driver's environment): Ray's runtime-env agent logs a runtime env in clear",
+                tried="WandbLoggerCallback(api_key=...) (copied into the same runtime env)"),
     PrivateName("ray", "ray.air.integrations.wandb", "WandbLoggerCallback._start_logging_actor",
                 "one W&B run per trial with its own id, name and flat config",
                 "WandbLoggerCallback.log_trial_start (names the run by Tune's trial id, logs the nested config)"),
@@ -149,6 +154,31 @@ def autoscaler_node_groups() -> dict[str, float]:
         return {}
 
 
+# What Ray copies from the driver's environment into an actor's runtime env (Tune's trial
+# actors: AWS_*, ray/tune/execution/class_cache.py; Ray's W&B actor: WANDB_API_KEY), which
+# Ray's runtime-env agent then writes in clear into its session's logs.
+SECRETS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SECURITY_TOKEN", "AWS_SESSION_TOKEN", "WANDB_API_KEY")
+_INHERITED = {"env": False}
+
+
+def workers_inherit_env(inherit: bool) -> None:
+    """Says whether this driver's Ray workers inherit its environment (the embedded
+    Ray, whose daemons the driver starts): then no secret is copied into a runtime
+    env. On an attached cluster a remote node's worker has only what its runtime env
+    brings, so Ray's copies stay."""
+    _INHERITED["env"] = inherit
+
+
+def without_secrets(runtime_env):
+    """`runtime_env` with SECRETS left out of its env_vars, where workers inherit them."""
+    from ray.runtime_env import RuntimeEnv
+
+    if not _INHERITED["env"] or not runtime_env or not set(SECRETS) & set(runtime_env.get("env_vars") or {}):
+        return runtime_env
+    env_vars = {k: v for k, v in runtime_env["env_vars"].items() if k not in SECRETS}
+    return RuntimeEnv(**{**dict(runtime_env), "env_vars": env_vars})
+
+
 @contextlib.contextmanager
 def trial_actors_named():
     """Within it, Tune names each trial's actor after its trial (the dashboard's
@@ -165,6 +195,8 @@ def trial_actors_named():
 
     def named(make):
         def remote(args=None, kwargs=None, **options):
+            if "runtime_env" in options:
+                options["runtime_env"] = without_secrets(options["runtime_env"])
             storage = (kwargs or {}).get("storage")
             trial = getattr(storage, "trial_dir_name", None)
             if trial and "name" not in options:
@@ -231,6 +263,13 @@ def wandb_callback(figures: Callable[[dict], dict], step: str, charts: tuple[str
         _logger_actor_cls = Actor
 
         def start_run(self, trial, **init) -> None:
+            if _INHERITED["env"] and not self._remote_logger_class:  # Ray's own adds WANDB_API_KEY to its runtime env
+                import ray
+                from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+                here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+                self._remote_logger_class = ray.remote(num_cpus=0, scheduling_strategy=here, max_restarts=-1,
+                                                       max_task_retries=-1)(self._logger_actor_cls)
             self._start_logging_actor(trial, [], **init)
 
     return Callback

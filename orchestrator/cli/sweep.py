@@ -57,8 +57,10 @@ def _start_ray(opts: dict, spec):
         if "dashboard" in first and opts["address"] is None and cluster.port_taken(opts["dashboard_host"], opts["dashboard_port"]):
             fail(f"Ray's dashboard did not start: port {opts['dashboard_port']} is taken by another program. "
                  "Launch again, or choose a free port with --dashboard-port")
-        fail(f"Ray did not start ({type(e).__name__}: {first.rstrip(': ')}); its logs are under --temp-dir "
-              f"(default /tmp/ray/session_latest/logs)")
+        from orchestrator.cluster import ray_temp_dir
+
+        fail(f"Ray did not start ({type(e).__name__}: {first.rstrip(': ')}); its logs are under "
+             f"{ray_temp_dir(opts['temp_dir'])}/session_latest/logs")
     typer.echo(f"Trials: {note}.", err=True)
     return resources
 
@@ -169,7 +171,8 @@ def _discard(footprint, say: bool = False) -> bool:
 
 RAY_OPTIONS = dict(
     address=typer.Option(None, help="attach to a running Ray cluster (e.g. auto) instead of starting one"),
-    temp_dir=typer.Option(None, help="temp dir of the embedded Ray (default: Ray's)"),
+    temp_dir=typer.Option(None, help="a folder for the embedded Ray's files, kept in DIR/ray (default "
+                          "<tmp>/icr-sweep-<uid>, made private to you)"),
     dashboard_host=typer.Option("127.0.0.1", help="where the embedded Ray's dashboard listens"),
     dashboard_port=typer.Option(8265, min=1, max=65535),
     num_cpus=typer.Option(None, min=1, help="CPUs the embedded Ray may use (default: all)"),

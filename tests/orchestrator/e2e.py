@@ -86,14 +86,14 @@ def killme_spec(tmp_path, name: str = "killme", samples: int = 12288) -> Path:
     return path
 
 
-def launch_to_the_end(spec: dict, tmp_path: Path, ray_temp: str) -> tuple[Path, Path]:
-    """Writes `spec` and launches it into tmp_path/runs; asserts the sweep finished.
-    Returns the spec's path and the storage; the console is kept in
-    tmp_path/console.txt."""
+def launch_to_the_end(spec: dict, tmp_path: Path, ray_temp: str, env: dict | None = None) -> tuple[Path, Path]:
+    """Writes `spec` and launches it into tmp_path/runs (`env`: more environment);
+    asserts the sweep finished. Returns the spec's path and the storage; the console
+    is kept in tmp_path/console.txt."""
     spec_path, storage = tmp_path / f"{spec['name']}.yaml", tmp_path / "runs"
     spec_path.write_text(yaml.safe_dump(spec))
     result = subprocess.run(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=free_port()),
-                            capture_output=True, text=True, timeout=900)
+                            capture_output=True, text=True, timeout=900, env={**os.environ, **(env or {})})
     (tmp_path / "console.txt").write_text(result.stdout + result.stderr)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     return spec_path, storage

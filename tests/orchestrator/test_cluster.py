@@ -122,3 +122,28 @@ def test_token_auth_reaches_every_node_and_local_files_stay_home(config):
         assert "RAY_AUTH_MODE=token" in config[key][-1]
     assert "--dashboard-host=127.0.0.1" in config["head_start_ray_commands"][-1]
     assert {".venv", "runs"} <= set(config["rsync_exclude"])
+
+
+def test_the_embedded_rays_files_lie_in_a_folder_of_the_users_alone(tmp_path, monkeypatch):
+    """Issue 52, class 1: Ray makes its temp dir 0777 and its logs 0644; its files now
+    lie under a folder only the user may enter (made 0700), which Ray leaves alone."""
+    import os
+
+    from orchestrator.cluster import ClusterError, ray_temp_dir
+
+    monkeypatch.setattr("tempfile.gettempdir", lambda: str(tmp_path))
+    old = os.umask(0o022)
+    try:
+        assert ray_temp_dir(None) == str(tmp_path / f"icr-sweep-{os.getuid()}" / "ray")
+        assert (tmp_path / f"icr-sweep-{os.getuid()}").stat().st_mode & 0o777 == 0o700
+        given = tmp_path / "mine" / "tmp"
+        assert ray_temp_dir(str(given)) == str(given / "ray") and given.stat().st_mode & 0o777 == 0o700
+    finally:
+        os.umask(old)
+    if os.getuid() == 0:  # a default folder another user made first is refused
+        theirs = tmp_path / "other"
+        (theirs / "icr-sweep-0").mkdir(parents=True)
+        os.chown(theirs / "icr-sweep-0", 1234, 1234)
+        monkeypatch.setattr("tempfile.gettempdir", lambda: str(theirs))
+        with pytest.raises(ClusterError, match="belongs to another user"):
+            ray_temp_dir(None)

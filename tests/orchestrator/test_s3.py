@@ -69,7 +69,7 @@ def test_a_launch_to_a_missing_bucket_starts_nothing(s3, tmp_path, ray_temp):
     result = subprocess.run(cli("launch", str(SWEEPS / "istree_micro.yaml"), "--storage", "s3://no-such-bucket-icr/runs",
                                 ray_temp=ray_temp, port=free_port()), capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "s3://no-such-bucket-icr/runs/istree_micro cannot be written" in result.stderr
-    assert not list(Path(ray_temp).glob("session_*")), "Ray was started for a sweep that could not be stored"
+    assert not list(Path(ray_temp).rglob("session_*")), "Ray was started for a sweep that could not be stored"
 
 
 @pytest.mark.slow

@@ -54,6 +54,13 @@ def wandb_records(path: Path):
             pending = b""
 
 
+def _bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:  # a socket, a file gone meanwhile
+        return b""
+
+
 def finished_wandb_logs(folder: Path, count: int, timeout_s: float = 120) -> list[Path]:
     """The transaction logs of `count` offline runs, once each holds its run and exit
     records: W&B's service process writes them after the trial that logs to it has
@@ -81,7 +88,18 @@ def test_every_tracker_holds_each_trials_config_and_every_evaluation(tmp_path, r
     spec = yaml.safe_load((SWEEPS / "istree_micro.yaml").read_text())
     spec.update(name="tracked", tracking=dict(wandb=dict(project="icr-test", mode="offline"), mlflow={},
                                              tensorboard=True))
-    _, storage = launch_to_the_end(spec, tmp_path, ray_temp)
+    secrets = {"WANDB_API_KEY": "wandb-secret-" + "7" * 28, "AWS_SECRET_ACCESS_KEY": "aws-secret-4f1c9e2b"}
+    _, storage = launch_to_the_end(spec, tmp_path, ray_temp, env=secrets)
+    # Issue 52, class 1: both were written in clear into Ray's runtime-env agent log
+    # (Tune's trial actors and Ray's W&B actor copied them into their runtime envs),
+    # under a temp dir every local user may read. The embedded Ray's workers inherit
+    # the driver's environment instead, and its files lie in a folder the user's alone
+    # (Ray opens its own temp dir and sessions to everyone, at each worker's start).
+    leaked = [str(p) for p in Path(ray_temp).rglob("*") if p.is_file() and not p.is_symlink()
+              and any(v.encode() in _bytes(p) for v in secrets.values())]
+    assert not leaked, leaked
+    assert list(Path(ray_temp, "ray").glob("session_2*/logs")), "the embedded Ray's files are not in --temp-dir/ray"
+    assert Path(ray_temp).stat().st_mode & 0o077 == 0, oct(Path(ray_temp).stat().st_mode)
     run = storage / "tracked"
     trials = sorted(p.parent for p in run.glob("*/params.json"))
     assert len(trials) == 2
