@@ -373,3 +373,67 @@ def test_trackers_that_stop_answering_mid_sweep_cost_their_logging_never_the_run
     assert "warning: MLflow stopped logging for the rest of the sweep" in out, out[-3000:]
     trials = read_run(tmp_path / "runs" / "istree_micro").trials
     assert (trials["state"] == "finished").all() and (tmp_path / "runs" / "istree_micro" / "report.md").exists()
+
+
+@pytest.fixture
+def wandb_server():
+    """A W&B API on 127.0.0.1 answering every request as `answer(status, body)` says."""
+    import http.server
+    import threading
+
+    servers = []
+
+    def make(status: int, body: bytes) -> str:
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST
+
+            def log_message(self, *args):
+                pass
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}"
+
+    yield make
+    for server in servers:
+        server.shutdown()
+
+
+@pytest.mark.parametrize("status, body, said", [
+    (401, b'{"errors": ["unauthorized"]}', "rejected the API key (HTTP 401)"),
+    (200, b'{"data": {"viewer": null}}', "rejected the API key (it knows no user of it)"),
+])
+def test_a_wandb_key_the_server_rejects_is_refused_before_ray_starts(tmp_path, monkeypatch, wandb_server, status,
+                                                                      body, said):
+    """Issue 52, class 9: W&B online with a key the server rejects passed the check (a
+    key was set), the sweep ran, W&B logged nothing, and the console ended with the
+    run's URL. The check now makes a request that needs the key."""
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    base = wandb_server(status, body)
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    monkeypatch.setenv("WANDB_BASE_URL", base)
+    spec = yaml.safe_load((SWEEPS / "istree_micro.yaml").read_text())
+    spec.update(tracking=dict(wandb=dict(project="p", mode="online")))
+    spec_path = tmp_path / "t.yaml"
+    spec_path.write_text(yaml.safe_dump(spec))
+    result = CliRunner().invoke(app, ["launch", str(spec_path), "--storage", str(tmp_path / "runs")])
+    assert result.exit_code == 2 and f"tracking.wandb.mode online: {base} {said}" in result.output, result.output
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_wandb_key_the_server_knows_is_taken(wandb_server):
+    from orchestrator.tracking import _wandb_refuses
+
+    assert _wandb_refuses(wandb_server(200, b'{"data": {"viewer": {"id": "VXNlcjox"}}}'), "k" * 40) == ""
