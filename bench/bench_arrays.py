@@ -17,38 +17,25 @@ The K = 1 row measures the array's own overhead. On a GPU each timed span ends
 with torch.cuda.synchronize().
 """
 
-import argparse
 import json
-import statistics
 import platform
+import statistics
 import time
 from pathlib import Path
 
 import torch
 
+from step_common import device_of, lone_run, step_arguments, step_config, sync
 from workloads.arrays import TrialArray
-from workloads.config import trial_config
-from workloads.tasks import IsTreeConfig
-from workloads.train import Trial, _Run
 
 
 def _configs(arch, setup, n, size, k, device):
     rates = [10 ** (-3 - i / max(1, k)) for i in range(k)]
-    return [trial_config(arch, size, IsTreeConfig(n=n, setup=setup), lr=lr, seed=seed, samples=10**8, batch_size=64,
-                         warmup_samples=640, eval_every=10**8, device=device) for seed, lr in enumerate(rates)]
-
-
-def _sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    return [step_config(arch, setup, n, size, device, lr=lr, seed=seed) for seed, lr in enumerate(rates)]
 
 
 def _separate(configs):
-    runs = []
-    for config in configs:
-        trial = Trial(config)
-        trial.model.train()
-        runs.append(_Run(trial, None, None, (), time.monotonic))
+    runs = [lone_run(config) for config in configs]
 
     def step():
         for run in runs:
@@ -71,11 +58,11 @@ def _array(configs):
 
 
 def _rate(step, device, seconds):
-    _sync(device)
+    sync(device)
     samples, started = 0, time.perf_counter()
     while True:
         samples += step()
-        _sync(device)
+        sync(device)
         if time.perf_counter() - started >= seconds:
             return samples / (time.perf_counter() - started)
 
@@ -93,20 +80,14 @@ def _side_by_side(sides, device, min_seconds, rounds):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--archs", nargs="+", default=["transformer", "mamba", "hybrid"])
-    ap.add_argument("--setup", default="retrieval")
-    ap.add_argument("--n", nargs="+", type=int, default=[16, 64])
-    ap.add_argument("--size", default="0.5M")
+    ap = step_arguments("Trial arrays against separate trials: aggregate samples/s on one device.")
     ap.add_argument("--k", nargs="+", type=int, default=[1, 4, 8, 16])
     ap.add_argument("--min-seconds", type=float, default=6.0)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--device", default="auto")
-    ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
-                          "cpu" if args.device == "auto" else args.device)
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+    device, name = device_of(args.device)
+    if device.type == "cpu":
+        name = f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
     rows = []
     for arch in args.archs:
         for n in args.n:

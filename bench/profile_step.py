@@ -15,7 +15,6 @@ trial's loop (workloads.train: length groups, AdamW, LambdaLR) under torch.profi
   already on the device (`data_share`: what building and moving the batch costs).
 """
 
-import argparse
 import json
 import platform
 import time
@@ -24,17 +23,10 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from workloads.config import trial_config
-from workloads.tasks import IsTreeConfig
+from step_common import device_of, lone_run, step_arguments, step_config, sync
 from workloads.tasks.base import TRAIN_STREAM
-from workloads.train import Trial, _Run
 
 SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpy")
-
-
-def _sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _busy_share(events, wall_us: float) -> float:
@@ -49,18 +41,17 @@ def _busy_share(events, wall_us: float) -> float:
 
 
 def _profile(config, steps: int) -> dict:
-    trial = Trial(config)
-    trial.model.train()
-    run, device = _Run(trial, None, None, (), time.monotonic), trial.device
+    run = lone_run(config)
+    trial, device = run.trial, run.trial.device
     for _ in range(2):
         run.train_step()
-    _sync(device)
+    sync(device)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     started = time.perf_counter()
     with profile(activities=activities) as prof:
         for _ in range(steps):
             run.train_step()
-        _sync(device)
+        sync(device)
     wall = (time.perf_counter() - started) / steps
     cuda = device.type == "cuda"
     table = prof.key_averages()
@@ -82,11 +73,11 @@ def _data_share(run, trial, steps: int) -> float:
     on_device = batch.to(device)
 
     def timed(step):
-        _sync(device)
+        sync(device)
         started = time.perf_counter()
         for _ in range(steps):
             step()
-        _sync(device)
+        sync(device)
         return time.perf_counter() - started
 
     def ready():
@@ -100,23 +91,14 @@ def _data_share(run, trial, steps: int) -> float:
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--archs", nargs="+", default=["transformer", "mamba", "hybrid"])
-    ap.add_argument("--setup", default="retrieval")
-    ap.add_argument("--n", nargs="+", type=int, default=[16, 64])
-    ap.add_argument("--size", default="0.5M")
+    ap = step_arguments("One training step per architecture, profiled.")
     ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--device", default="auto")
-    ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
-                          "cpu" if args.device == "auto" else args.device)
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    device, name = device_of(args.device)
     rows = []
     for arch in args.archs:
         for n in args.n:
-            config = trial_config(arch, args.size, IsTreeConfig(n=n, setup=args.setup), samples=10**8, batch_size=64,
-                                  warmup_samples=640, eval_every=10**8, device=device.type)
+            config = step_config(arch, args.setup, n, args.size, device.type)
             rows.append(dict(arch=arch, setup=args.setup, n=n, size=args.size, **_profile(config, args.steps)))
             print(json.dumps({k: v for k, v in rows[-1].items() if k != "top"}), flush=True)
     out = Path(args.out or f"bench/results/profile_{name.replace(' ', '_')}.json")
