@@ -3,6 +3,7 @@ at an address (checked to answer), and the resources each trial asks of it."""
 
 import contextlib
 import os
+import signal
 import socket
 import tempfile
 from pathlib import Path
@@ -92,6 +93,9 @@ def start_ray(spec: SweepSpec, address: Optional[str], temp_dir: Optional[str], 
     # on the lost GCS. Ray still ends them with the driver (ray.shutdown, or the
     # kernel's parent-death signal it sets on Linux).
     with _one_ray_start_at_a_time(), daemons_in_a_group_of_their_own():
+        ended = end_orphans(ray_temp_dir(temp_dir))
+        if ended:
+            notes.append(f"Ended {ended} Ray process(es) a killed icr-sweep left running (their driver is gone).")
         port = _free_port(dashboard_host, dashboard_port)
         if port != dashboard_port:
             notes.append(f"Port {dashboard_port} is taken; the dashboard listens on {port} instead (--dashboard-port to choose).")
@@ -101,6 +105,47 @@ def start_ray(spec: SweepSpec, address: Optional[str], temp_dir: Optional[str], 
             job_config=job_config, log_to_driver=True,
         )
     return ctx, notes
+
+
+def end_orphans(ray_temp: str) -> int:
+    """Ends the Ray processes of this user that belong to a session under `ray_temp`
+    whose driver is dead (a session is named ..._<pid of the process that started
+    it>): a driver killed with SIGKILL leaves Ray's dashboard and runtime-env agents
+    running, listening on their ports and ignoring SIGTERM. A process belongs to a
+    session where its command line or an open file names the session's folder (the
+    agents rename themselves, but keep their logs open). Returns how many it ended."""
+    dead = [str(s) for s in Path(ray_temp).glob("session_2*") if s.is_dir() and not _alive(int(s.name.rsplit("_", 1)[-1]))]
+    ended = 0
+    for pid in (int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()):
+        try:
+            if os.stat(f"/proc/{pid}").st_uid != os.getuid():
+                continue
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            files = cmdline + "\0".join(_links(pid)) if not any(s in cmdline for s in dead) else cmdline
+            if any(s in files for s in dead):
+                os.kill(pid, signal.SIGKILL)
+                ended += 1
+        except (OSError, ValueError):  # gone meanwhile, or not ours to read
+            continue
+    return ended
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _links(pid: int) -> list[str]:
+    out = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            out.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    return out
 
 
 def ray_temp_dir(temp_dir: Optional[str]) -> str:

@@ -435,3 +435,43 @@ def test_two_launches_a_second_apart_both_run_with_a_dashboard_each(tmp_path, ra
     second = ports.index(port) ^ 1  # the one that found the port taken (the later one, unless the machine stalled)
     assert f"Port {port} is taken; the dashboard listens on {ports[second]} instead" in outs[second]
 
+
+
+def test_the_ray_processes_a_killed_driver_left_are_ended_by_the_next_start(tmp_path, ray_temp):
+    """Issue 52, class 3: after a SIGKILL of the driver, Ray's DashboardAgent and
+    RuntimeEnvAgent lived on as orphans, listening on their ports and ignoring
+    SIGTERM; nothing ever ended them. The next launch or resume ends those of a
+    session whose driver is gone (orchestrator.cluster.end_orphans)."""
+    from orchestrator.cluster import end_orphans
+
+    proc = subprocess.Popen(cli("launch", str(killme_spec(tmp_path)), "--storage", str(tmp_path / "runs"),
+                                ray_temp=ray_temp, port=free_port()),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    for line in proc.stdout:
+        if "Ray dashboard:" in line:
+            break
+    time.sleep(3)  # the agents up
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    session = next(Path(ray_temp, "ray").glob("session_2*"))
+
+    def holding():
+        pids = []
+        for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+                links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+            except OSError:
+                continue
+            if str(session) in cmdline or any(str(session) in link for link in links):
+                pids.append(int(pid))
+        return pids
+
+    deadline = time.time() + 10
+    while time.time() < deadline and not holding():
+        time.sleep(0.5)
+    left = holding()
+    assert left, "no Ray process outlived its killed driver: nothing to show here"
+    assert end_orphans(str(Path(ray_temp, "ray"))) >= 1
+    time.sleep(1)
+    assert not holding()
