@@ -135,14 +135,25 @@ def _in_range(key: str, row: dict) -> bool:
 def _timeline(rows: list[dict]) -> list[dict]:
     """The rows of the run a trial really continued: a trial restarted from an older
     checkpoint reports again from there, and the rows it left behind are dropped,
-    so that no evaluation counts twice."""
+    so that no evaluation counts twice. A trial trains nothing after its final
+    evaluation: where rows after it (a row appended again, rows swapped) would drop
+    that final row, its rows are taken in order of their samples (each count's last
+    report) up to it, so that neither a duplicate nor an order hides a row."""
     out = []
     for row in rows:
         samples = row.get("samples")
         while out and samples is not None and out[-1].get("samples") is not None and out[-1]["samples"] >= samples:
             out.pop()
         out.append(row)
-    return out
+    final = next((r for r in rows if r.get("final_eval")), None)
+    if final is None or (out and out[-1].get("final_eval")):
+        return out
+    last = {}
+    for row in rows:
+        if row.get("samples", 0) <= final["samples"]:
+            last[(row["samples"], row.get("evaluated", True))] = row
+    last[(final["samples"], final.get("evaluated", True))] = final
+    return sorted(last.values(), key=lambda r: (r["samples"], r.get("evaluated", True), bool(r.get("final_eval"))))
 
 
 def trial_rows(trial_dir: Path) -> tuple[list[dict], list[str]]:

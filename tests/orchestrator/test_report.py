@@ -844,3 +844,19 @@ def test_a_run_without_a_held_out_set_has_no_robust_table():
     best = best_by_cell(_trials([("mamba", 5, 1e-3, 0, 0.5), ("mamba", 5, 3e-3, 0, 0.95)]))
     assert math.isnan(best.loc[0, "robust_exact_match"]) and best.loc[0, "rates_solving"] == 1
     assert robust_tables(best) == ""
+
+
+@pytest.mark.parametrize("damage", ["first row appended again", "last two rows swapped"])
+def test_a_finished_trials_rows_out_of_order_never_hide_its_final_row(tmp_path, damage):
+    """Issue 52, class 6: a finished trial's first row appended again at its end (or
+    its rows swapped) made status say 'interrupted ... resume restores it', and
+    resume repaired nothing, asking for another resume, forever."""
+    run, trials = fake_run(tmp_path, accuracy)
+    path = run / trials[0].name / "result.json"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    before = [r["samples"] for r in rows]
+    damaged = rows + [rows[0]] if damage.startswith("first") else rows[:-2] + [rows[-1], rows[-2]]
+    path.write_text("".join(json.dumps(r) + "\n" for r in damaged))
+    df = read_run(run, locked=False).trials.set_index("trial")
+    assert df.loc[trials[0].name, "state"] == "finished", df.loc[trials[0].name, "error"]
+    assert [r["samples"] for r in read_results(run / trials[0].name)] == before
