@@ -111,12 +111,12 @@ class Footprint:
         path = self.path
         if path is None or not path.is_dir() or any(path.glob(f"*/{PARAMS_FILE}")):
             return None
-        kept = []
+        kept, launchs = [], set(named_like(path, BEFORE_ANY_TRIAL))
         for name in sorted(set(os.listdir(path)) - self.before):
             entry = path / name
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry, ignore_errors=True)  # the launch made it; a trial's would hold params.json
-            elif _launch_name(name):
+            elif name in launchs:
                 entry.unlink(missing_ok=True)
             else:
                 kept.append(name)
@@ -126,13 +126,6 @@ class Footprint:
                 folder.rmdir()  # only when empty
             folder = folder.parent
         return kept
-
-
-def _launch_name(name: str) -> bool:
-    """Whether a file name is one a launch writes before its first trial starts."""
-    from fnmatch import fnmatchcase
-
-    return any(fnmatchcase(name, pattern) for pattern in BEFORE_ANY_TRIAL)
 
 
 def check_launch_dir(run_dir: str) -> None:
