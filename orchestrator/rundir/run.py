@@ -163,7 +163,9 @@ def _trials(run_dir: Path, planned: dict[str, dict] | None, locked: bool,
             problems.append(_learnt_nothing(config, metrics.get("val_loss")))
         flat = pd.json_normalize(config, sep=".").iloc[0].to_dict() if config else {}
         rows.append({"trial": name, "state": state, **metrics, "error": "; ".join(filter(None, [error, *problems])), **flat})
-    return _as_table(rows, problem), kept_rows, configs
+    table = _as_table(rows, problem)
+    table.attrs["recorded"] = sorted(statuses)  # the trials Tune recorded: an Optuna run's own (_mark_unplanned)
+    return table, kept_rows, configs
 
 
 def _as_table(rows: list[dict], problem: str) -> pd.DataFrame:
@@ -199,7 +201,7 @@ def read_run(run_dir: Path, locked: bool = True, plan_of: Optional[Callable[[dic
         return run
     if df.attrs.get("problem"):
         notes.append(df.attrs["problem"])
-    _mark_unplanned(run, run_dir)
+    _mark_unplanned(run)
     if plan is not None and plan.get("method") != "grid":
         missing = plan["trial_count"] - int((df["state"] != "unplanned").sum())
         if missing > 0:
@@ -210,7 +212,7 @@ def read_run(run_dir: Path, locked: bool = True, plan_of: Optional[Callable[[dic
     return run
 
 
-def _mark_unplanned(run: Run, run_dir: Path) -> None:
+def _mark_unplanned(run: Run) -> None:
     """Marks `unplanned` (listed, never pooled into a cell) each folder of trial files
     that is not a trial of the run: not in a grid's plan, or, in an Optuna run, not
     in Tune's record and named otherwise than its config (a copy, `<trial>.bak`)."""
@@ -220,7 +222,7 @@ def _mark_unplanned(run: Run, run_dir: Path) -> None:
 
     if run.plan is None:
         return
-    planned = set(run.plan["trials"]) if run.plan.get("method") == "grid" else set(tune_trials(run_dir)[0])
+    planned = set(run.plan["trials"]) if run.plan.get("method") == "grid" else set(run.trials.attrs.get("recorded", ()))
 
     def own_name(name: str) -> bool:
         try:
