@@ -134,7 +134,7 @@ class ArrayModel(nn.Module):
             for key, value in _member(part, k).items():
                 if not grads:
                     state[f"{path}.{key}"] = value.detach()
-                elif isinstance(value, nn.Parameter) or value.grad_fn is not None or value.requires_grad:
+                elif value.requires_grad:  # a parameter or its slice (a buffer has no gradient)
                     grad = _grad_of(part, key, k)
                     if grad is not None:
                         state[f"{path}.{key}"] = grad
@@ -286,8 +286,8 @@ class TrialArray:
 
     def member_model(self, k: int) -> nn.Module:
         """Member k as a lone model (a copy: training the array does not change it)."""
-        lone = copy.deepcopy(self.trials[k].model)
-        lone.load_state_dict(self.model.member_state(k), strict=False)
-        missing = {n for n, _ in lone.named_parameters()} - set(self.model.member_state(k))
+        lone, state = copy.deepcopy(self.trials[k].model), self.model.member_state(k)
+        lone.load_state_dict(state, strict=False)
+        missing = {n for n, _ in lone.named_parameters()} - set(state)
         assert not missing, f"parameters the array does not hold: {sorted(missing)}"
         return lone
