@@ -93,7 +93,8 @@ def start_ray(spec: SweepSpec, address: Optional[str], temp_dir: Optional[str], 
     # on the lost GCS. Ray still ends them with the driver (ray.shutdown, or the
     # kernel's parent-death signal it sets on Linux).
     with _one_ray_start_at_a_time(), daemons_in_a_group_of_their_own():
-        ended = end_orphans(ray_temp_dir(temp_dir))
+        ray_temp = ray_temp_dir(temp_dir)
+        ended = end_orphans(ray_temp)
         if ended:
             notes.append(f"Ended {ended} Ray process(es) a killed icr-sweep left running (their driver is gone).")
         port = _free_port(dashboard_host, dashboard_port)
@@ -101,7 +102,7 @@ def start_ray(spec: SweepSpec, address: Optional[str], temp_dir: Optional[str], 
             notes.append(f"Port {dashboard_port} is taken; the dashboard listens on {port} instead (--dashboard-port to choose).")
         ctx = ray.init(
             address="local", include_dashboard=True, dashboard_host=dashboard_host, dashboard_port=port,
-            num_cpus=num_cpus, **temp_dir_option(ray_temp_dir(temp_dir)), runtime_env=runtime_env,
+            num_cpus=num_cpus, **temp_dir_option(ray_temp), runtime_env=runtime_env,
             job_config=job_config, log_to_driver=True,
         )
     return ctx, notes
@@ -116,13 +117,12 @@ def end_orphans(ray_temp: str) -> int:
     agents rename themselves, but keep their logs open). Returns how many it ended."""
     dead = [str(s) for s in Path(ray_temp).glob("session_2*") if s.is_dir() and not _alive(int(s.name.rsplit("_", 1)[-1]))]
     ended = 0
-    for pid in (int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()):
+    for pid in (int(p) for p in os.listdir("/proc") if dead and p.isdigit() and int(p) != os.getpid()):
         try:
             if os.stat(f"/proc/{pid}").st_uid != os.getuid():
                 continue
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-            files = cmdline + "\0".join(_links(pid)) if not any(s in cmdline for s in dead) else cmdline
-            if any(s in files for s in dead):
+            if any(s in name for name in (cmdline, *_links(pid)) for s in dead):
                 os.kill(pid, signal.SIGKILL)
                 ended += 1
         except (OSError, ValueError):  # gone meanwhile, or not ours to read
@@ -135,8 +135,8 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # another user's process: alive
+        pass
     return True
 
 
