@@ -12,8 +12,7 @@ from typing import Optional
 
 import pandas as pd
 
-from orchestrator.rundir import (MLFLOW_FILE, OPTUNA_FILE, PLOT_FILES, REPORT_FILES, Run, check_report_dir, record_report,
-                                report_owned)
+from orchestrator.rundir import MLFLOW_FILE, OPTUNA_FILE, PLOT_FILES, REPORT_FILES, Run, check_report_dir, record_report
 from workloads.metrics import HEADLINE, METRICS, PLOTTED, SOLVED, rank_key
 from workloads.models import PRESETS, preset
 from workloads.models.config import SIZES
@@ -456,8 +455,7 @@ def write_report(run: Run, out_dir: Path, solved: float = SOLVED,
     out_dir, df = Path(out_dir), run.trials
     if df.empty:
         raise FileNotFoundError(f"{out_dir}: no trial results (no */params.json)")
-    check_report_dir(out_dir)  # a folder of `train` trials may hold a user's report.md: RunDirError naming it
-    owned = report_owned(out_dir)
+    owned = check_report_dir(out_dir)  # a folder of `train` trials may hold a user's report.md: RunDirError naming it
     metric, mode, tie_break = run.chosen_by
     df.to_csv(out_dir / "results.csv", index=False)
     best = best_by_cell(df, metric, mode, tie_break)

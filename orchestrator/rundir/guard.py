@@ -163,14 +163,16 @@ def report_owned(out_dir: Path) -> Optional[set[str]]:
         return set()
 
 
-def check_report_dir(out_dir: Path, flag: str = "the run directory") -> None:
+def check_report_dir(out_dir: Path, flag: str = "the run directory") -> Optional[set[str]]:
     """Refuses (RunDirError) to write a report into a folder holding report files that
-    no report of this tool wrote (a user's report.md or best.csv), naming them."""
+    no report of this tool wrote (a user's report.md or best.csv), naming them;
+    returns the report files it may replace (`report_owned`)."""
     owned = report_owned(out_dir)
     if owned is not None and Path(out_dir).is_dir():
         found = [name for name in named_like(out_dir, REPORT_FILES) if name not in owned]
         _refuse_foreign(Path(out_dir), found, str(out_dir), "not a run of icr-sweep, and no report of it wrote them",
                         f"choose another {flag}")
+    return owned
 
 
 def record_report(out_dir: Path, names: list[str]) -> None:
