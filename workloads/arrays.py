@@ -38,13 +38,13 @@ import torch
 from torch import nn
 
 from workloads.batching import group_rows, overhead_tokens
-from workloads.checkpoint import differences, what_trains
+from workloads.checkpoint import CheckpointError, differences, what_trains
 from workloads.config import TrialConfig
 from workloads.evaluate import supervised_loss
 from workloads.models.stacked import StackedLinear, StackedRMSNorm
 from workloads.tasks import Batch
 from workloads.tasks.base import TRAIN_STREAM
-from workloads.train import NonFiniteLoss, Trial, lr_factor
+from workloads.train import Trial, lr_factor, non_finite_loss
 
 
 class MembersInTurn(nn.Module):
@@ -126,6 +126,15 @@ class ArrayModel(nn.Module):
         """The member a parameter belongs to wholly, or None for a stacked one (K first)."""
         return self.owner.get(id(param))
 
+    def member_slots(self, k: int) -> dict[str, tuple[nn.Parameter, Optional[int]]]:
+        """Member k's parameters under its lone model's names: (the array's parameter,
+        k where it is stacked, None where it is member k's own)."""
+        slots = {}
+        for path, part in self.parts.items():
+            own = part.members[k] if isinstance(part, MembersInTurn) else part
+            slots.update({f"{path}.{name}": (p, None if own is not part else k) for name, p in own.named_parameters()})
+        return slots
+
     def member_state(self, k: int, grads: bool = False) -> dict:
         """Member k's parameters and buffers under its lone model's names (detached);
         with `grads`, its parameters' gradients instead (where they have one)."""
@@ -175,6 +184,12 @@ class MemberAdam:
     def zero_grad(self) -> None:
         for p in self.params:
             p.grad = None
+
+    def moments(self, p: nn.Parameter, index: Optional[int]) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
+        """A member's first and second moments of `p` (its slice `index` where stacked; views)."""
+        if id(p) not in self.state:
+            return None
+        return tuple(m if index is None else m[index] for m in self.state[id(p)])
 
 
 def clip_per_member(model: ArrayModel, max_norm: float) -> torch.Tensor:
@@ -250,6 +265,7 @@ class TrialArray:
             rows = [b.rows(order[places], width) for b, order in zip(own, orders)]
             parts.append(Batch(*(None if t[0] is None else torch.cat(t) for t in zip(
                 *((r.tokens, r.supervised, r.lengths, r.labels, r.targets) for r in rows)))))
+        self.step_tokens = [int(b.lengths.sum()) for b in own]  # counted on the CPU copies: no GPU sync
         return parts, [int(b.supervised[:, 1:].sum()) for b in own]
 
     def step(self) -> torch.Tensor:
@@ -273,16 +289,79 @@ class TrialArray:
         self.samples += sum(len(p.lengths) for p in parts) // self.k
         return total
 
+    @property
+    def active(self) -> list[int]:
+        """The members still training (not failed)."""
+        return [k for k in range(self.k) if k not in self.failed]
+
     def check(self, losses: torch.Tensor, step: int) -> list[int]:
-        """Ends each member whose loss at `step` is not finite (as its lone trial's
-        check would: NonFiniteLoss, in `failed`); returns the members it ended."""
+        """Checks the step losses (K,) or (steps, K) not yet checked, the last row
+        at `step`, as a lone trial checks its own: a member with one not finite ends
+        (`non_finite_loss`, naming the first, in `failed`); the others' are summed
+        into their trial's training loss. Returns the members it ended."""
+        recent = losses.detach().reshape(-1, self.k).cpu()
         ended = []
-        for k, loss in enumerate(losses.tolist()):
-            if k not in self.failed and not math.isfinite(loss):
-                name = self.trials[k].config.name
-                self.failed[k] = NonFiniteLoss(f"loss is {loss} at step {step} ({name})", step)
+        for k in self.active:
+            own, trial = recent[:, k], self.trials[k]
+            bad = (~torch.isfinite(own)).nonzero()
+            if len(bad):
+                self.failed[k] = non_finite_loss(trial.config, own[bad[0]].item(), step - len(own) + 1 + int(bad[0]))
                 ended.append(k)
+            else:
+                trial.loss_sum += float(own.sum())
+                trial.loss_steps += len(own)
         return ended
+
+    def resolved(self) -> dict:
+        """What the array ran on (Trial.resolved), its scans read where they ran."""
+        scans = sorted({m.scan_ran for m in self.model.modules() if getattr(m, "scan_ran", None)})
+        return {"device_used": self.trials[0].device.type, "scan_used": "+".join(scans) or "none"}
+
+    @torch.no_grad()
+    def to_member(self, k: int) -> Trial:
+        """Member k's lone trial (`trials[k]`), given the array's state of it: its
+        weights, Adam's moments and step count, its schedule's position and its
+        samples. Its checkpoint (`Trial.save`) is then the one its lone trial would
+        write, and its evaluation the lone trial's. Its rows, history and training
+        loss are kept on it as they happen."""
+        trial, steps = self.trials[k], self.optimizer.steps
+        own = dict(trial.model.named_parameters())
+        device = trial.device if trial.optimizer.defaults.get("fused") else None
+        for name, (p, index) in self.model.member_slots(k).items():
+            own[name].copy_(p if index is None else p[index])
+            moments = self.optimizer.moments(p, index)
+            if moments is not None and steps:
+                trial.optimizer.state[own[name]] = {"step": torch.tensor(float(steps), device=device),
+                                                    "exp_avg": moments[0].clone(), "exp_avg_sq": moments[1].clone()}
+        lr = trial.config.train.lr * lr_factor(steps, self.warmup_steps, self.total_steps)
+        schedule = trial.scheduler.state_dict()
+        schedule.update(last_epoch=steps, _step_count=steps + 1, _last_lr=[lr])
+        trial.scheduler.load_state_dict(schedule)
+        for group in trial.optimizer.param_groups:
+            group["lr"] = lr
+        trial.samples = self.samples
+        return trial
+
+    @torch.no_grad()
+    def from_members(self) -> None:
+        """The array's state from its members' lone trials (each restored from its
+        checkpoint, `Trial.restore`): the reverse of `to_member`. Every member must
+        be at the same step."""
+        at = {t.config.name: (t.scheduler.last_epoch, t.samples) for t in self.trials}
+        if len(set(at.values())) > 1:
+            raise CheckpointError("the members' checkpoints are at different steps ("
+                                  + ", ".join(f"{name}: {samples} samples" for name, (_, samples) in at.items())
+                                  + "): they cannot continue as one array")
+        for k, trial in enumerate(self.trials):
+            own, state = dict(trial.model.named_parameters()), trial.optimizer.state
+            for name, (p, index) in self.model.member_slots(k).items():
+                (p if index is None else p[index]).copy_(own[name])
+                moments = self.optimizer.moments(p, index)
+                if moments is not None:
+                    saved = state.get(own[name], {})
+                    for moment, key in zip(moments, ("exp_avg", "exp_avg_sq")):
+                        moment.copy_(saved[key]) if key in saved else moment.zero_()
+        self.optimizer.steps, self.samples = self.trials[0].scheduler.last_epoch, self.trials[0].samples
 
     def member_model(self, k: int) -> nn.Module:
         """Member k as a lone model (a copy: training the array does not change it)."""

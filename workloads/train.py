@@ -28,7 +28,7 @@ from workloads.tasks.base import HELD_OUT_STREAM, TRAIN_STREAM, VALID_STREAM
 
 Report = Callable[[dict, Optional[Path]], None]
 # Losses are checked for NaN/inf every this many steps: each check syncs with the GPU.
-_LOSS_CHECK_STEPS = 32
+LOSS_CHECK_STEPS = 32
 
 
 class NonFiniteLoss(FloatingPointError):
@@ -43,6 +43,12 @@ class NonFiniteLoss(FloatingPointError):
         return type(self), (str(self), self.step)
 
 
+def non_finite_loss(config: TrialConfig, loss: float, step: int) -> NonFiniteLoss:
+    """The failure of a trial whose loss is `loss` (not finite) at `step`, first found there."""
+    m = config.model
+    cause = (f": not finite at the first step, before any update, so the rate is not the cause: the model "
+             f"({m.arch} {m.size}) or the task's settings produce it") if step == 1 else ""
+    return NonFiniteLoss(f"loss is {loss} at step {step} ({config.name}){cause}", step)
 
 
 def _tensors(value):
@@ -251,6 +257,16 @@ class _Run:
         self.train_time, self.train_tokens, self.trained = 0.0, 0, 0
         self.last_checkpoint = clock()
 
+    @property
+    def samples(self) -> int:
+        return self.trial.samples
+
+    training = True  # a lone trial trains until its budget is spent or it fails (an array's members may all fail)
+
+    def stopped(self, metrics: dict, step: int) -> dict:
+        """The metrics a stopped run returns: its latest, or its progress where it has none yet."""
+        return {**(metrics or self.progress(step, final_eval=False, evaluated=False)), "stopped": True}
+
     def train_step(self) -> tuple[int, bool]:
         """One optimiser step on the next batch of the stream: the steps done so far
         (a resumed run's included) and whether an evaluation is due after it."""
@@ -272,7 +288,7 @@ class _Run:
         self.trained += count
         self.train_tokens += batch_tokens
         eval_due = trial.samples // tc.eval_every > before // tc.eval_every or trial.samples == tc.samples
-        if len(self.pending) == _LOSS_CHECK_STEPS or eval_due:
+        if len(self.pending) == LOSS_CHECK_STEPS or eval_due:
             self.flush_losses(step)
         self.train_time += time.perf_counter() - started
         return step, eval_due
@@ -285,11 +301,7 @@ class _Run:
         self.pending.clear()
         bad = (~torch.isfinite(recent)).nonzero()
         if len(bad):
-            first = step - len(recent) + 1 + int(bad[0])
-            m = self.trial.config.model
-            cause = (f": not finite at the first step, before any update, so the rate is not the cause: the model "
-                     f"({m.arch} {m.size}) or the task's settings produce it") if first == 1 else ""
-            raise NonFiniteLoss(f"loss is {recent[bad[0]].item()} at step {first} ({self.trial.config.name}){cause}", first)
+            raise non_finite_loss(self.trial.config, recent[bad[0]].item(), step - len(recent) + 1 + int(bad[0]))
         self.trial.loss_sum += float(recent.sum())
         self.trial.loss_steps += len(recent)
 
@@ -399,22 +411,29 @@ def run_trial(config: dict | TrialConfig, hooks: Hooks = Hooks(), checkpoints: C
     run = _Run(trial, h.report, store.dir, store.room_in, h.clock)
     # A trial resumed after its last evaluation trains nothing and returns that evaluation.
     metrics = {**trial.history[-1], "config": config.model_dump(mode="json")} if trial.history else {}
-    while trial.samples < config.train.samples:
+    return train_loop(run, h, config.train.samples, val_batches, metrics)
+
+
+def train_loop(run, h: Hooks, total: int, val_batches, metrics):
+    """Trains `run` (a lone trial's `_Run`, or an array's: workloads/array_train.py)
+    to `total` samples, evaluating, checkpointing and stopping as `h` says (Hooks);
+    returns the latest metrics (`metrics` until there are new ones)."""
+    while run.samples < total and run.training:
         step, eval_due = run.train_step()
         if h.on_step is not None:
-            h.on_step(trial.samples)
+            h.on_step(run.samples)
         if eval_due:
             metrics = run.evaluate(step, val_batches)
-            if h.stop_after is not None and trial.samples >= h.stop_after:
+            if h.stop_after is not None and run.samples >= h.stop_after:
                 break
-            if h.stop_ends and h.stop is not None and h.stop() and trial.samples < config.train.samples:
-                return {**metrics, "stopped": True}
+            if h.stop_ends and h.stop is not None and h.stop() and run.samples < total:
+                return run.stopped(metrics, step)
             continue
         asked = h.stop is not None and h.stop()
         if run.checkpoint_due(asked):
             metrics = run.checkpoint(step, "stop" if asked else "time")
         if asked and h.stop_ends:
-            return {**(metrics or run.progress(step, final_eval=False, evaluated=False)), "stopped": True}
-        if h.stop_after is not None and trial.samples >= h.stop_after:
+            return run.stopped(metrics, step)
+        if h.stop_after is not None and run.samples >= h.stop_after:
             break
     return metrics

@@ -425,8 +425,8 @@ def test_training_steps_do_not_read_device_values_every_step(monkeypatch):
     steps = 64
     with counter:
         run_trial(small_trial(samples=steps * 8, batch_size=8, warmup_samples=8, eval_every=steps * 8, val_samples=8))
-    # The losses are checked and summed once per _LOSS_CHECK_STEPS steps and at each evaluation.
-    assert counter.syncs <= steps // train_mod._LOSS_CHECK_STEPS + 1, counter.syncs
+    # The losses are checked and summed once per LOSS_CHECK_STEPS steps and at each evaluation.
+    assert counter.syncs <= steps // train_mod.LOSS_CHECK_STEPS + 1, counter.syncs
 
 
 def test_the_kv_cache_is_kept_in_the_dtype_attention_computes_in():
