@@ -11,12 +11,13 @@ GPU_SHARES = (0.125, 0.25, 0.5, 1.0)  # what `gpus_per_trial: auto` chooses from
 GPU_HEADROOM = 0.9  # a trial fits a share when its estimate is below 90% of it (fragmentation)
 
 
-def gpu_share(resources, trial: TrialConfig) -> tuple[float, float]:
+def gpu_share(resources, trial: TrialConfig, members: int = 1) -> tuple[float, float]:
     """The GPU share a trial asks for (gpus_per_trial, or auto's choice) and its
-    estimated peak memory in GB, given a spec's `resources`."""
+    estimated peak memory in GB, given a spec's `resources`; for an array of
+    `members` such trials, their sum (orchestrator/arrays.py)."""
     from workloads.memory import GiB, trial_estimate
 
-    need = trial_estimate(trial).total / GiB
+    need = members * trial_estimate(trial).total / GiB
     share = resources.gpus_per_trial
     if share == "auto":
         room = resources.gpu_memory_gb * GPU_HEADROOM

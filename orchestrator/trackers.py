@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import ray.cloudpickle as cloudpickle
@@ -24,7 +25,8 @@ from ray.tune.result import EXPR_PARAM_PICKLE_FILE, EXPR_RESULT_FILE, TRAINING_I
 from ray.tune.utils.util import SafeFallbackEncoder
 from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData
 
-from orchestrator.rundir import TrialFiles
+from orchestrator.arrays import ARRAY_KEY, array_of
+from orchestrator.rundir import ERROR_FILE, TrialFiles
 from orchestrator.spec import SweepSpec
 from orchestrator.storage import answer_timeout, is_remote
 from orchestrator.unpromised import wandb_callback
@@ -112,6 +114,117 @@ def _params(trial, swept) -> dict:
     return tracked_params(trial.config["trial"], swept)
 
 
+class _Member:
+    """One member of an array's Tune trial (orchestrator/arrays.py) as the trackers'
+    callbacks take a trial: named after it, its config {"trial": ..., "array": the
+    array's name}, its directory beside its array's, its id the array's and its
+    place (W&B's run id), continuing where the array continues."""
+
+    def __init__(self, array_trial, config: dict, place: int):
+        self.array_trial, self.name = array_trial, TrialConfig.model_validate(config).name
+        self.config = {"trial": config, "array": array_trial.config[ARRAY_KEY]["name"]}
+        self.trial_id = f"{array_trial.trial_id}_{place}"
+        self.experiment_dir_name = array_trial.experiment_dir_name
+        self.local_experiment_path = array_trial.local_experiment_path
+        self.local_path = str(Path(array_trial.local_path).parent / self.name)
+        storage = array_trial.storage
+        self.storage = SimpleNamespace(storage_filesystem=storage.storage_filesystem,
+                                       trial_fs_path=f"{storage.trial_fs_path.rstrip('/').rsplit('/', 1)[0]}/{self.name}")
+
+    @property
+    def checkpoint(self):
+        return self.array_trial.checkpoint
+
+    def init_local_path(self) -> None:
+        Path(self.local_path).mkdir(parents=True, exist_ok=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def per_member(callback: type) -> type:
+    """A logger callback class whose every instance logs an array's Tune trial as
+    its members (`Members`); the class keeps its name (Tune pickles callbacks)."""
+    return type(callback.__name__, (Members, callback), {"__doc__": callback.__doc__, "__module__": callback.__module__,
+                                                         "__qualname__": callback.__qualname__})
+
+
+class Members:
+    """Mixed in before a logger callback (`per_member`): an array's Tune trial is
+    logged as its members, each as the trial it is (its start, rows and end; a
+    member that failed ends there, FAILED, while the array trains on, and the
+    callback's `member_failed(member, error)`, where it has one, hears it first), so
+    that every tracker and the run directory show K ordinary trials. A lone trial
+    passes through. A member that failed before (its error.txt) is not started
+    again."""
+
+    def _members(self, trial) -> list[_Member]:
+        cache = self.__dict__.setdefault("_member_cache", {})
+        if trial not in cache:
+            cache[trial] = [_Member(trial, config, i) for i, config in enumerate(trial.config[ARRAY_KEY]["members"])]
+        return cache[trial]
+
+    def _live(self) -> set:
+        """The members started and not yet ended, as (name, the array's trial id)."""
+        return self.__dict__.setdefault("_members_live", set())
+
+    def log_trial_start(self, trial) -> None:
+        if array_of(trial.config) is None:
+            return super().log_trial_start(trial)
+        for member in self._members(trial):
+            if not Path(member.local_path, ERROR_FILE).exists():
+                self._live().add((member.name, trial.trial_id))
+                super().log_trial_start(member)
+
+    def log_trial_result(self, iteration: int, trial, result: dict) -> None:
+        if array_of(trial.config) is None:
+            return super().log_trial_result(iteration, trial, result)
+        members = {m.name: m for m in self._members(trial)}
+        for name, row in result.get("members", {}).items():
+            super().log_trial_result(iteration, members[name], {**row, "config": members[name].config,
+                                                                TRAINING_ITERATION: result.get(TRAINING_ITERATION)})
+        for name, error in result.get("member_errors", {}).items():
+            self._end(members[name], trial, error)
+
+    def log_trial_save(self, trial) -> None:
+        if array_of(trial.config) is None:
+            super().log_trial_save(trial)
+
+    def log_trial_end(self, trial, failed: bool = False) -> None:
+        if array_of(trial.config) is None:
+            return super().log_trial_end(trial, failed)
+        error = _text(Path(trial.local_path, ERROR_FILE)) or f"its array, {trial}, failed"
+        for member in self._members(trial):
+            if failed and not _finished(member):
+                self._end(member, trial, error)
+            elif (member.name, trial.trial_id) in self._live():
+                self._live().discard((member.name, trial.trial_id))
+                super().log_trial_end(member, False)
+        self.__dict__.get("_member_cache", {}).pop(trial, None)
+
+    def _end(self, member: _Member, trial, error: str) -> None:
+        """A member's failure: kept (member_failed), and its run ended FAILED where it was started."""
+        hook = getattr(self, "member_failed", None)
+        if hook is not None:
+            hook(member, error)
+        if (member.name, trial.trial_id) in self._live():
+            self._live().discard((member.name, trial.trial_id))
+            super().log_trial_end(member, True)
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _finished(member: _Member) -> bool:
+    rows = TrialFiles(member.local_path).stored_rows()
+    return bool(rows) and bool(rows[-1].get("final_eval"))
+
+
+@per_member
 class Wandb(wandb_callback(tracked_metrics, STEP, charts=("train/*", "val/*", "test/*"), trial_dir="trial_dir",
                            config=resolved)):
     """One W&B run per trial, named after it (its id too: an offline run's folder,
@@ -154,6 +267,7 @@ def _or_off(method):
     return guarded
 
 
+@per_member
 class MLflow(LoggerCallback):
     """One MLflow run per trial, through MLflow's own client: the flat config as its
     params, each row's figures as metrics at its samples. MLflow logs from the
@@ -235,6 +349,7 @@ def hparams_of(spec: SweepSpec) -> tuple[dict, set[str]]:
     return example, ids | {k for k in fields if len({repr(p[k]) for p in params if k in p}) > 1}
 
 
+@per_member
 class TensorBoard(LoggerCallback):
     """TensorBoard files in each trial's directory (tensorboardX's writer): the
     figures under their short names at the trial's samples, and, at the trial's
@@ -305,6 +420,7 @@ class TensorBoard(LoggerCallback):
         writer.close()
 
 
+@per_member
 class TrialFilesCallback(JsonLoggerCallback):
     """A sweep trial's params.json and result.json, written by the run directory's
     own writer (`TrialFiles`, which `train --out` uses too) where Tune's JSON logger
@@ -330,11 +446,38 @@ class TrialFilesCallback(JsonLoggerCallback):
     def log_trial_end(self, trial, failed: bool = False) -> None:
         self.files.pop(trial, None)
 
+    def member_failed(self, member: _Member, error: str) -> None:
+        Path(member.local_path, ERROR_FILE).write_text(error + "\n")
+
     def update_config(self, trial, config: dict) -> None:
         trial.init_local_path()
         TrialFiles(trial.local_path, encoder=SafeFallbackEncoder).write_config(config)
         with open(Path(trial.local_path, EXPR_PARAM_PICKLE_FILE), "wb") as f:
             cloudpickle.dump(config, f)
+
+
+@per_member
+class MemberCSV(CSVLoggerCallback):
+    """Tune's progress.csv, in each trial's directory (an array's members' each)."""
+
+
+class ArrayCSV(CSVLoggerCallback):
+    """An array's own progress.csv (its first member's columns), which Tune's
+    analysis at the sweep's end reads from every Tune trial's directory (it warns
+    of each that lacks one); nothing for a lone trial (MemberCSV writes its own)."""
+
+    def log_trial_start(self, trial) -> None:
+        if array_of(trial.config) is not None:
+            super().log_trial_start(trial)
+
+    def log_trial_result(self, iteration: int, trial, result: dict) -> None:
+        if array_of(trial.config) is not None:
+            super().log_trial_result(iteration, trial, {k: v for k, v in result.items()
+                                                        if k not in ("members", "member_errors")})
+
+    def log_trial_end(self, trial, failed: bool = False) -> None:
+        if array_of(trial.config) is not None:
+            super().log_trial_end(trial, failed)
 
 
 def _fetch(trial, name: str) -> None:
@@ -361,7 +504,7 @@ def trackers(spec: SweepSpec, mlflow_uri) -> list:
     tracking, run_dir, swept = spec.tracking, spec.run_dir(), swept_fields(spec)
     # Tune adds its own JSON, CSV and TensorBoard loggers unless told not to.
     os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
-    out = [TrialFilesCallback(), CSVLoggerCallback()]
+    out = [TrialFilesCallback(), MemberCSV(), ArrayCSV()]
     if tracking.tensorboard:
         out.append(TensorBoard(swept, hparams_of(spec)))
     if tracking.wandb:

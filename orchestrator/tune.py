@@ -17,6 +17,7 @@ from typing import Optional
 
 from ray import tune
 
+from orchestrator.arrays import ARRAY_KEY, array_of, arrays, members_per_array
 from orchestrator.cluster import ClusterError
 from orchestrator.grid import cell_budget, cells, plan, planned_trials
 from orchestrator.optuna_search import RESUMING, CellwiseOptuna, optuna_storage
@@ -90,9 +91,12 @@ def _fit(tuner) -> None:
         tuner.fit()
 
 
-def _cost(trial: TrialConfig) -> float:
-    """A rough relative cost, to start the longest trials first: a sweep whose
-    longest trial starts last ends with one trial running alone."""
+def _cost(config: dict) -> float:
+    """A rough relative cost of a Tune config (a trial's or an array's), to start
+    the longest first: a sweep whose longest trial starts last ends with one trial
+    running alone."""
+    array = array_of(config)
+    trial = TrialConfig.model_validate(array["members"][0] if array else config["trial"])
     m = trial.model
     factor = m.mixer.cpu_cost if m.n_recurrent_layers else 1  # the recurrent mixer's measured premium
     return trial.train.samples * trial.task.longest_sample * m.d_model * m.n_layers * factor
@@ -101,6 +105,9 @@ def _cost(trial: TrialConfig) -> float:
 def _trial_name(trial) -> str:
     if trial.config.get("name"):  # an Optuna trial: named by CellwiseOptuna
         return trial.config["name"]
+    array = array_of(trial.config)
+    if array:
+        return array["name"]
     name = TrialConfig.model_validate(trial.config["trial"]).name
     # An Optuna trial of an earlier version: its directory is named with Tune's id.
     return name if trial.config.get("grid", True) else f"{name}-{trial.trial_id}"
@@ -112,7 +119,9 @@ def _per_trial(spec: SweepSpec, resources: dict):
     if resources["gpu"] != "auto":
         return resources
     def per_trial(config: dict):
-        share, _ = gpu_share(spec.resources, TrialConfig.model_validate(config["trial"]))
+        array = array_of(config)
+        first = TrialConfig.model_validate(array["members"][0] if array else config["trial"])
+        share, _ = gpu_share(spec.resources, first, members=len(array["members"]) if array else 1)
         return tune.PlacementGroupFactory([{"CPU": resources["cpu"], "GPU": share}])
 
     return per_trial
@@ -187,7 +196,8 @@ def launch(spec: SweepSpec, resources: dict) -> str:
     write_plan(run_dir, **stored)
     trainable, run_config = _tuner_parts(spec, resources)
     if spec.search.method == "grid":
-        tuner = _grid_tuner(spec, list(stored["trials"].values()), trainable, run_config)
+        trials = list(stored["trials"].values())
+        tuner = _grid_tuner(spec, trials, trainable, run_config, _fuse(spec, resources, trials))
     else:
         tune_config = tune.TuneConfig(
             search_alg=CellwiseOptuna(spec, optuna_storage(spec, run_dir)),
@@ -200,14 +210,21 @@ def launch(spec: SweepSpec, resources: dict) -> str:
     return run_dir
 
 
-def _grid_tuner(spec: SweepSpec, trials: list[dict], trainable, run_config):
-    """Tune's experiment over `trials` (stored trial configs), longest first: a sweep
-    whose longest trial starts last ends with one trial running alone. Launch and
-    rebuild alike."""
-    ordered = sorted(trials, key=lambda t: _cost(TrialConfig.model_validate(t)), reverse=True)
+def _fuse(spec: SweepSpec, resources: dict, trials: list[dict]) -> int:
+    """The most members an array of this sweep holds (resources.fuse, `auto` resolved)."""
+    return members_per_array(spec.resources, bool(resources["gpu"]), [TrialConfig.model_validate(t) for t in trials])
+
+
+def _grid_tuner(spec: SweepSpec, trials: list[dict], trainable, run_config, fuse: int):
+    """Tune's experiment over `trials` (stored trial configs), those equal but for
+    rate and seed in arrays of at most `fuse` (orchestrator/arrays.py), longest
+    first: a sweep whose longest trial starts last ends with one trial running
+    alone. Launch and rebuild alike."""
+    key, points = ("trial", trials) if fuse <= 1 else (ARRAY_KEY, arrays(trials, fuse))
+    ordered = sorted(points, key=lambda point: _cost({key: point}), reverse=True)
     tune_config = tune.TuneConfig(num_samples=1, max_concurrent_trials=spec.resources.max_concurrent,
                                   trial_name_creator=_trial_name, trial_dirname_creator=_trial_name)
-    return tune.Tuner(trainable, param_space={"trial": tune.grid_search(ordered)}, tune_config=tune_config,
+    return tune.Tuner(trainable, param_space={key: tune.grid_search(ordered)}, tune_config=tune_config,
                       run_config=run_config)
 
 
@@ -230,7 +247,7 @@ def resume(run_dir: str, spec: SweepSpec, resources: dict, say=print) -> str:
         except Exception as e:  # a damaged tuner.pkl or state fails in many ways
             problem = f"Tune cannot restore it ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
     if problem:
-        tuner = rebuild(run_dir, spec, trainable, run_config, problem, say)
+        tuner = rebuild(run_dir, spec, trainable, run_config, problem, resources, say)
     _fit(tuner)
     return run_dir
 
@@ -249,7 +266,7 @@ def tune_state_problem(run_dir: str) -> str:
     return ""
 
 
-def rebuild(run_dir: str, spec: SweepSpec, trainable, run_config, problem: str, say=print):
+def rebuild(run_dir: str, spec: SweepSpec, trainable, run_config, problem: str, resources: dict, say=print):
     """A new Tune experiment in the same run directory over the spec's trials that
     have not finished, by our own record: the spec stored at launch, and each
     trial's directory (its result.json says whether it finished; its checkpoints,
@@ -270,7 +287,7 @@ def rebuild(run_dir: str, spec: SweepSpec, trainable, run_config, problem: str, 
         set_aside_for_rebuild(run_dir, [name for name in planned if name not in finished])
     say(f"Tune's state of {run_dir} cannot be used ({problem}); the sweep is rebuilt from the spec and the trial "
         f"directories: {len(finished)} finished trial(s) kept, {len(left)} to run, each from its newest intact checkpoint")
-    return _grid_tuner(spec, left, trainable, run_config)
+    return _grid_tuner(spec, left, trainable, run_config, _fuse(spec, resources, list(planned.values())))
 
 
 def can_resume(run_dir: str) -> bool:

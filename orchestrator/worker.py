@@ -15,12 +15,14 @@ from typing import Optional
 import pyarrow.fs
 from ray import tune
 
-from orchestrator.rundir import FAILS_AGAIN, STOP_FILE, catch_up, stored_rows
+from orchestrator.arrays import array_of
+from orchestrator.rundir import ERROR_FILE, FAILS_AGAIN, STOP_FILE, catch_up, stored_rows
 from orchestrator.stopping import StopRequests
 from orchestrator.unpromised import mix_into_trials, name_trial_actor
 from workloads.checkpoint import CheckpointError, first_intact
 from workloads.config import TrialConfig
 from workloads.threads import bound_threads
+from workloads.array_train import ArrayHooks, run_array
 from workloads.train import Checkpoints, Hooks, NonFiniteLoss, run_trial
 
 
@@ -37,21 +39,22 @@ def trainable_fn(config: dict) -> None:
     # the driver's console after its last lines (the report, how to open the run);
     # the checkpoints are the run directory's to show (status, report).
     logging.getLogger("ray.train").setLevel(logging.WARNING)
-    trial = TrialConfig.model_validate(config["trial"])
     storage = _trial_storage()
+    array = array_of(config)
+    if array is not None:
+        return _array_trial(array, storage, gpus)
+    trial = TrialConfig.model_validate(config["trial"])
     _fails_again(storage)
     with tempfile.TemporaryDirectory(prefix="icr-trial-") as work:
-        resume = first_intact(_checkpoints(work, storage), trial, say=lambda line: print(line, file=sys.stderr, flush=True))
+        resume = first_intact(_checkpoints(work, storage), trial, say=_say)
 
         def report(metrics: dict, checkpoint_dir: Optional[Path]) -> None:
-            # Tune stores the trial config beside every result (params.json, result.json).
-            flat = {k: (math.nan if v is None else v) for k, v in metrics.items() if k != "config"}
-            flat.update(gpu_share=gpus, cuda_devices=os.environ.get("CUDA_VISIBLE_DEVICES", "all"))
+            flat = _flat(metrics, gpus)
             tune.report(flat, checkpoint=tune.Checkpoint.from_directory(str(checkpoint_dir)) if checkpoint_dir else None)
 
         def on_resume(rows: list[dict]) -> None:
             catch_up(_stored_rows(storage), rows, report=lambda row: report(row, None),
-                     say=lambda line: print(f"icr-sweep: {trial.name}: {line}", file=sys.stderr, flush=True))
+                     say=lambda line: _say(f"icr-sweep: {trial.name}: {line}"))
 
         local = storage is not None and isinstance(storage[0], pyarrow.fs.LocalFileSystem)
         room = (Path(storage[1]),) if local else ()  # local storage: a checkpoint needs room on its disk too
@@ -64,6 +67,62 @@ def trainable_fn(config: dict) -> None:
                 with storage[0].open_output_stream(f"{storage[1]}/{FAILS_AGAIN}") as f:
                     f.write(str(e).encode())
             raise
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _flat(metrics: dict, gpus: float) -> dict:
+    """A row as Tune stores it: without the config (Tune stores the trial's beside
+    every result: params.json, result.json), None as NaN, and where it ran."""
+    flat = {k: (math.nan if v is None else v) for k, v in metrics.items() if k != "config"}
+    flat.update(gpu_share=gpus, cuda_devices=os.environ.get("CUDA_VISIBLE_DEVICES", "all"))
+    return flat
+
+
+def _array_trial(array: dict, storage, gpus: float) -> None:
+    """An array's worker (orchestrator/arrays.py): its members that have not failed
+    train as one (run_array), from the newest checkpoint that holds each of them.
+    Each report is one Tune result: the first member's row (what Tune's progress
+    table and stop callback read) with every member's row under `members` and the
+    failures since the last report under `member_errors` (the trackers' callbacks
+    write each member's files from them: trackers.Members)."""
+    configs = [TrialConfig.model_validate(m) for m in array["members"]]
+    failed = [c.name for c in configs if _trial_file(_member_storage(storage, c.name), ERROR_FILE) is not None]
+    configs = [c for c in configs if c.name not in failed]  # a member that failed stays failed: its retry repeats it
+    if failed:
+        _say(f"icr-sweep: {array['name']}: {', '.join(failed)} failed before; the others train on")
+    if not configs:
+        return
+    errors: dict[str, str] = {}
+
+    def report(rows: dict, checkpoint_dir: Optional[Path]) -> None:
+        flat = {name: _flat(row, gpus) for name, row in rows.items()}
+        head = next(iter(flat.values()), {})
+        tune.report({**head, "members": flat, "member_errors": dict(errors)},
+                    checkpoint=tune.Checkpoint.from_directory(str(checkpoint_dir)) if checkpoint_dir else None)
+        errors.clear()
+
+    def on_resume(name: str, rows: list[dict]) -> None:
+        catch_up(_stored_rows(_member_storage(storage, name)), rows, report=lambda row: report({name: row}, None),
+                 say=lambda line: _say(f"icr-sweep: {name}: {line}"))
+
+    with tempfile.TemporaryDirectory(prefix="icr-array-") as work:
+        resume = first_intact(_checkpoints(work, storage), configs, say=_say)
+        local = storage is not None and isinstance(storage[0], pyarrow.fs.LocalFileSystem)
+        room = (Path(storage[1]),) if local else ()
+        asked = StopRequests(Path(storage[1]).parent / STOP_FILE) if local else None
+        hooks = ArrayHooks(report=report, stop=asked, stop_ends=False, on_resume=on_resume,
+                           fail=lambda name, error: errors.__setitem__(name, f"{type(error).__name__}: {error}"))
+        run_array(configs, hooks, Checkpoints(dir=Path(work) / "checkpoint", resume_from=resume, room_in=room))
+    if errors:  # failures after the last report (every member failed)
+        tune.report({"members": {}, "member_errors": errors})
+
+
+def _member_storage(storage, name: str):
+    """(filesystem, path) of a member's trial directory, beside its array's."""
+    return None if storage is None else (storage[0], f"{storage[1].rstrip('/').rsplit('/', 1)[0]}/{name}")
 
 
 class FailsAgain(RuntimeError):

@@ -14,6 +14,7 @@ each still its trial, in the lone trial's loop (`train_loop`):
 Like run_trial, it knows nothing of Ray: the sweep's worker hosts it.
 """
 
+import dataclasses
 import shutil
 import time
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ import torch
 from workloads.arrays import TrialArray
 from workloads.checkpoint import CHECKPOINT_FILE, CheckpointError
 from workloads.config import TrialConfig
-from workloads.train import LOSS_CHECK_STEPS, Checkpoints, Hooks, NonFiniteLoss, train_loop
+from workloads.train import LOSS_CHECK_STEPS, Checkpoints, Hooks, NonFiniteLoss, run_trial, train_loop
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,8 @@ def run_array(configs: list[dict | TrialConfig], hooks: ArrayHooks = ArrayHooks(
     array to their sample budget; returns each training member's latest metrics by
     name. `checkpoints.resume_from` holds a folder per member (every member's, at
     one step) or none."""
+    if len(configs) == 1:
+        return _alone(TrialConfig.model_validate(configs[0]), hooks, checkpoints)
     array = TrialArray(configs)
     _restore(array, checkpoints.resume_from, hooks.on_resume)
     if checkpoints.dir is not None:  # an array that could not keep its first checkpoint trains nothing
@@ -58,6 +61,25 @@ def run_array(configs: list[dict | TrialConfig], hooks: ArrayHooks = ArrayHooks(
     metrics = {t.config.name: {**t.history[-1], "config": t.config.model_dump(mode="json")}
                for t in array.trials if t.history}
     return train_loop(run, hooks, array.trials[0].config.train.samples, val_batches, metrics)
+
+
+def _alone(config: TrialConfig, hooks: ArrayHooks, checkpoints: Checkpoints) -> dict[str, dict]:
+    """An array of one: its lone trial's loop (run_trial), heard and kept as an array's."""
+    name = config.name
+    own = None if checkpoints.dir is None else Path(checkpoints.dir) / name
+    report = None if hooks.report is None else (lambda row, _: hooks.report({name: row}, checkpoints.dir))
+    on_resume = None if hooks.on_resume is None else (lambda rows: hooks.on_resume(name, rows))
+    lone = dataclasses.replace(hooks, report=report, on_resume=on_resume)
+    resume = None if checkpoints.resume_from is None else Path(checkpoints.resume_from) / name
+    try:
+        return {name: run_trial(config, lone, dataclasses.replace(checkpoints, dir=own, resume_from=resume))}
+    except NonFiniteLoss as error:
+        if own is not None:
+            shutil.rmtree(own, ignore_errors=True)
+        if hooks.fail is None:
+            raise
+        hooks.fail(name, error)
+        return {}
 
 
 def _restore(array: TrialArray, resume_from: Optional[Path], on_resume) -> None:

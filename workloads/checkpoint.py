@@ -36,28 +36,34 @@ def read_checkpoint(path: Path) -> dict:
     return state
 
 
-def first_intact(directories, config: TrialConfig, say=print) -> Optional[Path]:
+def first_intact(directories, config: TrialConfig | list[TrialConfig], say=print) -> Optional[Path]:
     """The first of `directories` (an iterable, read lazily) whose checkpoint can be
     continued by `config`; each one passed over is said, and so is starting over
     when none can. An item that is a CheckpointError (a directory that could not be
-    fetched) is passed over likewise."""
+    fetched) is passed over likewise. For a trial array, `config` lists its
+    members: a directory holds a checkpoint of each in a folder named after it
+    (workloads/array_train.py), and is intact where every one of them is."""
+    configs = config if isinstance(config, list) else [config]
+    name = ", ".join(c.name for c in configs)
     tried = 0
     for directory in directories:
         tried += 1
         try:
             if isinstance(directory, CheckpointError):
                 raise directory
-            state = read_checkpoint(Path(directory) / CHECKPOINT_FILE)
-            if what_trains(as_today(state["config"])) != what_trains(config.model_dump(mode="json")):
-                raise CheckpointError(f"{directory} holds another config's checkpoint")
+            for member in configs:
+                folder = Path(directory) / member.name if isinstance(config, list) else Path(directory)
+                state = read_checkpoint(folder / CHECKPOINT_FILE)
+                if what_trains(as_today(state["config"])) != what_trains(member.model_dump(mode="json")):
+                    raise CheckpointError(f"{folder} holds another config's checkpoint")
         except CheckpointError as e:
-            say(f"icr-sweep: {config.name}: passing over a checkpoint: {e}")
+            say(f"icr-sweep: {name}: passing over a checkpoint: {e}")
             continue
         if tried > 1:
-            say(f"icr-sweep: {config.name}: continuing from the older checkpoint in {directory}")
+            say(f"icr-sweep: {name}: continuing from the older checkpoint in {directory}")
         return Path(directory)
     if tried:
-        say(f"icr-sweep: {config.name}: STARTING OVER from sample 0: none of its {tried} checkpoint(s) can be read")
+        say(f"icr-sweep: {name}: STARTING OVER from sample 0: none of its {tried} checkpoint(s) can be read")
     return None
 
 

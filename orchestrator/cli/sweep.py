@@ -105,7 +105,8 @@ def advice_for_failures(failed, run_dir: str) -> str:
                      "(another name or --storage).")
     if diverged.any():
         lines.append(f"{diverged.sum()} trial(s) diverged: lower their architecture's lr in the spec (or set "
-                     "training.grad_clip) and launch it anew; a resume retries them at the same rate.")
+                     "training.grad_clip) and launch it anew; a resume retries them at the same rate (a member of a "
+                     "trial array, resources.fuse, it leaves failed: its array trains on without it).")
     if room.any():
         lines.append(f"{room.sum()} trial(s) found no room for a checkpoint: free space on the storage, then:\n"
                      f"  icr-sweep resume {run_dir}")

@@ -16,6 +16,9 @@
             .icr-fails-again          a failure any retry repeats (a loss not finite before any update):
                                       Tune's retries end at once; resume clears it
             checkpoint_*/             its checkpoints
+        array-<first member>/         a trial array's Tune trial (resources.fuse > 1: orchestrator/arrays.py):
+            checkpoint_*/<member>/    its checkpoints, a member's in a folder named after it (its trial
+                                      directory holds its params.json, naming the array, rows and errors)
         report.md, results.csv, best.csv, *.png   the report (`icr-sweep report` writes it anew)
         .icr-report.json              the names the report wrote: only those are ever replaced or removed
 

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from orchestrator.rundir.layout import EARLIER_RESULTS, PLAN_FILE, RESULTS_FILE, SPEC_FILE, TUNE_STATE, free_path
+from orchestrator.rundir.layout import EARLIER_RESULTS, ERROR_FILE, PLAN_FILE, RESULTS_FILE, SPEC_FILE, TUNE_STATE, free_path
 from orchestrator.storage import is_remote, read_file, write_file
 
 
@@ -115,7 +115,9 @@ def tune_statuses(run_dir: str | Path) -> tuple[dict[str, str], str]:
 
 def tune_trials(run_dir: str | Path) -> tuple[dict[str, tuple[str, Optional[dict]]], str]:
     """(status, trial config) of each trial Tune recorded, by directory name: the
-    config of a trial Tune created but never started (no params.json yet) is there."""
+    config of a trial Tune created but never started (no params.json yet) is there.
+    An array's Tune trial (orchestrator/arrays.py) is recorded as its members, each
+    with the array's status, or ERROR where it failed alone (its error.txt)."""
     files = sorted(Path(run_dir).glob(TUNE_STATE))
     if not files:
         return {}, ""
@@ -125,7 +127,22 @@ def tune_trials(run_dir: str | Path) -> tuple[dict[str, tuple[str, Optional[dict
         for trial_json, _ in state["trial_data"]:
             trial = json.loads(trial_json)
             config = trial.get("config")
+            array = config.get("array") if isinstance(config, dict) else None
+            if isinstance(array, dict):
+                trials.update(_members(run_dir, array, trial["status"]))
+                continue
             trials[trial["relative_logdir"]] = (trial["status"], config.get("trial") if isinstance(config, dict) else None)
         return trials, ""
     except (OSError, ValueError, KeyError, TypeError) as e:
         return {}, f"{files[-1].name}: unreadable ({type(e).__name__}: {e}); trial states come from the trial files"
+
+
+def _members(run_dir: str | Path, array: dict, status: str) -> dict[str, tuple[str, dict]]:
+    """tune_trials' entries of an array's members."""
+    from workloads.config import TrialConfig
+
+    out = {}
+    for config in array["members"]:
+        name = TrialConfig.model_validate(config).name
+        out[name] = ("ERROR" if Path(run_dir, name, ERROR_FILE).exists() else status, config)
+    return out

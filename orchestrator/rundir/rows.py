@@ -205,11 +205,24 @@ def catch_up(stored: list[dict], rows: list[dict], report: Callable[[dict], None
         report(row)
 
 
+def checkpoint_folders(trial_dir: Path) -> list[Path]:
+    """The trial's checkpoint folders, newest first: its own, or for a member of an
+    array (its params.json names the array), its folder in each of the array's."""
+    own = sorted(trial_dir.glob("checkpoint_*"), reverse=True)
+    try:
+        array = json.loads((trial_dir / PARAMS_FILE).read_text()).get("array")
+    except (OSError, ValueError, AttributeError):
+        array = None
+    if not isinstance(array, str) or not array:
+        return own
+    return own + [folder / trial_dir.name for folder in sorted(trial_dir.parent.glob(f"{array}/checkpoint_*"), reverse=True)]
+
+
 def _newest_history(trial_dir: Path) -> list[dict]:
     """The evaluations kept in the trial's newest readable checkpoint."""
     from workloads.checkpoint import CHECKPOINT_FILE, CheckpointError, read_checkpoint
 
-    for folder in sorted(trial_dir.glob("checkpoint_*"), reverse=True):
+    for folder in checkpoint_folders(trial_dir):
         try:
             return list(read_checkpoint(folder / CHECKPOINT_FILE).get("history", []))
         except CheckpointError:

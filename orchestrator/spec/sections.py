@@ -286,12 +286,25 @@ class ResourcesSpec(Section):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
             raise ValueError(f"a GPU or a fraction of one, in (0, 1], or auto; got {value!r}")
         return float(value)
+    @field_validator("fuse", mode="before")
+    @classmethod
+    def _members(cls, value):
+        if value == "auto":
+            return value
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"a whole number of trials, 1 or more, or auto; got {value!r}")
+        return value
+
     device: Device = Field(
         "auto",
         description="auto: GPUs if the cluster has any when the sweep starts or, attached to a cluster, "
         "its autoscaler can add GPU nodes; else CPU (trials then see no GPU). cuda: always ask for GPUs",
     )
-    max_concurrent: Optional[int] = Field(None, gt=0, description="cap on trials running at once")
+    fuse: Union[int, Literal["auto"]] = Field(
+        1, description="the most trials trained as one array (trials equal but for learning rate and seed, one model "
+        "computing them all at once: docs/gpu.md); 1: each trial alone; auto: on GPUs, as many as a GPU's memory "
+        "holds, up to 16; on CPU, 1 (arrays measured slower there: bench/results/arrays_cpu.json)")
+    max_concurrent: Optional[int] = Field(None, gt=0, description="cap on trials (or arrays) running at once")
     max_failures: int = Field(2, ge=0, description="retries of a crashed trial, from its last checkpoint")
 
 

@@ -258,17 +258,20 @@ def test_tensorboard_off_keeps_tunes_json_and_csv_results(tmp_path, monkeypatch)
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
     from orchestrator.spec import SweepSpec
-    from orchestrator.trackers import TensorBoard, TrialFilesCallback, trackers
+    from orchestrator.trackers import ArrayCSV, MemberCSV, TensorBoard, TrialFilesCallback, trackers
 
     monkeypatch.delenv("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", raising=False)
     spec = SweepSpec(name="quiet", storage=str(tmp_path), tracking=dict(tensorboard=False))
     kinds = [type(c) for c in trackers(spec, None)]
     # result.json is what status, report and load_run read: it must stay, written by the run
     # directory's own writer in the place of Tune's JSON logger (which it is, so Tune adds no other).
-    assert kinds == [TrialFilesCallback, CSVLoggerCallback] and issubclass(TrialFilesCallback, JsonLoggerCallback)
+    # progress.csv: each trial's (an array's members' each: MemberCSV) and an array's own (ArrayCSV), which Tune's
+    # analysis at the sweep's end reads from each of its trials.
+    assert kinds == [TrialFilesCallback, MemberCSV, ArrayCSV] and issubclass(TrialFilesCallback, JsonLoggerCallback)
+    assert issubclass(MemberCSV, CSVLoggerCallback) and issubclass(ArrayCSV, CSVLoggerCallback)
     assert __import__("os").environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] == "1"  # Tune adds none of its own
     assert [type(c) for c in trackers(SweepSpec(name="default", storage=str(tmp_path)), None)] == \
-        [TrialFilesCallback, CSVLoggerCallback, TensorBoard]
+        [TrialFilesCallback, MemberCSV, ArrayCSV, TensorBoard]
 
 
 def test_a_trials_parameters_are_flat_swept_values_first_and_only_what_its_model_has():
