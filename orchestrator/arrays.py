@@ -68,5 +68,10 @@ def array_of(config: dict) -> Optional[dict]:
 
 
 def member_names(array: dict) -> list[str]:
+    """The members' trial names: the array's `names` (an Optuna trial's is its rate
+    to three significant digits), else their configs' names."""
+    names = array.get("names")
+    if isinstance(names, list) and len(names) == len(array["members"]):
+        return names
     return [TrialConfig.model_validate(m).name for m in array["members"]]
 

@@ -9,6 +9,7 @@ from typing import Optional
 from optuna.distributions import FloatDistribution
 from ray.tune.search import Searcher
 
+from orchestrator.arrays import ARRAY_KEY, ARRAY_PREFIX
 from orchestrator.grid import cell_budget, cell_name, cell_rates, cells, trial_for
 from orchestrator.rundir import OPTUNA_FILE, sqlite_url
 from orchestrator.spec import SweepSpec
@@ -177,11 +178,12 @@ class CellwiseOptuna(Searcher):
     (an Optuna storage URL) the studies live there, named by `study_name`, for
     optuna-dashboard and `optuna.load_study`; they continue where they were on resume."""
 
-    def __init__(self, spec: SweepSpec, storage: Optional[str] = None):
+    def __init__(self, spec: SweepSpec, storage: Optional[str] = None, fuse: int = 1):
         search = spec.search
         super().__init__(metric=search.metric, mode=search.mode)
-        self.spec = spec
+        self.spec, self.fuse = spec, fuse
         self.studies, self.used, self.owner = {}, {}, {}
+        self.members: dict[str, dict[str, tuple]] = {}  # an array's Tune trial id -> {member key: (cell, name)}
         self.names: dict = {}  # cell -> the names of its trials so far
         self.storage = storage
         self.own_storage = storage is not None and spec.search.storage is None  # the run directory's optuna.db
@@ -207,20 +209,46 @@ class CellwiseOptuna(Searcher):
             return Searcher.FINISHED
         self.attach()
         cell = min(open_cells, key=lambda c: self.used[c])  # round robin over cells
+        if self.fuse <= 1:
+            trial, name = self._ask(cell, trial_id)
+            return {"trial": trial.model_dump(mode="json"), "grid": False, "name": name}
+        return self._suggest_array(cell, trial_id)
+
+    def _ask(self, cell, key: str) -> tuple[TrialConfig, str]:
+        """One trial of `cell`: its next fixed rate, or its study's next suggestion,
+        known to the study as `key` (Tune's trial id, or an array member's)."""
         if cell in self.fixed:
             lr = self.fixed[cell][self.used[cell]]
         else:
-            suggestion = self.studies[cell].suggest(trial_id)
-            if suggestion is None:
-                return None
-            lr = suggestion["lr"]
-            self.owner[trial_id] = cell
+            lr = self.studies[cell].suggest(key)["lr"]
+            self.owner[key] = cell
         self.used[cell] += 1
         trial = trial_for(self.spec, *cell, lr)
         name = self.name_of(cell, trial)
         if cell not in self.fixed:  # its directory relative to the run directory: still true once the run moves
-            self.studies[cell].tag(trial_id, trial=name, trial_dir=name)
-        return {"trial": trial.model_dump(mode="json"), "grid": False, "name": name}
+            self.studies[cell].tag(key, trial=name, trial_dir=name)
+        return trial, name
+
+    def _suggest_array(self, cell, trial_id: str) -> dict:
+        """An array of up to `fuse` trials (orchestrator/arrays.py): asked at once,
+        one at a time from the least used open cell that trains alike (the same
+        arch, setup, size and n: another seed, or another rate of the same cell),
+        each an Optuna trial of its cell's study, told its own value."""
+        alike = [c for c in self.used if c[:4] == cell[:4]]
+        members, configs = {}, []
+        while len(configs) < self.fuse:
+            open_alike = [c for c in alike if self.used[c] < self.budgets[c]]
+            if not open_alike:
+                break
+            member_cell = min(open_alike, key=lambda c: self.used[c])
+            key = f"{trial_id}/{len(configs)}"
+            trial, name = self._ask(member_cell, key)
+            members[key] = (member_cell, name)
+            configs.append(trial.model_dump(mode="json"))
+        self.members[trial_id] = members
+        name = ARRAY_PREFIX + next(iter(members.values()))[1]
+        names = [member_name for _, member_name in members.values()]
+        return {ARRAY_KEY: {"name": name, "members": configs, "names": names}, "grid": False, "name": name}
 
     def name_of(self, cell, trial: TrialConfig) -> str:
         """The trial's name, its rate to three significant digits: more where an
@@ -248,16 +276,38 @@ class CellwiseOptuna(Searcher):
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         self.attach()
-        if trial_id in self.owner:
+        if trial_id in self.members:  # an array: each member's row to its own trial
+            keys = {name: key for key, (_, name) in self.members[trial_id].items()}
+            for name, row in _nested(result, "members").items():
+                if name in keys:
+                    self._member_row(keys[name], row)
+            for name in _nested(result, "member_errors"):
+                if name in keys:
+                    self._member_end(trial_id, keys[name], error=True)
+        elif trial_id in self.owner:
             self.studies[self.owner[trial_id]].on_trial_result(trial_id, result)
+
+    def _member_row(self, key: str, row: dict) -> None:
+        if key in self.owner:
+            self.studies[self.owner[key]].on_trial_result(key, row)
+
+    def _member_end(self, trial_id: str, key: str, error: bool) -> None:
+        """A member's end, told with its last evaluation (CellStudy keeps it)."""
+        self.members.get(trial_id, {}).pop(key, None)
+        if key in self.owner:
+            self.studies[self.owner.pop(key)].on_trial_complete(key, {"evaluated": False}, error)
 
     def on_trial_complete(self, trial_id: str, result: Optional[dict] = None, error: bool = False) -> None:
         self.attach()
-        if trial_id in self.owner:
+        if trial_id in self.members:
+            for key in list(self.members[trial_id]):
+                self._member_end(trial_id, key, error)
+            self.members.pop(trial_id, None)
+        elif trial_id in self.owner:
             self.studies[self.owner.pop(trial_id)].on_trial_complete(trial_id, result, error)
 
     def save(self, checkpoint_path: str) -> None:
-        state = {"used": self.used, "owner": self.owner, "names": self.names,
+        state = {"used": self.used, "owner": self.owner, "names": self.names, "members": self.members,
                  "studies": {c: s.__getstate__() for c, s in self.studies.items()}}
         with open(checkpoint_path, "wb") as f:
             pickle.dump(state, f)
@@ -266,9 +316,26 @@ class CellwiseOptuna(Searcher):
         with open(checkpoint_path, "rb") as f:
             state = pickle.load(f)
         self.used, self.owner, self.names = state["used"], state["owner"], state.get("names", {})
+        self.members = state.get("members", {})
         for cell, study_state in state["studies"].items():
             self.studies[cell].__dict__.update(_study_state(study_state))
         self.attach()
+
+
+def _nested(result: dict, key: str) -> dict:
+    """`result[key]` as a dict: Tune hands a searcher its rows flattened
+    ("members/<name>/val_loss"); an array's rows are nested under `key`."""
+    if isinstance(result.get(key), dict):
+        return result[key]
+    out: dict = {}
+    for flat, value in result.items():
+        if flat.startswith(f"{key}/"):
+            name, _, field = flat[len(key) + 1:].partition("/")
+            if field:
+                out.setdefault(name, {})[field] = value
+            else:
+                out[name] = value
+    return out
 
 
 def _study_state(state: dict) -> dict:

@@ -25,7 +25,7 @@ from ray.tune.result import EXPR_PARAM_PICKLE_FILE, EXPR_RESULT_FILE, TRAINING_I
 from ray.tune.utils.util import SafeFallbackEncoder
 from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData
 
-from orchestrator.arrays import ARRAY_KEY, array_of
+from orchestrator.arrays import ARRAY_KEY, array_of, member_names
 from orchestrator.rundir import ERROR_FILE, TrialFiles
 from orchestrator.spec import SweepSpec
 from orchestrator.storage import answer_timeout, is_remote
@@ -120,8 +120,8 @@ class _Member:
     array's name}, its directory beside its array's, its id the array's and its
     place (W&B's run id), continuing where the array continues."""
 
-    def __init__(self, array_trial, config: dict, place: int):
-        self.array_trial, self.name = array_trial, TrialConfig.model_validate(config).name
+    def __init__(self, array_trial, config: dict, name: str, place: int):
+        self.array_trial, self.name = array_trial, name
         self.config = {"trial": config, "array": array_trial.config[ARRAY_KEY]["name"]}
         self.trial_id = f"{array_trial.trial_id}_{place}"
         self.experiment_dir_name = array_trial.experiment_dir_name
@@ -161,7 +161,9 @@ class Members:
     def _members(self, trial) -> list[_Member]:
         cache = self.__dict__.setdefault("_member_cache", {})
         if trial not in cache:
-            cache[trial] = [_Member(trial, config, i) for i, config in enumerate(trial.config[ARRAY_KEY]["members"])]
+            array = trial.config[ARRAY_KEY]
+            cache[trial] = [_Member(trial, config, name, i)
+                            for i, (config, name) in enumerate(zip(array["members"], member_names(array)))]
         return cache[trial]
 
     def _live(self) -> set:

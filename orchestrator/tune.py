@@ -19,7 +19,7 @@ from ray import tune
 
 from orchestrator.arrays import ARRAY_KEY, array_of, arrays, members_per_array
 from orchestrator.cluster import ClusterError
-from orchestrator.grid import cell_budget, cells, plan, planned_trials
+from orchestrator.grid import cell_budget, cells, plan, planned_trials, shape_trials
 from orchestrator.optuna_search import RESUMING, CellwiseOptuna, optuna_storage
 from orchestrator.packing import gpu_share
 from orchestrator.rundir import (MLFLOW_FILE, PARAMS_FILE, RESULTS_FILE, STOP_FILE, load_trials, read_plan, restore_rows,
@@ -199,8 +199,9 @@ def launch(spec: SweepSpec, resources: dict) -> str:
         trials = list(stored["trials"].values())
         tuner = _grid_tuner(spec, trials, trainable, run_config, _fuse(spec, resources, trials))
     else:
+        fuse = members_per_array(spec.resources, bool(resources["gpu"]), shape_trials(spec))
         tune_config = tune.TuneConfig(
-            search_alg=CellwiseOptuna(spec, optuna_storage(spec, run_dir)),
+            search_alg=CellwiseOptuna(spec, optuna_storage(spec, run_dir), fuse),
             num_samples=sum(cell_budget(spec, cell) for cell in cells(spec)),
             max_concurrent_trials=spec.resources.max_concurrent,
             trial_name_creator=_trial_name, trial_dirname_creator=_trial_name,

@@ -15,7 +15,7 @@ from typing import Optional
 import pyarrow.fs
 from ray import tune
 
-from orchestrator.arrays import array_of
+from orchestrator.arrays import array_of, member_names
 from orchestrator.rundir import ERROR_FILE, FAILS_AGAIN, STOP_FILE, catch_up, stored_rows
 from orchestrator.stopping import StopRequests
 from orchestrator.unpromised import mix_into_trials, name_trial_actor
@@ -88,13 +88,15 @@ def _array_trial(array: dict, storage, gpus: float) -> None:
     table and stop callback read) with every member's row under `members` and the
     failures since the last report under `member_errors` (the trackers' callbacks
     write each member's files from them: trackers.Members)."""
-    configs = [TrialConfig.model_validate(m) for m in array["members"]]
-    failed = [c.name for c in configs if _trial_file(_member_storage(storage, c.name), ERROR_FILE) is not None]
-    configs = [c for c in configs if c.name not in failed]  # a member that failed stays failed: its retry repeats it
+    members = dict(zip(member_names(array), (TrialConfig.model_validate(m) for m in array["members"])))
+    failed = [name for name in members if _trial_file(_member_storage(storage, name), ERROR_FILE) is not None]
+    for name in failed:  # a member that failed stays failed: its retry repeats it
+        del members[name]
     if failed:
         _say(f"icr-sweep: {array['name']}: {', '.join(failed)} failed before; the others train on")
-    if not configs:
+    if not members:
         return
+    names, configs = list(members), list(members.values())
     errors: dict[str, str] = {}
 
     def report(rows: dict, checkpoint_dir: Optional[Path]) -> None:
@@ -109,13 +111,13 @@ def _array_trial(array: dict, storage, gpus: float) -> None:
                  say=lambda line: _say(f"icr-sweep: {name}: {line}"))
 
     with tempfile.TemporaryDirectory(prefix="icr-array-") as work:
-        resume = first_intact(_checkpoints(work, storage), configs, say=_say)
+        resume = first_intact(_checkpoints(work, storage), configs, say=_say, names=names)
         local = storage is not None and isinstance(storage[0], pyarrow.fs.LocalFileSystem)
         room = (Path(storage[1]),) if local else ()
         asked = StopRequests(Path(storage[1]).parent / STOP_FILE) if local else None
         hooks = ArrayHooks(report=report, stop=asked, stop_ends=False, on_resume=on_resume,
                            fail=lambda name, error: errors.__setitem__(name, f"{type(error).__name__}: {error}"))
-        run_array(configs, hooks, Checkpoints(dir=Path(work) / "checkpoint", resume_from=resume, room_in=room))
+        run_array(configs, hooks, Checkpoints(dir=Path(work) / "checkpoint", resume_from=resume, room_in=room), names)
     if errors:  # failures after the last report (every member failed)
         tune.report({"members": {}, "member_errors": errors})
 

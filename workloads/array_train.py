@@ -43,14 +43,15 @@ class ArrayHooks(Hooks):
 
 
 def run_array(configs: list[dict | TrialConfig], hooks: ArrayHooks = ArrayHooks(),
-              checkpoints: Checkpoints = Checkpoints()) -> dict[str, dict]:
+              checkpoints: Checkpoints = Checkpoints(), names: Optional[list[str]] = None) -> dict[str, dict]:
     """Trains the trials `configs` (equal but for rate and seed: `array_key`) as one
     array to their sample budget; returns each training member's latest metrics by
-    name. `checkpoints.resume_from` holds a folder per member (every member's, at
-    one step) or none."""
+    name (`names`, by default their configs'; an Optuna trial's is its rate to three
+    digits). `checkpoints.resume_from` holds a folder per member (every member's,
+    at one step) or none."""
     if len(configs) == 1:
-        return _alone(TrialConfig.model_validate(configs[0]), hooks, checkpoints)
-    array = TrialArray(configs)
+        return _alone(TrialConfig.model_validate(configs[0]), hooks, checkpoints, (names or [None])[0])
+    array = TrialArray(configs, names)
     _restore(array, checkpoints.resume_from, hooks.on_resume)
     if checkpoints.dir is not None:  # an array that could not keep its first checkpoint trains nothing
         for trial in array.trials:
@@ -58,14 +59,14 @@ def run_array(configs: list[dict | TrialConfig], hooks: ArrayHooks = ArrayHooks(
     val_batches = array.trials[0].validation_batches()  # one task and validation set: array_key holds them
     array.model.train()
     run = _ArrayRun(array, hooks, checkpoints)
-    metrics = {t.config.name: {**t.history[-1], "config": t.config.model_dump(mode="json")}
-               for t in array.trials if t.history}
+    metrics = {name: {**t.history[-1], "config": t.config.model_dump(mode="json")}
+               for name, t in zip(array.names, array.trials) if t.history}
     return train_loop(run, hooks, array.trials[0].config.train.samples, val_batches, metrics)
 
 
-def _alone(config: TrialConfig, hooks: ArrayHooks, checkpoints: Checkpoints) -> dict[str, dict]:
+def _alone(config: TrialConfig, hooks: ArrayHooks, checkpoints: Checkpoints, name: Optional[str]) -> dict[str, dict]:
     """An array of one: its lone trial's loop (run_trial), heard and kept as an array's."""
-    name = config.name
+    name = name or config.name
     own = None if checkpoints.dir is None else Path(checkpoints.dir) / name
     report = None if hooks.report is None else (lambda row, _: hooks.report({name: row}, checkpoints.dir))
     on_resume = None if hooks.on_resume is None else (lambda rows: hooks.on_resume(name, rows))
@@ -86,20 +87,20 @@ def _restore(array: TrialArray, resume_from: Optional[Path], on_resume) -> None:
     """Continues every member from its checkpoint in `resume_from`, where there are any."""
     if resume_from is None:
         return
-    folders = {t.config.name: Path(resume_from) / t.config.name for t in array.trials}
+    folders = {name: Path(resume_from) / name for name in array.names}
     missing = [name for name, folder in folders.items() if not (folder / CHECKPOINT_FILE).exists()]
     if len(missing) == len(folders):
         return
     if missing:
         raise CheckpointError(f"{resume_from} holds no checkpoint of {', '.join(missing)}: an array's members continue "
                               "together, from checkpoints of one step")
-    for trial in array.trials:
-        trial.restore(folders[trial.config.name])
+    for name, trial in zip(array.names, array.trials):
+        trial.restore(folders[name])
     array.from_members()
-    for trial in array.trials:
+    for name, trial in zip(array.names, array.trials):
         if on_resume is not None and trial.row is not None:
             earlier = [dict(r) for r in trial.history if r is not trial.row and r != trial.row]
-            on_resume(trial.config.name, earlier + [dict(trial.row)])
+            on_resume(name, earlier + [dict(trial.row)])
 
 
 class _ArrayRun:
@@ -142,7 +143,7 @@ class _ArrayRun:
         ended = self.array.check(torch.stack(self.pending), step)
         self.pending.clear()
         for k in ended:
-            name = self.array.trials[k].config.name
+            name = self.array.names[k]
             if self.dir is not None:  # the array's checkpoints hold the members that train on
                 shutil.rmtree(self.dir / name, ignore_errors=True)
             if self.hooks.fail is not None:
@@ -172,9 +173,9 @@ class _ArrayRun:
         self.flush_losses(step)
         rows = {}
         for k in self.array.active:
-            trial = self.array.to_member(k)
-            rows[trial.config.name] = self.progress(k, step, final_eval=False, evaluated=False, checkpoint_reason=reason)
-            trial.row = {key: v for key, v in rows[trial.config.name].items() if key != "config"}
+            trial, name = self.array.to_member(k), self.array.names[k]
+            rows[name] = self.progress(k, step, final_eval=False, evaluated=False, checkpoint_reason=reason)
+            trial.row = {key: v for key, v in rows[name].items() if key != "config"}
         self._save_and_report(rows)
         return rows
 
@@ -190,14 +191,14 @@ class _ArrayRun:
             trial.loss_sum, trial.loss_steps = 0.0, 0
             trial.history.append({key: v for key, v in row.items() if key != "config"})
             trial.row = trial.history[-1]
-            rows[trial.config.name] = row
+            rows[self.array.names[k]] = row
         self._save_and_report(rows)
         return rows
 
     def stopped(self, metrics: dict[str, dict], step: int) -> dict[str, dict]:
         out = {}
         for k in self.array.active:
-            name = self.array.trials[k].config.name
+            name = self.array.names[k]
             if name not in metrics:
                 self.array.to_member(k)
             out[name] = {**(metrics.get(name) or self.progress(k, step, final_eval=False, evaluated=False)), "stopped": True}
@@ -206,8 +207,7 @@ class _ArrayRun:
     def _save_and_report(self, rows: dict[str, dict]) -> None:
         if self.dir is not None:
             for k in self.array.active:  # each given the array's state for its row (to_member)
-                trial = self.array.trials[k]
-                trial.save(self.dir / trial.config.name, self.room_in)
+                self.array.trials[k].save(self.dir / self.array.names[k], self.room_in)
             self.last_checkpoint = self.hooks.clock()
         if self.hooks.report is not None:
             self.hooks.report(rows, self.dir)

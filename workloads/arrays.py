@@ -228,8 +228,9 @@ class TrialArray:
     model (its evaluation runs the lone trial's code). `failed` maps a member to
     the NonFiniteLoss that ended it."""
 
-    def __init__(self, configs: list[TrialConfig | dict]):
+    def __init__(self, configs: list[TrialConfig | dict], names: Optional[list[str]] = None):
         configs = [TrialConfig.model_validate(c) for c in configs]
+        self.names = list(names) if names else [c.name for c in configs]  # the members' trial names (their folders)
         for other in configs[1:]:
             if array_key(other) != array_key(configs[0]):
                 differ = "; ".join(differences(array_key(configs[0]), array_key(other), held=configs[0].name))

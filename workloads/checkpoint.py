@@ -36,23 +36,26 @@ def read_checkpoint(path: Path) -> dict:
     return state
 
 
-def first_intact(directories, config: TrialConfig | list[TrialConfig], say=print) -> Optional[Path]:
+def first_intact(directories, config: TrialConfig | list[TrialConfig], say=print,
+                 names: Optional[list[str]] = None) -> Optional[Path]:
     """The first of `directories` (an iterable, read lazily) whose checkpoint can be
     continued by `config`; each one passed over is said, and so is starting over
     when none can. An item that is a CheckpointError (a directory that could not be
     fetched) is passed over likewise. For a trial array, `config` lists its
     members: a directory holds a checkpoint of each in a folder named after it
-    (workloads/array_train.py), and is intact where every one of them is."""
+    (`names`, by default their configs' names: workloads/array_train.py), and is
+    intact where every one of them is."""
     configs = config if isinstance(config, list) else [config]
-    name = ", ".join(c.name for c in configs)
+    names = names or [c.name for c in configs]
+    name = ", ".join(names)
     tried = 0
     for directory in directories:
         tried += 1
         try:
             if isinstance(directory, CheckpointError):
                 raise directory
-            for member in configs:
-                folder = Path(directory) / member.name if isinstance(config, list) else Path(directory)
+            for member, own in zip(configs, names):
+                folder = Path(directory) / own if isinstance(config, list) else Path(directory)
                 state = read_checkpoint(folder / CHECKPOINT_FILE)
                 if what_trains(as_today(state["config"])) != what_trains(member.model_dump(mode="json")):
                     raise CheckpointError(f"{folder} holds another config's checkpoint")

@@ -139,10 +139,7 @@ def tune_trials(run_dir: str | Path) -> tuple[dict[str, tuple[str, Optional[dict
 
 def _members(run_dir: str | Path, array: dict, status: str) -> dict[str, tuple[str, dict]]:
     """tune_trials' entries of an array's members."""
-    from workloads.config import TrialConfig
+    from orchestrator.arrays import member_names
 
-    out = {}
-    for config in array["members"]:
-        name = TrialConfig.model_validate(config).name
-        out[name] = ("ERROR" if Path(run_dir, name, ERROR_FILE).exists() else status, config)
-    return out
+    return {name: ("ERROR" if Path(run_dir, name, ERROR_FILE).exists() else status, config)
+            for name, config in zip(member_names(array), array["members"])}

@@ -294,11 +294,13 @@ def test_a_run_with_damaged_tune_state_and_checkpoint_still_resumes(tmp_path, ra
     assert evaluations == list(range(1024, 12288 + 1, 1024)), evaluations  # each evaluation once
 
 
-def test_an_optuna_sweep_survives_time_checkpoints_a_ctrl_c_a_kill_and_its_resumes(tmp_path, ray_temp):
+@pytest.mark.parametrize("fuse", [1, 2], ids=["alone", "arrays"])
+def test_an_optuna_sweep_survives_time_checkpoints_a_ctrl_c_a_kill_and_its_resumes(tmp_path, ray_temp, fuse):
     """Time checkpoints between evaluations, Ctrl-C with a stop checkpoint, resume,
     SIGKILL of the driver mid-trial, resume again: every trial finishes and Optuna
     is told each one's last evaluation once (issue 28: class 1, the first time
-    checkpoint ended the sweep; class 2, a killed Optuna sweep could not resume)."""
+    checkpoint ended the sweep; class 2, a killed Optuna sweep could not resume).
+    In arrays too (issue 50: fuse 2, an array of two asked at once, then one)."""
     import optuna
 
     spec = yaml.safe_load((SWEEPS / "istree_micro.yaml").read_text())
@@ -306,7 +308,7 @@ def test_an_optuna_sweep_survives_time_checkpoints_a_ctrl_c_a_kill_and_its_resum
                 lr=dict(transformer=dict(distribution="loguniform", low=1e-3, high=1e-2)),
                 search=dict(method="optuna", num_samples=3))
     spec["training"].update(samples=6144, eval_every=3072, checkpoint_every_s=0.5)
-    spec["resources"].update(max_concurrent=1)
+    spec["resources"].update(max_concurrent=1, fuse=fuse)
     spec_path, storage = tmp_path / "optuna_stop.yaml", tmp_path / "runs"
     spec_path.write_text(yaml.safe_dump(spec))
     run_dir = storage / "optuna_stop"
@@ -344,6 +346,7 @@ def test_an_optuna_sweep_survives_time_checkpoints_a_ctrl_c_a_kill_and_its_resum
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     df = load_trials(run_dir)
     assert len(df) == 3 and (df["state"] == "finished").all(), df[["trial", "state"]]
+    assert len(list(run_dir.glob("array-*"))) == (2 if fuse > 1 else 0)  # an array of two, then one of one
     for name, trial in rows().items():  # every evaluation once, on one timeline
         evaluations = [r["samples"] for r in trial if r.get("evaluated", True)]
         assert evaluations == [3072, 6144], (name, evaluations)
