@@ -31,6 +31,7 @@ def plan(
     """Show the trials a spec would run, with each trial's estimated peak GPU memory
     and GPU share, warnings for trials that would not fit their share, and the
     sweep's projected wall time from measured rates (bench/bench_sweep.py)."""
+    from orchestrator.arrays import members_per_array
     from orchestrator.grid import cell_budget, cell_name, cell_rates, cells, expand, shape_trials
     from orchestrator.packing import gpu_share, memory_warnings
 
@@ -55,6 +56,9 @@ def plan(
                              lr=", ".join(f"{v:g}" for v in fixed) if fixed else f"{d.distribution}({d.low:g}, {d.high:g})",
                              seed=seed, trials=budget, samples=shape.train.samples * budget))
             shares[name] = gpu_share(s.resources, shape) if on_gpu else None
+    fuse = members_per_array(s.resources, on_gpu, shape_trials(s))
+    if fuse > 1 and s.search.method == "grid":
+        _in_arrays(s, rows, shares, fuse, on_gpu)
     for row in rows:
         if on_gpu:
             row["gpus"], row["gpu_mem_gb"] = shares[row["name"]][0], round(shares[row["name"]][1], 1)
@@ -70,12 +74,40 @@ def plan(
         typer.echo(f"device auto, and {'this machine has' if device_name is None else device_name + ' is'} no GPU: "
                    f"each trial runs on CPU with {s.resources.cpus_per_trial:g} CPU(s); --device-name "
                    "'NVIDIA A100-SXM4-40GB' (say) shows the GPU share each gets on a GPU machine")
+    if fuse > 1:
+        _say_arrays(s, rows, fuse, on_gpu)
     if on_gpu:
         typer.echo(f"gpu_mem_gb: estimated peak GPU memory of a training step (workloads/memory.py), "
                    f"against {s.resources.gpu_memory_gb:g} GB GPUs (resources.gpu_memory_gb)")
         for warning in memory_warnings(s.resources.gpu_memory_gb, shares):
             typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
     typer.echo(_projection_line(s, device_name, devices, rates))
+
+
+def _in_arrays(s, rows: list[dict], shares: dict, fuse: int, on_gpu: bool) -> None:
+    """Each grid trial's array (orchestrator/arrays.py) in its row, and on a GPU the
+    share its array asks for and the array's memory (its members' together)."""
+    from orchestrator.arrays import arrays, member_names
+    from orchestrator.packing import gpu_share
+    from workloads.config import TrialConfig
+
+    for array in arrays([r["config"] for r in rows], fuse):
+        k = len(array["members"])
+        share = gpu_share(s.resources, TrialConfig.model_validate(array["members"][0]), members=k) if on_gpu else None
+        for name in member_names(array):
+            next(r for r in rows if r["name"] == name)["array"] = f"{array['name']} ({k})"
+            shares[name] = share
+
+
+def _say_arrays(s, rows: list[dict], fuse: int, on_gpu: bool) -> None:
+    if s.search.method == "grid":
+        what = f"{len(rows)} trials run as {len({r['array'] for r in rows})} trial arrays of at most {fuse}"
+    else:
+        what = f"a cell's trials are asked for in arrays of at most {fuse}, with its other seeds' trials"
+    per = ", its GPU share the array's (gpu_mem_gb: its members' together)" if on_gpu else ""
+    typer.echo(f"resources.fuse {s.resources.fuse}: {what}, each array one Tune trial whose members train as one "
+               f"model{per}; each member keeps its own trial directory (docs/gpu.md). The projection below counts "
+               "them as separate trials: no array's rate has been measured on a GPU yet")
 
 
 def local_gpus() -> list[str]:
