@@ -26,7 +26,7 @@ import torch
 from workloads.arrays import TrialArray
 from workloads.checkpoint import CHECKPOINT_FILE, CheckpointError
 from workloads.config import TrialConfig
-from workloads.train import LOSS_CHECK_STEPS, Checkpoints, Hooks, NonFiniteLoss, run_trial, train_loop
+from workloads.train import Checkpoints, Hooks, LoopRun, NonFiniteLoss, run_trial, train_loop
 
 
 @dataclass(frozen=True)
@@ -103,17 +103,15 @@ def _restore(array: TrialArray, resume_from: Optional[Path], on_resume) -> None:
             on_resume(name, earlier + [dict(trial.row)])
 
 
-class _ArrayRun:
+class _ArrayRun(LoopRun):
     """One run of an array's loop: what `train_loop` calls, as a lone trial's
-    `_Run` (workloads/train.py), with each row and checkpoint made per member."""
+    `_Run` (workloads/train.py), with each row and checkpoint made per member
+    (its pending losses are the members' (K,) at each step)."""
 
     def __init__(self, array: TrialArray, hooks: ArrayHooks, checkpoints: Checkpoints):
+        super().__init__(array.trials[0].config.train, checkpoints.dir, checkpoints.room_in, hooks.clock)
         self.array, self.hooks = array, hooks
-        self.dir = None if checkpoints.dir is None else Path(checkpoints.dir)
-        self.room_in = checkpoints.room_in
-        self.pending = []  # the step losses (K,) not yet checked
-        self.train_time, self.trained, self.tokens = 0.0, 0, [0] * array.k
-        self.last_checkpoint = hooks.clock()
+        self.tokens = [0] * array.k
 
     @property
     def samples(self) -> int:
@@ -124,17 +122,12 @@ class _ArrayRun:
         return bool(self.array.active)
 
     def train_step(self) -> tuple[int, bool]:
-        array, tc = self.array, self.array.trials[0].config.train
+        array = self.array
         started, before = time.perf_counter(), array.samples
-        self.pending.append(array.step())
-        self.trained += array.samples - before
+        losses = array.step()
         self.tokens = [a + b for a, b in zip(self.tokens, array.step_tokens)]
         step = array.optimizer.steps
-        eval_due = array.samples // tc.eval_every > before // tc.eval_every or array.samples == tc.samples
-        if len(self.pending) == LOSS_CHECK_STEPS or eval_due:
-            self.flush_losses(step)
-        self.train_time += time.perf_counter() - started
-        return step, eval_due
+        return step, self.stepped(started, before, array.samples, losses, step)
 
     def flush_losses(self, step: int) -> None:
         """Checks the pending losses: a member with one not finite fails, alone."""
@@ -144,29 +137,14 @@ class _ArrayRun:
         self.pending.clear()
         for k in ended:
             name = self.array.names[k]
-            if self.dir is not None:  # the array's checkpoints hold the members that train on
-                shutil.rmtree(self.dir / name, ignore_errors=True)
+            if self.checkpoint_dir is not None:  # the array's checkpoints hold the members that train on
+                shutil.rmtree(self.checkpoint_dir / name, ignore_errors=True)
             if self.hooks.fail is not None:
                 self.hooks.fail(name, self.array.failed[k])
 
     def progress(self, k: int, step: int, **extra) -> dict:
         """Member k's row, its lone trial given the array's state first (`to_member`)."""
-        trial = self.array.trials[k]
-        return {
-            "samples": trial.samples,
-            "step": step,
-            "train_loss": trial.loss_sum / max(1, trial.loss_steps),
-            **extra,
-            "lr": trial.scheduler.get_last_lr()[0],
-            "samples_per_s": self.trained / max(self.train_time, 1e-9),
-            "tokens_per_s": self.tokens[k] / max(self.train_time, 1e-9),
-            **self.array.resolved(),
-            "config": trial.config.model_dump(mode="json"),
-        }
-
-    def checkpoint_due(self, asked: bool) -> bool:
-        interval = self.array.trials[0].config.train.checkpoint_every_s
-        return self.dir is not None and (asked or self.hooks.clock() - self.last_checkpoint >= interval)
+        return self.row(self.array.trials[k], step, self.tokens[k], self.array.resolved(), **extra)
 
     def checkpoint(self, step: int, reason: str) -> dict[str, dict]:
         """Each training member's progress row (no evaluation), checkpointed and reported."""
@@ -205,9 +183,9 @@ class _ArrayRun:
         return out
 
     def _save_and_report(self, rows: dict[str, dict]) -> None:
-        if self.dir is not None:
+        if self.checkpoint_dir is not None:
             for k in self.array.active:  # each given the array's state for its row (to_member)
-                self.array.trials[k].save(self.dir / self.array.names[k], self.room_in)
-            self.last_checkpoint = self.hooks.clock()
+                self.array.trials[k].save(self.checkpoint_dir / self.array.names[k], self.room_in)
+            self.last_checkpoint = self.clock()
         if self.hooks.report is not None:
-            self.hooks.report(rows, self.dir)
+            self.hooks.report(rows, self.checkpoint_dir)

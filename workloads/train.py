@@ -18,7 +18,7 @@ import torch
 from workloads.batching import group_rows, overhead_tokens
 from workloads.checkpoint import (CHECKPOINT_FILE, CheckpointError, DiskSpaceError, as_today, differences, read_checkpoint,
                                   what_trains)
-from workloads.config import TrialConfig
+from workloads.config import TrainConfig, TrialConfig
 from workloads.evaluate import generation_accuracy, supervised_loss, teacher_forced
 from workloads.memory import SPACE_MARGIN
 from workloads.metrics import HELD_OUT
@@ -244,18 +244,63 @@ class Trial:
         return metrics
 
 
-class _Run:
-    """One run of a trial's loop (a process, from its start or a resume): its step
-    losses not yet checked, its training time and tokens, and its checkpoints and
-    reports. `run_trial` is the loop; this is what each of its steps calls."""
+class LoopRun:
+    """What a run of the loop (`train_loop`: a process, from its start or a resume)
+    keeps between its steps, a lone trial's (`_Run`) or an array's
+    (workloads/array_train.py): its step losses not yet checked, its training time
+    and samples, and when it last checkpointed."""
+
+    def __init__(self, train: TrainConfig, checkpoint_dir: Optional[Path], room_in: tuple[Path, ...],
+                 clock: Callable[[], float]):
+        self.train, self.room_in, self.clock = train, room_in, clock
+        self.checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
+        self.pending = []  # this run's step losses (device tensors) not yet checked and summed
+        self.train_time, self.trained = 0.0, 0
+        self.last_checkpoint = clock()
+
+    def stepped(self, started: float, before: int, after: int, loss: torch.Tensor, step: int) -> bool:
+        """Keeps a step's loss and time (it began at perf_counter `started`, with the
+        samples from `before` to `after`); checks the losses every LOSS_CHECK_STEPS
+        steps and before an evaluation. Returns whether an evaluation is due."""
+        self.pending.append(loss.detach())
+        self.trained += after - before
+        eval_due = after // self.train.eval_every > before // self.train.eval_every or after == self.train.samples
+        if len(self.pending) == LOSS_CHECK_STEPS or eval_due:
+            self.flush_losses(step)
+        self.train_time += time.perf_counter() - started
+        return eval_due
+
+    def flush_losses(self, step: int) -> None:
+        raise NotImplementedError
+
+    def row(self, trial: Trial, step: int, tokens: int, ran: dict, **extra) -> dict:
+        """A trial's row: its progress (`tokens` trained this run, what it `ran` on), then `extra`."""
+        return {
+            "samples": trial.samples,
+            "step": step,
+            "train_loss": trial.loss_sum / max(1, trial.loss_steps),
+            **extra,
+            "lr": trial.scheduler.get_last_lr()[0],
+            "samples_per_s": self.trained / max(self.train_time, 1e-9),
+            "tokens_per_s": tokens / max(self.train_time, 1e-9),
+            **ran,
+            "config": trial.config.model_dump(mode="json"),
+        }
+
+    def checkpoint_due(self, asked: bool) -> bool:
+        """Whether a checkpoint between evaluations is due: asked for, or its interval passed."""
+        return self.checkpoint_dir is not None and (asked or self.clock() - self.last_checkpoint >= self.train.checkpoint_every_s)
+
+
+class _Run(LoopRun):
+    """One run of a lone trial's loop: its steps, rows, checkpoints and reports.
+    `run_trial` is the loop; this is what each of its steps calls."""
 
     def __init__(self, trial: Trial, report: Optional[Report], checkpoint_dir: Optional[Path],
                  room_in: tuple[Path, ...], clock: Callable[[], float]):
-        self.trial, self.report, self.room_in, self.clock = trial, report, room_in, clock
-        self.checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
-        self.pending = []  # this run's step losses (device tensors) not yet checked and summed
-        self.train_time, self.train_tokens, self.trained = 0.0, 0, 0
-        self.last_checkpoint = clock()
+        super().__init__(trial.config.train, checkpoint_dir, room_in, clock)
+        self.trial, self.report = trial, report
+        self.train_tokens = 0
 
     @property
     def samples(self) -> int:
@@ -282,16 +327,10 @@ class _Run:
         trial.optimizer.step()
         trial.scheduler.step()
         step = trial.scheduler.last_epoch
-        self.pending.append(loss.detach())
         before = trial.samples
         trial.samples += count
-        self.trained += count
         self.train_tokens += batch_tokens
-        eval_due = trial.samples // tc.eval_every > before // tc.eval_every or trial.samples == tc.samples
-        if len(self.pending) == LOSS_CHECK_STEPS or eval_due:
-            self.flush_losses(step)
-        self.train_time += time.perf_counter() - started
-        return step, eval_due
+        return step, self.stepped(started, before, trial.samples, loss, step)
 
     def flush_losses(self, step: int) -> None:
         """Sums the pending step losses into the trial's, raising at the first non-finite one."""
@@ -306,23 +345,7 @@ class _Run:
         self.trial.loss_steps += len(recent)
 
     def progress(self, step: int, **extra) -> dict:
-        trial = self.trial
-        return {
-            "samples": trial.samples,
-            "step": step,
-            "train_loss": trial.loss_sum / max(1, trial.loss_steps),
-            **extra,
-            "lr": trial.scheduler.get_last_lr()[0],
-            "samples_per_s": self.trained / max(self.train_time, 1e-9),
-            "tokens_per_s": self.train_tokens / max(self.train_time, 1e-9),
-            **trial.resolved(),
-            "config": trial.config.model_dump(mode="json"),
-        }
-
-    def checkpoint_due(self, asked: bool) -> bool:
-        """Whether a checkpoint between evaluations is due: asked for, or its interval passed."""
-        interval = self.trial.config.train.checkpoint_every_s
-        return self.checkpoint_dir is not None and (asked or self.clock() - self.last_checkpoint >= interval)
+        return self.row(self.trial, step, self.train_tokens, self.trial.resolved(), **extra)
 
     def checkpoint(self, step: int, reason: str) -> dict:
         """A progress row (no evaluation), checkpointed with it and reported."""
