@@ -36,6 +36,7 @@ STATE_RATIO = 3  # the state ablation's models differ in state floats by at leas
 Z = 2.0  # the noise margin in standard errors
 
 SEEDS_COLUMN = "val_exact_match_by_seed"  # best_by_cell: each seed's exact match, "/"-joined in seed order
+HELD_OUT_SEEDS_COLUMN = "test_exact_match_by_seed"  # best_by_cell: each seed's held-out exact match at the cell's rate
 SEED_IDS_COLUMN = "seed_ids"  # best_by_cell: those seeds, "/"-joined
 
 Skip = str  # a comparison that its cells cannot decide: the reason
@@ -160,10 +161,17 @@ class Table:
     def __init__(self, best: pd.DataFrame):
         self.cells: dict[tuple, Cell] = {}
         self.unknown_size = "val_samples" not in best or best["val_samples"].isna().any()
+        self.missing: list[tuple[str, str]] = []  # (setup, cell) without a finite value: left out of every comparison
+        self.held_out = 0  # cells read on the held-out set (their rate chosen among several)
         for _, r in best.iterrows():
             model = Model(r["arch"], str(r["size"]), _int(r.get("params")), _int(r.get("state_floats")))
             total = _int(r.get("val_samples")) or 1
-            values, seeds = self._by_seed(r)
+            values, seeds, held_out = self._by_seed(r)
+            name = f"{model.arch} {r['setup']} {model.size} n={int(r['n'])}"
+            if not all(math.isfinite(v) for v in values):
+                self.missing.append((r["setup"], f"{name} ({', '.join(f'seed {s}: {v:g}' for s, v in zip(seeds, values))})"))
+                continue
+            self.held_out += held_out
             if seeds == ["pooled"]:  # the mean alone, over several seeds: one count over all their samples
                 total *= _int(r["seeds"])
             right = {s: round(v * total) for s, v in zip(seeds, values)}
@@ -172,15 +180,23 @@ class Table:
                 model, r["setup"], int(r["n"]), right, total, still if isinstance(still, str) else "")
 
     @staticmethod
-    def _by_seed(r) -> tuple[list[float], list[str]]:
-        """Each seed's exact match and the seeds' ids ("pooled" where the table gives
-        only the mean of several seeds)."""
+    def _by_seed(r) -> tuple[list[float], list[str], bool]:
+        """Each seed's exact match, the seeds' ids ("pooled" where the table gives only
+        the mean of several seeds), and whether they are the held-out set's: where the
+        cell's rate was chosen among several on validation, the validation values are
+        biased upwards by the choice, and the held-out set (as many samples, a stream
+        of its own) reads the chosen rate without that bias."""
+        ids = str(r[SEED_IDS_COLUMN]).split("/") if isinstance(r.get(SEED_IDS_COLUMN), str) else None
+        held = r.get(HELD_OUT_SEEDS_COLUMN)
+        if (_int(r.get("rates")) or 1) > 1 and isinstance(held, str):
+            values = [float(v) for v in held.split("/")]
+            if all(math.isfinite(v) for v in values):
+                return values, ids or [str(s) for s in range(len(values))], True
         if isinstance(r.get(SEEDS_COLUMN), str):
             values = [float(v) for v in r[SEEDS_COLUMN].split("/")]
-            ids = str(r[SEED_IDS_COLUMN]).split("/") if isinstance(r.get(SEED_IDS_COLUMN), str) else range(len(values))
-            return values, [str(s) for s in ids]
+            return values, ids or [str(s) for s in range(len(values))], False
         seeds = _int(r.get("seeds")) or 1
-        return [float(r["val_exact_match"])], ["0" if seeds == 1 else "pooled"]
+        return [float(r["val_exact_match"])], ["0" if seeds == 1 else "pooled"], False
 
     def models(self, arch: str) -> list[Model]:
         return sorted({c.model for c in self.cells.values() if c.model.arch == arch}, key=lambda m: (m.params or 0, m.size))
@@ -226,6 +242,9 @@ class Comparison:
         if all(o == outcome for _, o, _ in by_seed):
             return outcome, text
         readings = "; ".join(f"seed {s}: {_said(o)}" for s, o, _ in by_seed)
+        if isinstance(outcome, bool) and all(o is None or o == outcome for _, o, _ in by_seed):
+            # The seeds agree, each alone too few samples: the mean's reading is not each seed's.
+            return None, f"{text} [{_said(outcome)} by the mean only, no seed alone shows it: {readings}]"
         return DISAGREE, f"{text} [seeds disagree: mean {_said(outcome)}; {readings}]"
 
 
@@ -242,12 +261,18 @@ def _said(outcome: Outcome) -> str:
 HEADS = {True: "Reproduced", False: "Not reproduced", None: "Not decided"}
 
 
+Named = dict  # what a claim names -> (its comparisons, why there are none: absent, another size, ...)
+
+
 def verdict(name: str, comparisons: list[Comparison], untestable: str, heads: dict = HEADS,
-            combine: Callable[[list], object] = None) -> str:
+            combine: Callable[[list], object] = None, named: Optional[Named] = None) -> str:
     """The line of a finding: its verdict over its comparisons (`combine` of their
     outcomes, a key of `heads`; by default all shown, any refuted, else within
     noise), how many seeds they share, the comparisons that decide it, those left
-    out and why, and the deciding cells still training."""
+    out and why, and the deciding cells still training. `named`: every model or
+    architecture the claim names, with its comparisons; one without a decided
+    comparison (never compared, or each of its comparisons left out) keeps the
+    line from reading shown, and is said with why."""
     if not comparisons:
         return f"- **Not testable here**: {name} ({untestable})."
     results = [(c, *c.decide()) for c in comparisons]
@@ -257,19 +282,36 @@ def verdict(name: str, comparisons: list[Comparison], untestable: str, heads: di
         if isinstance(o, str):
             reasons.setdefault(o, []).append(c.label)
     left_out = [f"{reason} ({', '.join(labels)})" for reason, labels in reasons.items()]
+    uncompared = _uncompared(named or {}, results)
     seeds = min(comparisons, key=lambda c: len(c.seeds)).seeds
     on = " (the mean over seeds only)" if seeds == ("pooled",) else f" on {len(seeds)} seeds" if len(seeds) > 1 else " (1 seed)"
+    missing = (" Never compared, so the claim about every one it names is not shown: " + "; ".join(uncompared) + "."
+               if uncompared else "")
     if not decided:
-        return f"- **{heads[None]}**{on}: {name}. No comparison here can show it: " + "; ".join(left_out) + "."
+        return f"- **{heads[None]}**{on}: {name}. No comparison here can show it: " + "; ".join(left_out) + "." + missing
     outcome = (combine or _all)([o for _, o, _ in decided])
+    if outcome is True and uncompared:
+        outcome = None
     shown = [t if o is DISAGREE else f"{t} [{_said(o)}]" for _, o, t in decided]
-    text = f"- **{heads[outcome]}**{on}: {name}. " + "; ".join(shown) + "."
+    text = f"- **{heads[outcome]}**{on}: {name}. " + "; ".join(shown) + "." + missing
     if left_out:
         text += " Left out, as they cannot show it: " + "; ".join(left_out) + "."
     training = sorted({f"{cell.name} (loss {cell.still})" for c, _, _ in decided for cell in c.cells if cell.still})
     if training:
         text += " Still training at the last evaluation, so more samples may change this: " + "; ".join(training) + "."
     return text
+
+
+def _uncompared(named: Named, results: list) -> list[str]:
+    """Each of `named` without a decided comparison among `results`, with why."""
+    out = []
+    for label, (own, why) in named.items():
+        outcomes = [o for c, o, _ in results if any(c is x for x in own)]
+        if any(not isinstance(o, str) for o in outcomes):
+            continue
+        left = sorted(set(o for o in outcomes if isinstance(o, str)))
+        out.append(f"{label} ({why or ('each of its comparisons left out: ' + '; '.join(left)) or 'no comparison'})")
+    return out
 
 
 def _all(parts: list) -> Optional[bool]:
@@ -296,30 +338,56 @@ def _pairs(table: Table, a: str, b: str) -> tuple[list[tuple[Model, Model]], lis
     return pairs, unequal
 
 
-def _sized(name: str, comparisons: list[Comparison], unequal: list[str], needs: str, paired: bool) -> str:
+def _sized(name: str, comparisons: list[Comparison], unequal: list[str], needs: str, paired: bool,
+           named: Optional[Named] = None) -> str:
     """A line whose models were paired by size: Not testable at equal size where
     pairs of its archs exist but none within SAME_SIZE."""
     if not comparisons and unequal and not paired:
         return (f"- **Not testable at equal size**: {name} (parameter counts more than {float(SAME_SIZE):g}x apart: "
                 + "; ".join(unequal) + ").")
-    return verdict(name, comparisons, needs)
+    return verdict(name, comparisons, needs, named=named)
+
+
+def _guarded(reason: str, text: str, contradicted: bool) -> tuple[Outcome, str]:
+    """What a guard gives: its cells left out (`reason`) where they can show the
+    claim neither way; kept and undecided where they contradict it beyond the margin
+    (a counterexample is never dropped as uninformative)."""
+    if contradicted:
+        return None, f"{text} ({reason}, but they contradict the claim beyond the margin: kept, undecided)"
+    return reason, text
+
+
+ARCH_WORDS = {"transformer": "the Transformer", "mamba": "Mamba", "hybrid": "the hybrid"}
+PAPER_ARCHS = tuple(ARCH_WORDS)
+
+
+def fall_name(setup: str) -> str:
+    return (f"{setup}: Mamba's exact match falls as n grows, far more than the Transformer's and the hybrid's of "
+            f"the same size (by >= {float(FAR):g} more from the smallest n to the largest)")
 
 
 def fall_line(table: Table, setup: str) -> str:
-    """(a) in one setup: Mamba falls with n far more than the same-size Transformer and hybrid."""
-    name = (f"{setup}: Mamba's exact match falls as n grows, far more than the Transformer's and the hybrid's of "
-            f"the same size (by >= {float(FAR):g} more from the smallest n to the largest)")
-    comparisons, unequal, paired = [], [], False
+    """(a) in one setup: Mamba falls with n far more than the same-size Transformer
+    and hybrid: each of the two compared, or the line says which was not and why."""
+    comparisons, unequal, paired, named = [], [], False, {}
     for other in ("transformer", "hybrid"):
         pairs, apart = _pairs(table, "mamba", other)
         unequal += apart
+        own = []
         for m, c in pairs:
             paired = True
             ns = table.ns(setup, m, c)
             if len(ns) >= 2:
-                comparisons.append(_fall(table, setup, m, c, ns))
-    return _sized(name, comparisons, unequal, f"needs Mamba and the Transformer or hybrid with {setup} at two or more n",
-                  paired)
+                own.append(_fall(table, setup, m, c, ns))
+        comparisons += own
+        why = ("" if own else f"no {other} in this run" if not table.models(other)
+               else f"no Mamba in this run" if not table.models("mamba")
+               else f"none of Mamba's size: {'; '.join(apart)}" if apart and not pairs
+               else f"no two n with {setup} shared with a Mamba of its size" if pairs
+               else f"none of a Mamba's size")
+        named[ARCH_WORDS[other]] = (own, why)
+    return _sized(fall_name(setup), comparisons, unequal,
+                  f"needs Mamba and the Transformer or hybrid with {setup} at two or more n", paired, named)
 
 
 def _fall(table: Table, setup: str, m: Model, c: Model, ns: list[int]) -> Comparison:
@@ -329,16 +397,21 @@ def _fall(table: Table, setup: str, m: Model, c: Model, ns: list[int]) -> Compar
     def judge(view):
         text = (f"{m} against {c}: Mamba {' / '.join(em(x, view) for x in ms)} at n={' / '.join(map(str, ns))}, "
                 f"{label} {' / '.join(em(x, view) for x in cs)}")
-        if not solves(ms[0], view):
-            return f"Mamba does not solve n={ns[0]}, so it has no n to fall from", text
-        if solves(ms[-1], view):
-            return f"Mamba still solves n={ns[-1]}: these n are too small to show a fall", text
-        if not off_floor(cs[-1], view):
-            return f"the {label} is at guessing level at n={ns[-1]} too: no contrast", text
         falls = [Stat([(Fraction(1), ms[0]), (Fraction(-1), mj), (Fraction(-1), cs[0]), (Fraction(1), cj)])
                  for mj, cj in zip(ms[1:], cs[1:])]
         last = falls[-1]
+        # Symmetric: each must solve the smallest n to have a fall of its own to compare.
+        if not solves(ms[0], view):
+            return f"Mamba does not solve n={ns[0]}, so it has no n to fall from", text
+        if not solves(cs[0], view):
+            return f"the {label} does not solve n={ns[0]}, so it has no fall of its own to compare", text
         text += f": Mamba falls {float(last.value(view)):.3f} more (margin {last.margin(view):.3f})"
+        if solves(ms[-1], view):
+            return _guarded(f"Mamba still solves n={ns[-1]}: these n are too small to show a fall", text,
+                            last.against(Fraction(0), view) is False)
+        if not off_floor(cs[-1], view):
+            return _guarded(f"the {label} is at guessing level at n={ns[-1]} too: no contrast", text,
+                            last.against(FAR, view) is False)
         if any(f.against(Fraction(0), view) is False for f in falls[:-1]):
             return False, text + ", but less than the " + label + " at a smaller n"
         if any(minus(b, a).against(Fraction(0), view) is True for a, b in zip(ms, ms[1:])):
@@ -364,10 +437,13 @@ SETUP_WORDS = {"vanilla": "the answer alone", "cot": "CoT", "retrieval": "retrie
 
 
 def _improves(table: Table, name: str, before: str, after: str, needs: str) -> str:
-    """Per model and shared n: `after`'s skill above `before`'s, where neither both
-    are at guessing level nor `before` is at the ceiling."""
-    comparisons = []
-    for arch in sorted({c.model.arch for c in table.cells.values()}):
+    """Per model and shared n: `after`'s skill above `before`'s. "Every
+    architecture" is the paper's three and any other the run has: each must show
+    it. Both at guessing level is no improvement: kept, undecided; `before` at the
+    ceiling is left out unless `after` falls below it."""
+    comparisons, named = [], {}
+    for arch in sorted({c.model.arch for c in table.cells.values()} | set(PAPER_ARCHS)):
+        own = []
         for model in table.models(arch):
             for n in sorted(set(table.ns(before, model)) & set(table.ns(after, model))):
                 a, b = table.get(model, before, n), table.get(model, after, n)
@@ -377,15 +453,19 @@ def _improves(table: Table, name: str, before: str, after: str, needs: str) -> s
                     if chance(a) != chance(b):
                         text += (f" (above guessing: {float(skill(b).value(view)):.3f} against "
                                  f"{float(skill(a).value(view)):.3f})")
-                    if not off_floor(a, view) and not off_floor(b, view):
-                        return "both at guessing level", text
-                    if at_ceiling(a, view):
-                        return f"{SETUP_WORDS[before]} is already at the ceiling", text
                     gain = Stat(skill(b).terms + [(-c, cell) for c, cell in skill(a).terms], skill(b).const - skill(a).const)
+                    if not off_floor(a, view) and not off_floor(b, view):
+                        return None, f"{text} (both at guessing level: no improvement shown)"
+                    if at_ceiling(a, view):
+                        return _guarded(f"{SETUP_WORDS[before]} is already at the ceiling", text,
+                                        gain.against(Fraction(0), view) is False)
                     return gain.against(Fraction(0), view), text
 
-                comparisons.append(Comparison([a, b], judge, f"{model} n={n}"))
-    return verdict(name, comparisons, needs)
+                own.append(Comparison([a, b], judge, f"{model} n={n}"))
+        comparisons += own
+        named[ARCH_WORDS.get(arch, arch)] = (own, "" if own else "absent from this run" if not table.models(arch)
+                                             else f"no n with both {SETUP_WORDS[before]} and {SETUP_WORDS[after]}")
+    return verdict(name, comparisons, needs, named=named)
 
 
 def close_line(table: Table) -> str:
@@ -402,7 +482,8 @@ def close_line(table: Table) -> str:
                 text = (f"{m} against {t}, n={n}: with retrieval Mamba {em(mr, view)}, Transformer {em(tr, view)} "
                         f"(with CoT {em(mc, view)} and {em(tc, view)})")
                 if not solves(tr, view):
-                    return "the Transformer does not solve retrieval here (unsolved models are not compared)", text
+                    return _guarded("the Transformer does not solve retrieval here (unsolved models are not compared)",
+                                    text, minus(mr, tr).against(-CLOSE, view) is False)
                 if minus(tc, mc).against(Fraction(0), view) is not True:
                     return "Mamba does not lag the Transformer with CoT: no gap to close", text
                 return minus(mr, tr).against(-CLOSE, view), text
@@ -429,7 +510,8 @@ def hybrid_line(table: Table) -> str:
                     text = (f"{h} against {t}, {setup} n={n}: hybrid {em(hc, view)}, Transformer {em(tc, view)}"
                             + "".join(f", {mc.model} {em(mc, view)}" for mc in ms))
                     if not solves(tc, view):
-                        return "the Transformer does not solve it (unsolved models are not compared)", text
+                        return _guarded("the Transformer does not solve it (unsolved models are not compared)", text,
+                                        minus(hc, tc).against(-CLOSE, view) is False)
                     if not any(minus(tc, mc).against(Fraction(0), view) is True for mc in ms):
                         return ("no Mamba of the same size lags the Transformer here" if ms
                                 else "no Mamba of the same size to show a gap"), text
@@ -516,9 +598,32 @@ def _lines(best: pd.DataFrame) -> list[str]:
     if table.unknown_size:
         return ["- **Not decided**: the paper's findings (the validation set's size is not known, so no comparison "
                 "can be given its noise margin; `icr-sweep report` of this run with today's version records it)."]
-    setups = [s for s in SETUPS if s in table.setups()]
-    return ([fall_line(table, s) for s in setups] + [cot_line(table), retrieval_line(table), close_line(table),
-                                                     hybrid_line(table)] + state_lines(table))
+    falls = [_missing(fall_line(table, s), table, {s}) if s in table.setups() else
+             f"- **Not testable here**: {fall_name(s)} (this run has no {s} trials)." for s in SETUPS]
+    return (_read_notes(table) + falls + [_missing(cot_line(table), table, {"vanilla", "cot"}),
+                                          _missing(retrieval_line(table), table, {"cot", "retrieval"}),
+                                          _missing(close_line(table), table, {"cot", "retrieval"}),
+                                          _missing(hybrid_line(table), table, set(SETUPS))]
+            + state_lines(table))
+
+
+def _missing(line: str, table: Table, setups: set[str]) -> str:
+    """`line` naming the cells of `setups` it could not read (no finite exact match)."""
+    cells = [cell for setup, cell in table.missing if setup in setups]
+    return line + (f" Not read, having no finite exact match: {'; '.join(cells)}." if cells else "")
+
+
+def _read_notes(table: Table) -> list[str]:
+    """What the findings read, and which cells they could not (lines of plain text)."""
+    if table.held_out:
+        read = (f"Read: the held-out exact match of the {table.held_out} cell(s) whose learning rate was chosen among "
+                "several on validation (at the rate chosen: the chosen rate's validation value is biased upwards "
+                "by the choice), validation exact match elsewhere.")
+    else:
+        read = "Read: validation exact match (no cell's rate was chosen among several)."
+    missing = ([f"Left out of every comparison, having no finite exact match: {'; '.join(c for _, c in table.missing)}."]
+               if table.missing else [])
+    return [read, *missing]
 
 
 def at_guessing(best: pd.DataFrame) -> list[str]:
