@@ -284,7 +284,8 @@ def verdict(name: str, comparisons: list[Comparison], untestable: str, heads: di
     left_out = [f"{reason} ({', '.join(labels)})" for reason, labels in reasons.items()]
     uncompared = _uncompared(named or {}, results)
     seeds = min(comparisons, key=lambda c: len(c.seeds)).seeds
-    on = " (the mean over seeds only)" if seeds == ("pooled",) else f" on {len(seeds)} seeds" if len(seeds) > 1 else " (1 seed)"
+    on = " (the mean over seeds only)" if seeds == ("pooled",) else f" on {len(seeds)} seeds" if len(seeds) > 1 else \
+        _one_seed(comparisons)
     missing = (" Never compared, so the claim about every one it names is not shown: " + "; ".join(uncompared) + "."
                if uncompared else "")
     if not decided:
@@ -300,6 +301,16 @@ def verdict(name: str, comparisons: list[Comparison], untestable: str, heads: di
     if training:
         text += " Still training at the last evaluation, so more samples may change this: " + "; ".join(training) + "."
     return text
+
+
+def _one_seed(comparisons: list[Comparison]) -> str:
+    """" (1 seed)", and where other cells have more, which cells have one only (a
+    seed still running, failed or never run)."""
+    cells = {cell.name: cell for c in comparisons for cell in c.cells}
+    if max(len(cell.right) for cell in cells.values()) < 2:
+        return " (1 seed)"
+    alone = sorted(name for name, cell in cells.items() if len(cell.right) < 2)
+    return f" (1 seed: {', '.join(alone)} {'has' if len(alone) == 1 else 'have'} no other finished seed)"
 
 
 def _uncompared(named: Named, results: list) -> list[str]:
@@ -575,9 +586,24 @@ def _state(s: Cell, l: Cell, tcs: list[Cell]) -> Comparison:
         if not off_floor(s, view) and not off_floor(l, view):
             return "both at guessing level", text
         gap = minus(l, s)
-        return gap.against(Fraction(0), view), text + f" (difference {float(gap.value(view)):.3f}, margin {gap.margin(view):.3f})"
+        left = min(minus(t, l).value(view) for t in tcs)
+        varied = _varied(s.model, l.model)
+        return gap.against(Fraction(0), view), (
+            text + f" (difference {float(gap.value(view)):.3f}, margin {gap.margin(view):.3f}; the larger state still "
+            f"{'lags the Transformer by ' + format(float(left), '.3f') if left > 0 else 'reaches the Transformer'}"
+            + (f"; the two Mambas differ in more than the state: {varied}" if varied else "") + ")")
 
     return Comparison([s, l, *tcs], judge, f"{s.model} against {l.model}, n={s.n}")
+
+
+def _varied(a: Model, b: Model) -> str:
+    """What the size labels of two variants of one preset set apart from the state
+    (tiny-dstate1-nlayers4 against tiny: nlayers4), '' where nothing else."""
+    def fields(m: Model) -> set[str]:  # the variant's fields, as its label writes them
+        return set(m.size.split("-")[1:])
+
+    other = sorted(f for f in fields(a) ^ fields(b) if not f.startswith("dstate"))
+    return ", ".join(other)
 
 
 def findings(best: pd.DataFrame) -> list[str]:
