@@ -402,3 +402,30 @@ def test_one_seed_says_which_cells_lack_the_other():
                       drop=lambda a, s, n: (a, s, n) == ("mamba", "cot", 8))
     text = line(findings(best), "cot:")
     assert "(1 seed: mamba cot tiny n=8 has no other finished seed)" in text, text
+
+
+def test_the_laptop_paragraphs_say_what_run_7s_findings_say():
+    """README's and the stored findings of the laptop's run 7 (issue 51: README said more than its report)."""
+    from pathlib import Path
+
+    root = Path(__file__).parents[3]
+    folder = root / "sweeps/calibration/istree_laptop_run7"
+    from workloads.tasks.istree import IsTreeTask
+
+    lines = IsTreeTask.findings(pd.read_csv(folder / "best.csv"))  # the report's: the findings, then who guesses
+    stored = (folder / "findings_round2.md").read_text()
+    assert stored.split("\n\n", 2)[2].strip() == "\n".join(lines)
+    heads = {start: head(line(lines, start)) for start in ("vanilla: Mamba", "cot: Mamba", "retrieval: Mamba",
+                                                           "CoT improves", "retrieval improves", "with retrieval Mamba",
+                                                           "the hybrid tracks", "cot: does the size")}
+    assert heads == {"vanilla: Mamba": "Not decided", "cot: Mamba": "Not reproduced", "retrieval: Mamba": "Not decided",
+                     "CoT improves": "Reproduced", "retrieval improves": "Not decided",
+                     "with retrieval Mamba": "Reproduced", "the hybrid tracks": "Not decided",
+                     "cot: does the size": "State ablation: the state's size did not decide the gap"}
+    readme = (root / "README.md").read_text().split("## What a laptop shows of the paper")[1].split("## ")[0]
+    for said in ("**Not reproduced** with CoT", "**Not decided** with\n  the answer alone", "CoT improves every "
+                 "architecture: **Reproduced**", "Retrieval improves every architecture more than CoT: **Not decided**",
+                 "comes close to the Transformer of its size: **Reproduced**", "the Transformer of its size: **Not "
+                 "decided** (of its two\n  cells with a Mamba gap", "**the state's size did not decide the gap** (one\n"
+                 "  comparison"):
+        assert said in readme, said
