@@ -476,21 +476,24 @@ def write_report(run: Run, out_dir: Path, solved: float = SOLVED,
              f"{len(df)} trials: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + ".", "",
              "Open this run in:", "", *[f"- {line}" for line in open_commands(run, location or str(out_dir), out_dir)], "",
              *[f"**Note:** {note}\n" for note in run.notes],
-             _headline(best, run.task), "",
-             *_models_section(best),
-             "## Best learning rate per cell", "",
-             markdown_tables(best, selected_by) if not best.empty else "No finished trial yet.\n"]
-    lines += [f"![{p.stem}]({p.name})" for p in plots]
+             _headline(best, run.task), ""]
+    # What the run shows first (issue 53): the findings in one sentence each, then the
+    # figures, then the tables, then each verdict's full reasoning.
+    found = TASKS[run.task][1].findings(best) if not best.empty else []
+    lines += _findings_summary(found)
+    lines += ["## Figures", "", *[f"![{p.stem}]({p.name})" for p in plots], ""] if plots else []
+    lines += [*_models_section(best), "## Best learning rate per cell", "",
+              markdown_tables(best, selected_by) if not best.empty else "No finished trial yet.\n"]
     robust = robust_tables(best) if not best.empty else ""
     lines += _robust_section(robust, solved)
-    lines += _findings_section(best, run.task)
+    if not best.empty and best["n"].nunique() >= 2:
+        lines += _frontier_section(best, run, out_dir, solved, robust=bool(robust))
+    lines += _findings_reasons(found)
     if falling:
         lines += ["", f"**Under-trained:** the training loss of these cells fell by more than {FALLING:.0%} between "
                   "their last two evaluations, so more samples may change them (cells at exact match 1.000 on every "
                   "seed are left out): " + "; ".join(f"{' '.join(map(str, key[:3]))} n={key[3]} ({drop})"
                                                      for key, drop in falling.items()) + "."]
-    if not best.empty and best["n"].nunique() >= 2:
-        lines += _frontier_section(best, run, out_dir, solved, robust=bool(robust))
     lines += _trials_section(df)
     text = "\n".join(lines) + "\n"
     (out_dir / "report.md").write_text(text)
@@ -544,18 +547,70 @@ def _robust_section(robust: str, solved: float) -> list[str]:
             "on validation (mean over their seeds). A cell solved at one lucky rate shows 1/k.", "", robust]
 
 
-def _findings_section(best: pd.DataFrame, task: str) -> list[str]:
-    found = TASKS[task][1].findings(best) if not best.empty else []
-    if not found:
+LEGEND = ("*shown* / *refuted*: a comparison beyond its threshold by more than its noise margin (two standard "
+          "errors of its counts), for or against the claim; *within noise*: neither; *seeds disagree*: the mean over "
+          "seeds and a seed on its own read differently; *by the mean only*: the seeds agree, but no seed alone has "
+          "the samples to show it; *above guessing*: exact match above what guessing scores (the answer alone 0.5, a "
+          "trace 0), as a share of what guessing leaves, (exact match - chance) / (1 - chance), so that setups with "
+          "different chance compare. Rules: docs/findings.md.")
+
+
+def findings_rows(found: list[str]) -> list[tuple[str, str, str, str]]:
+    """(verdict, seeds, claim, its decisive numbers in a sentence) of each findings line."""
+    rows = []
+    for text in found:
+        m = _VERDICT.match(text)
+        if m and not m.group(1).startswith("At guessing"):
+            rows.append((m.group(1), m.group(2).strip(), m.group(3), _decisive(text[m.start(3):], m.group(1))))
+    return rows
+
+
+def _decisive(body: str, head: str, most: int = 220) -> str:
+    """A findings line's numbers in one sentence: the first comparison it gives (its
+    cells and figures) and the models it never compared; for a line that cannot be
+    tested, what it needs. `body`: the line after its head and seeds."""
+    if "not testable" in head.lower():
+        needs = re.search(r"\(((?:[^()]|\([^()]*\))*)\)\.$", body)
+        return needs.group(1) if needs else ""
+    rest = body.split(". ", 1)[1] if ". " in body else ""
+    first = re.split(r" \[| Left out,| Still training| Never compared", rest, maxsplit=1)[0].rstrip(" .;")
+    never = re.search(r"Never compared, so the claim about every one it names is not shown: (.*?)\.(?: |$)", rest)
+    sentence = first if len(first) <= most else first[:most - 1].rstrip() + "…"
+    return sentence + (f"; never compared: {never.group(1)}" if never else "")
+
+
+def console_summary(text: str, best: pd.DataFrame, task: str) -> str:
+    """What the console says of a report (issue 53: the report itself, raw Markdown,
+    was printed): its title and trial counts, its notes, and each finding's verdict;
+    report.md holds the rest."""
+    head = text.split("\nOpen this run in:")[0].strip().splitlines()
+    notes = [line for line in text.splitlines() if line.startswith("**Note:**")]
+    rows = findings_rows(TASKS[task][1].findings(best)) if not best.empty else []
+    out = [*(line.lstrip("# ") for line in head if line.strip()), *notes]
+    if rows:
+        out += ["What this run shows of the paper's findings (report.md says why each):",
+                *[f"  {verdict}{' ' + seeds if seeds else ''}: {claim}" for verdict, seeds, claim, _ in rows]]
+    return "\n".join(out)
+
+
+def _findings_summary(found: list[str]) -> list[str]:
+    rows = findings_rows(found)
+    if not rows:
         return []
-    verdicts = [m.groups() for m in map(_VERDICT.match, found) if m and not m.group(1).startswith("At guessing")]
-    summary = (["| verdict | finding |", "|---|---|", *[f"| {head}{seeds} | {name} |" for head, seeds, name in verdicts], ""]
-               if verdicts else [])
-    return ["", "## What this run shows of the paper's findings", "",
-            "Decided from the per-cell values above (teacher-forced exact match; the first line below says which "
-            "set each cell is read on) by the rules of docs/findings.md: models compared at equal size, on counts of "
-            "samples with a noise margin, on the mean over seeds and on each seed; a line reads Reproduced only where "
-            "every model it names was compared.", "", *summary, *found]
+    notes = [text for text in found if not text.startswith("- ")]  # what the findings read
+    return ["## What this run shows of the paper's findings", "",
+            "Decided by the rules of docs/findings.md (teacher-forced exact match; models compared at equal size, on "
+            "counts of samples with a noise margin, on the mean over seeds and on each seed; a line reads Reproduced "
+            "only where every model it names was compared). Each line's every comparison: "
+            "[Why each verdict](#why-each-verdict).", "", *notes, "",
+            "| verdict | finding | the numbers that decide it |", "|---|---|---|",
+            *[f"| {head}{' ' + seeds if seeds else ''} | {claim} | {numbers} |" for head, seeds, claim, numbers in rows],
+            "", LEGEND, ""]
+
+
+def _findings_reasons(found: list[str]) -> list[str]:
+    lines = [text for text in found if text.startswith("- ")]
+    return ["", "## Why each verdict", "", *lines] if lines else []
 
 
 # A findings line: "- **HEAD** on 2 seeds: NAME. what decides it" (the summary table's row).
@@ -663,7 +718,8 @@ def _headline(best: pd.DataFrame, task: str = DEFAULT_TASK) -> str:
                  "(this project's addition" + (f"; a model that fails still scores about {guess:g} by guessing the "
                                                "answer)." if guess is not None else ")."))
     if "val_token_accuracy" in measured:
-        text += " Also: teacher-forced accuracy per supervised token (for mqar, zoology's accuracy per query)."
+        text += " Also: teacher-forced accuracy per supervised token" + (
+            " (zoology's accuracy per query)." if task == "mqar" else ".")
     return text
 
 

@@ -860,3 +860,27 @@ def test_a_finished_trials_rows_out_of_order_never_hide_its_final_row(tmp_path, 
     df = read_run(run, locked=False).trials.set_index("trial")
     assert df.loc[trials[0].name, "state"] == "finished", df.loc[trials[0].name, "error"]
     assert [r["samples"] for r in read_results(run / trials[0].name)] == before
+
+
+def test_the_report_opens_with_its_findings_and_the_console_prints_a_summary(tmp_path):
+    """Issue 53: the findings started about 4,100 px down, after five tables, and the
+    console printed the whole report as raw Markdown ("Open this run in:" twice)."""
+    run, _ = fake_run(tmp_path, accuracy)
+    result = CliRunner().invoke(app, ["report", str(run)])
+    assert result.exit_code == 0, result.output
+    text = (run / "report.md").read_text()
+    order = [text.index(h) for h in ("## What this run shows of the paper's findings", "## Figures",
+                                     "## Best learning rate per cell", "## Why each verdict", "## Every trial")]
+    assert order == sorted(order), order
+    summary = text.split("## What this run shows")[1].split("## Figures")[0]
+    assert "| verdict | finding | the numbers that decide it |" in summary and "*within noise*" in summary
+    # Each row of the summary gives the line's numbers in a sentence: a line that cannot be tested, what it needs.
+    assert "| Not testable here | the hybrid tracks the Transformer of the same size | needs the hybrid and the " \
+           "Transformer at a shared n |" in summary
+    assert "- **" not in summary  # each line's full reasoning is below, under "Why each verdict"
+    why = text.split("## Why each verdict")[1]
+    assert "- **Not testable here**: with retrieval Mamba comes close" in why
+    out = result.output
+    assert out.count("Open this run in:") == 1 and "|---" not in out and "## " not in out, out
+    assert "  Not testable here: the hybrid tracks the Transformer of the same size" in out
+    assert "zoology" not in text  # a note for mqar stays out of an IsTree report
