@@ -19,7 +19,9 @@ from workloads.metrics import METRICS, PROGRESS
 EVALUATION_KEYS = (*PROGRESS, "step", *METRICS, "final_eval", "tokens_per_s", "time_total_s", "timestamp")
 # The columns a table opens with, where it has them: who (the sweep, the trial, its
 # state and its swept values), when (the evaluation, its samples), then the figures.
-IDS = ("sweep", "trial", "state", *TRIAL_IDS.values(), "task_label")
+_SWEPT = tuple(TRIAL_IDS.values())
+IDS = ("sweep", "trial", "state", *_SWEPT[:_SWEPT.index("size") + 1], "model", *_SWEPT[_SWEPT.index("size") + 1:],
+       "task_label")
 FIRST = (*IDS, "evaluation", *PROGRESS, *METRICS, "lr_at")
 
 
@@ -51,8 +53,13 @@ def _opened(run_dir: str | Path):
 
 
 def _ordered(df: pd.DataFrame, sweep: str) -> pd.DataFrame:
-    """`df` with a sweep column, the ids and figures first, timestamps as datetimes."""
+    """`df` with a sweep column, the ids (the model its variant: report.model_labels)
+    and figures first, timestamps as datetimes."""
+    from orchestrator.report import model_labels
+
     df.insert(0, "sweep", sweep)
+    if {"arch", "size"} <= set(df) and "model" not in df:
+        df["model"] = model_labels(df)
     if "task_label" in df and not df["task_label"].fillna("").astype(str).ne("").any():
         df = df.drop(columns="task_label")  # a spec without task axes labels no trial: an empty column
     if "timestamp" in df:  # Tune's: seconds since the epoch
@@ -97,15 +104,16 @@ def load_run(run_dir: str | Path, evaluations: bool = True) -> pd.DataFrame:
 
 
 def best(run_dir: str | Path) -> pd.DataFrame:
-    """The report's best-per-cell table (its tables and best.csv) of the run at
+    """The report's best-per-cell table (its tables and best.csv: the same columns, in
+    its order, after the sweep's name) of the run at
     `run_dir`: per (arch, setup, size, n), the learning rate chosen by the sweep's
     search metric over the seeds' mean, the mean and spread over seeds of each
     metric, and the trials behind it; computed from the run as it stands now."""
-    from orchestrator.report import best_by_cell
+    from orchestrator.report import best_table
 
     with _opened(run_dir) as (local, name, own):
         run = read_stored(local, locked=own)
-    table = best_by_cell(run.trials, *run.chosen_by) if not run.trials.empty else pd.DataFrame()
-    table = _ordered(table, name)
+    table = best_table(run)[0] if not run.trials.empty else pd.DataFrame()
+    table.insert(0, "sweep", name)  # then best.csv's columns, in its order
     table.attrs["notes"] = run.notes
     return table

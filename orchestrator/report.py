@@ -116,8 +116,7 @@ def by_base_size(best: pd.DataFrame):
     base = best["size"].map(preset_of)
     for size in sorted(base.unique(), key=size_key):
         part = best[base == size]
-        variant = part["size"].astype(str) != size
-        yield size, part.assign(model=part["arch"].where(~variant, part["arch"] + " (" + part["size"].astype(str) + ")"))
+        yield size, part.assign(model=model_labels(part))
 
 
 def robust_by_cell(done: pd.DataFrame, ranked: dict, solved: float = SOLVED) -> pd.DataFrame:
@@ -462,9 +461,7 @@ def write_report(run: Run, out_dir: Path, solved: float = SOLVED,
     owned = check_report_dir(out_dir)  # a folder of `train` trials may hold a user's report.md: RunDirError naming it
     metric, mode, tie_break = run.chosen_by
     df.to_csv(out_dir / "results.csv", index=False)
-    best = best_by_cell(df, metric, mode, tie_break)
-    falling = still_falling(run.rows, best)
-    best = with_models(best, run).assign(still_training=[falling.get(key, "") for key in _keys(best)])
+    best, falling = best_table(run)
     best.to_csv(out_dir / "best.csv", index=False)
     for stale in (p for pattern in PLOT_FILES for p in out_dir.glob(pattern) if owned is None or p.name in owned):
         stale.unlink()  # an earlier report's: a plot of a metric no longer measured must not linger
@@ -503,6 +500,27 @@ def write_report(run: Run, out_dir: Path, solved: float = SOLVED,
 
 def _keys(best: pd.DataFrame) -> list[tuple]:
     return [tuple(r) for r in best[GROUP].itertuples(index=False)]
+
+
+def best_table(run: Run) -> tuple[pd.DataFrame, dict]:
+    """best.csv of `run` (what `icr_sweep.best` returns too): best_by_cell, with
+    each cell's `model` (its variant named: model_label), parameters, state and
+    whether its loss was still falling; and those cells' falls, by cell."""
+    best = best_by_cell(run.trials, *run.chosen_by)
+    falling = still_falling(run.rows, best)
+    best = with_models(best, run).assign(still_training=[falling.get(key, "") for key in _keys(best)])
+    best.insert(GROUP.index("size") + 1, "model", model_labels(best))
+    return best, falling
+
+
+def model_labels(table: pd.DataFrame) -> pd.Series:
+    """Each row's model as every table names it: its arch, and its size where that is
+    a variant of a preset (mamba (tiny-dstate1-nlayers4)), so that the variants of
+    one arch never fold into one (issue 53: a notebook's groupby on arch averaged
+    the two Mambas of the laptop run)."""
+    size = table["size"].astype(str)
+    variant = size != size.map(preset_of)
+    return table["arch"].astype(str).where(~variant, table["arch"].astype(str) + " (" + size + ")")
 
 
 def with_models(best: pd.DataFrame, run: Run) -> pd.DataFrame:

@@ -60,7 +60,7 @@ def test_a_run_opens_with_its_sweep_ids_and_figures_and_its_times_are_datetimes(
     df = load_run(run)
     # (Issue 44: no empty task_label column where no trial has one; the task's fields
     # under the names the trackers give them.)
-    assert list(df.columns[:15]) == ["sweep", "trial", "state", "arch", "setup", "size", "n", "lr", "seed",
+    assert list(df.columns[:16]) == ["sweep", "trial", "state", "arch", "setup", "size", "model", "n", "lr", "seed",
                                      "evaluation", "samples", "train_loss", "samples_per_s", "val_exact_match",
                                      "gen_accuracy"]
     assert "task.family" in df and "family" not in df
@@ -78,6 +78,9 @@ def test_best_is_the_reports_table_per_cell(tmp_path):
     write_report(read_run(run), run)
     written = pd.read_csv(run / "best.csv")
     assert (table["sweep"] == "fake").all() and len(table) == len(written) == 4
+    # Issue 53: exactly best.csv's columns (params, state floats, still training, the model named), in its order.
+    assert list(table.columns) == ["sweep", *written.columns]
+    assert {"params", "state_floats", "still_training", "model"} <= set(written.columns)
     key = ["arch", "setup", "size", "n"]
     ours = table.drop(columns="sweep").sort_values(key).reset_index(drop=True)
     theirs = written.sort_values(key).reset_index(drop=True)
@@ -90,3 +93,33 @@ def test_best_is_the_reports_table_per_cell(tmp_path):
 def test_best_of_a_run_with_no_trial_results_is_an_empty_table(tmp_path):
     (tmp_path / "empty").mkdir()
     assert best(tmp_path / "empty").empty
+
+
+def test_the_variants_of_an_arch_are_told_apart_by_their_model(tmp_path):
+    """Issue 53: `groupby(["arch", "setup", "n"])` folded the laptop run's small-state
+    Mamba into `mamba`; every table names the variant in its `model` column."""
+    from orchestrator.report import model_labels
+
+    table = pd.DataFrame({"arch": ["mamba", "mamba", "transformer"], "size": ["tiny", "tiny-dstate1-nlayers4", "0.5M"]})
+    assert model_labels(table).tolist() == ["mamba", "mamba (tiny-dstate1-nlayers4)", "transformer"]
+    run, _ = fake_run(tmp_path, accuracy)
+    df = load_run(run)
+    assert list(df.columns[:8]) == ["sweep", "trial", "state", "arch", "setup", "size", "model", "n"]
+    assert (df["model"] == df["arch"]).all()  # the presets themselves: their arch
+
+
+def test_the_notebook_example_of_the_docs_gives_the_reports_numbers(tmp_path):
+    """Issue 53: docs/trackers.md's example, run on a run, gave numbers the report never shows."""
+    import re
+    from pathlib import Path
+
+    run, _ = fake_run(tmp_path, accuracy)
+    write_report(read_run(run), run)
+    docs = (Path(__file__).parents[2] / "docs" / "trackers.md").read_text()
+    block = re.search(r"```python\n(from icr_sweep import.*?)```", docs, re.S).group(1)
+    scope = {}
+    exec(block.replace('"runs/istree_laptop"', repr(str(run))), scope)
+    written = pd.read_csv(run / "best.csv")
+    for _, r in written.iterrows():
+        assert scope["cells"].loc[(r["setup"], r["model"]), r["n"]] == pytest.approx(r["val_exact_match"])
+        assert scope["per_rate"].loc[(r["model"], r["setup"], r["n"], r["lr"])] == pytest.approx(r["val_exact_match"])
