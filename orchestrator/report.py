@@ -414,9 +414,12 @@ def open_commands(run: Run, run_dir: str, local: Path) -> list[str]:
         uri = mlflow.get("tracking_uri") or f"sqlite:///{where}/{MLFLOW_FILE}"
         experiment = mlflow.get("experiment") or spec.get("name", "")
         number = None if mlflow.get("tracking_uri") else _mlflow_experiment_id(local / MLFLOW_FILE, experiment)
-        runs = f", then http://127.0.0.1:5000/#/experiments/{number}/runs (its runs)" if number else ""
+        # MLflow 3 opens an experiment in its GenAI view (its runs table without a parameter or metric
+        # column); these query parameters open the model-training view, every metric charted (issue 53).
+        runs = (f", then http://127.0.0.1:5000/#/experiments/{number}/runs?workflowType=machine_learning"
+                "&compareRunsMode=CHART (its runs, charted)" if number else "")
         out.append(f"MLflow: `{'mlflow ui --backend-store-uri ' + uri if not uri.startswith('http') else uri}`{runs} "
-                   f"(experiment {experiment}; MLflow 3 opens in its GenAI view: choose \"Model training\")")
+                   f"(experiment {experiment}; in MLflow 3's own views choose \"Model training\")")
     wandb = tracking.get("wandb")
     if wandb:
         if wandb.get("mode", "offline") == "offline":
