@@ -49,7 +49,9 @@ def metric_name(key: str) -> str:
     return f"train/{key.removeprefix('train_')}"
 
 
-TRACKED = {key: metric_name(key) for key in ("train_loss", "lr", "samples_per_s", "tokens_per_s", *METRICS)}
+# The metrics first, exact match (the paper's) leading: TensorBoard's HParams and the trackers' tables
+# show their first columns (issue 53: train loss, lr, samples/s and tokens/s came before exact match).
+TRACKED = {key: metric_name(key) for key in (*METRICS, "train_loss", "lr", "samples_per_s", "tokens_per_s")}
 
 
 def tracked_metrics(result: dict) -> dict:
@@ -106,7 +108,12 @@ def swept_fields(spec: SweepSpec) -> tuple[str, ...]:
     """The task's and model's field names that the spec's axes sweep."""
     model = []
     for key, value in spec.axes.model.items():
-        model += list(value) if isinstance(value, dict) else [key]
+        if isinstance(value, dict):  # per arch, its fields' lists
+            model += list(value)
+        elif isinstance(value, list) and all(isinstance(v, dict) for v in value):  # per arch, a list of variants
+            model += [field for variant in value for field in variant]
+        else:  # a field, its values for every arch
+            model.append(key)
     return tuple(dict.fromkeys([*spec.axes.task, *model]))
 
 

@@ -440,3 +440,23 @@ def test_a_wandb_key_the_server_knows_is_taken(wandb_server):
     from orchestrator.tracking import _wandb_refuses
 
     assert _wandb_refuses(wandb_server(200, b'{"data": {"viewer": {"id": "VXNlcjox"}}}'), "k" * 40) == ""
+
+
+@pytest.mark.parametrize("model, fields", [
+    ({"d_state": [1, 16]}, ("d_state",)),                                   # a field, for every arch
+    ({"mamba": {"d_state": [1, 16], "expand": [1, 2]}}, ("d_state", "expand")),  # per arch, its fields' lists
+    ({"mamba": [{}, {"d_state": 1, "n_layers": 4}]}, ("d_state", "n_layers")),   # per arch, a list of variants
+])
+def test_every_field_a_spec_sweeps_is_marked_as_differing_whatever_the_axis_form(tmp_path, model, fields):
+    """Issue 53: for the laptop spec's form (a per-arch list of variants) swept_fields
+    gave ('mamba',), so TensorBoard marked neither d_state nor n_layers as differing."""
+    from orchestrator.spec import SweepSpec
+    from orchestrator.trackers import TRACKED, hparams_of, swept_fields
+
+    spec = SweepSpec(name="forms", storage=str(tmp_path), axes=dict(archs=["transformer", "mamba"], setups=["cot"],
+                                                                     sizes=["tiny"], n=[5], model=model))
+    assert swept_fields(spec) == fields
+    _, varying = hparams_of(spec)
+    assert {k for k in varying if k.rsplit(".", 1)[-1] in fields} == {f"model.mixer.{f}" if f != "n_layers" else
+                                                                       f"model.{f}" for f in fields}
+    assert list(TRACKED.values())[0] == "val/exact_match"  # exact match leads the metrics
