@@ -249,7 +249,7 @@ class Wandb(wandb_callback(tracked_metrics, STEP, charts=("train/*", "val/*", "t
         run_id = f"{name.replace('.', '_')}-{trial.trial_id}"  # W&B ids take no dots
         # W&B's own lines (its banner, sync hints, a summary per run) stay in its
         # logs under the run directory: the console says where they are once.
-        self.start_run(trial, id=run_id, name=name, resume=False, reinit="finish_previous", allow_val_change=True,
+        self.start_run(trial, id=run_id, name=name, resume="allow", reinit="finish_previous", allow_val_change=True,
                        group=self.group or trial.experiment_dir_name, project=self.project,
                        config=_params(trial, self.swept), settings={"silent": True}, **self.kwargs)
 
@@ -310,6 +310,13 @@ class MLflow(LoggerCallback):
 
         if trial in self.runs or self.client is None:
             return
+        # A trial that continues (a resume, a retry) continues its run: one run per trial (issue 53).
+        found = self.client.search_runs([self.experiment_id], filter_string=f"tags.trial_name = '{trial}'",
+                                        max_results=1)
+        if found:
+            self.runs[trial] = found[0].info.run_id
+            self.client.update_run(self.runs[trial], status="RUNNING")
+            return
         run = self.client.create_run(self.experiment_id, run_name=str(trial), tags={**self.tags, "trial_name": str(trial)})
         self.runs[trial] = run.info.run_id
         params = [Param(key, str(value)) for key, value in _params(trial, self.swept).items()]
@@ -338,6 +345,13 @@ class MLflow(LoggerCallback):
     def log_trial_end(self, trial, failed: bool = False) -> None:
         if trial in self.runs:
             self.client.set_terminated(self.runs.pop(trial), status="FAILED" if failed else "FINISHED")
+
+    @_or_off
+    def on_experiment_end(self, trials, **info) -> None:
+        """A sweep stopped (Ctrl-C, a stop) ends the runs of its unfinished trials
+        KILLED, not RUNNING for good; a resume continues each."""
+        for trial in list(self.runs):
+            self.client.set_terminated(self.runs.pop(trial), status="KILLED")
 
 
 def hparams_of(spec: SweepSpec) -> tuple[dict, set[str]]:

@@ -460,3 +460,47 @@ def test_every_field_a_spec_sweeps_is_marked_as_differing_whatever_the_axis_form
     assert {k for k in varying if k.rsplit(".", 1)[-1] in fields} == {f"model.mixer.{f}" if f != "n_layers" else
                                                                        f"model.{f}" for f in fields}
     assert list(TRACKED.values())[0] == "val/exact_match"  # exact match leads the metrics
+
+
+def test_a_resumed_trial_continues_its_mlflow_run_and_a_stopped_one_is_not_left_running(tmp_path):
+    """Issue 53: a stopped and resumed sweep held two MLflow runs per trial, the first
+    RUNNING for good with the first half of the curve."""
+    import mlflow
+
+    from orchestrator.grid import expand
+    from orchestrator.spec import load_spec
+    from orchestrator.trackers import MLflow
+
+    config = expand(load_spec(SWEEPS / "istree_micro.yaml"))[0].model_dump(mode="json")
+
+    class Trial:  # what the callback reads of Tune's trial
+        def __init__(self, name):
+            self.name, self.config = name, {"trial": config}
+
+        def __str__(self):
+            return self.name
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+    def driver():  # a launch or a resume: a new callback, in a new process
+        callback = MLflow(tracking_uri=uri, experiment_name="stopped", tags={})
+        callback.setup()
+        return callback
+
+    first, trial = driver(), Trial("transformer-cot-tiny-n5-lr3e-3-s0")
+    first.log_trial_start(trial)
+    first.log_trial_result(1, trial, {"samples": 1024, "val_loss": 0.9})
+    first.on_experiment_end([trial])  # Ctrl-C: Tune ends the experiment
+    client = mlflow.tracking.MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("stopped").experiment_id])
+    assert run.info.status == "KILLED"
+    second, again = driver(), Trial("transformer-cot-tiny-n5-lr3e-3-s0")  # Tune's trial, restored
+    second.log_trial_start(again)
+    second.log_trial_result(1, again, {"samples": 2048, "val_loss": 0.7})
+    (resumed,) = second.runs.values()
+    second.log_trial_end(again)
+    runs = client.search_runs([client.get_experiment_by_name("stopped").experiment_id])
+    assert [r.info.run_id for r in runs] == [run.info.run_id] == [resumed]
+    assert runs[0].info.status == "FINISHED"
+    history = client.get_metric_history(run.info.run_id, "val/loss")
+    assert sorted((m.step, m.value) for m in history) == [(1024, 0.9), (2048, 0.7)]
