@@ -217,12 +217,32 @@ def _arch_rank(arch: str) -> int:
     return list(PRESETS).index(arch) if arch in PRESETS else len(PRESETS)
 
 
-def arch_style(arch: str, variant: bool = False) -> dict:
+VARIANT_MARKERS = "XPd*h"  # a preset's variants, in turn, drawn hollow
+
+
+def arch_style(arch: str, variant: int = 0) -> dict:
     """An architecture's colour and marker, the same in every figure (frontier.png
-    too), in the order of the model registry; a variant of a preset (mamba
-    (tiny-dstate1)) is drawn dash-dotted in its arch's colour."""
+    too), in the order of the model registry; the `variant`-th variant of a preset
+    (mamba (tiny-dstate1), 1, 2, ...) is drawn dash-dotted in its arch's colour,
+    with a hollow marker of its own (issue 53: the two Mambas shared colour and
+    marker)."""
     i = _arch_rank(arch)
-    return dict(color=f"C{i % 10}", marker="soDv^<>ph*X"[min(i, 10)], ls="-." if variant else "-")
+    if not variant:
+        return dict(color=f"C{i % 10}", marker="soDv^<>ph*X"[min(i, 10)], ls="-")
+    return dict(color=f"C{i % 10}", marker=VARIANT_MARKERS[(variant - 1) % len(VARIANT_MARKERS)], ls="-.",
+                mfc="none")
+
+
+def variant_numbers(models: list[str]) -> dict[str, int]:
+    """Each model label's variant number: 0 for a preset (its arch), 1, 2, ... for an
+    arch's variants in order."""
+    out, seen = {}, {}
+    for model in sorted(set(models), key=model_key):
+        arch = model.split(" (")[0]
+        out[model] = 0 if model == arch else seen.setdefault(arch, 0) + 1
+        if model != arch:
+            seen[arch] = out[model]
+    return out
 
 
 def model_key(model: str) -> tuple:
@@ -255,12 +275,14 @@ def plot(best: pd.DataFrame, out_dir: Path, task: str = DEFAULT_TASK) -> list[Pa
     setups = sorted(set(best["setup"]), key=setup_key)
     for metric, _ in _measured(best):
         for size, part in by_base_size(best):
-            fig, axes = plt.subplots(1, len(setups), figsize=(max(6, 4 * len(setups)), 3.4), sharey=True, squeeze=False)
+            # Panels of 3.2 in: at a report's width (about 800 px) the labels stay readable (issue 53).
+            fig, axes = plt.subplots(1, len(setups), figsize=(max(5, 3.2 * len(setups)), 3.2), sharey=True, squeeze=False)
+            numbers = variant_numbers(part["model"].tolist())
             for ax, setup in zip(axes[0], setups):
                 for model, rows in sorted(part[part["setup"] == setup].groupby("model"), key=lambda g: model_key(g[0])):
                     rows = rows.sort_values("n")
                     ax.errorbar(rows["n"], rows[metric], yerr=rows[metric + "_std"], capsize=3, label=model,
-                                **arch_style(rows["arch"].iloc[0], variant=model != rows["arch"].iloc[0]))
+                                **arch_style(rows["arch"].iloc[0], variant=numbers[model]))
                 ax.set_title(setup)
                 ax.set_xlabel(task_cls.n_label)
                 ax.set_xscale("log", base=2)
@@ -269,19 +291,19 @@ def plot(best: pd.DataFrame, out_dir: Path, task: str = DEFAULT_TASK) -> list[Pa
                 if chance:
                     ax.axhline(chance, color="grey", lw=0.8, ls="--")
                     ax.annotate("guessing", xy=(0.02, chance), xycoords=("axes fraction", "data"), xytext=(0, 2),
-                                textcoords="offset points", fontsize=7, color="grey")
+                                textcoords="offset points", fontsize=8, color="grey")
                 guess = task_cls.generation_chance
                 if metric == "gen_accuracy" and guess is not None:
                     # Rows that never write an answer count as wrong: below chance is possible.
                     ax.set_ylim(min(guess - 0.1, part[metric].min() - 0.05), 1.02)
                     ax.axhline(guess, color="grey", lw=0.5, ls="--")
                     ax.annotate("guessing the answer", xy=(0.02, guess), xycoords=("axes fraction", "data"),
-                                xytext=(0, 2), textcoords="offset points", fontsize=7, color="grey")
+                                xytext=(0, 2), textcoords="offset points", fontsize=8, color="grey")
                 else:
                     ax.set_ylim(-0.02, 1.02)
                 ax.grid(alpha=0.3)
             axes[0][0].set_ylabel(METRICS[metric].short)  # in words, from the registry
-            axes[0][-1].legend(loc="best", fontsize=8)
+            axes[0][-1].legend(loc="best", fontsize=9)
             short, name = METRICS[metric].short, METRICS[metric].plot
             fig.suptitle(f"{task_cls.title or task}, {size} models: {short}")
             fig.tight_layout()
@@ -324,10 +346,12 @@ def _frontier_panel(ax, part: pd.DataFrame, setup: str, sample_length) -> None:
     part["x"] = part["state_floats"].where(part["state_floats"] > 0, part["kv_floats_per_token"] * cache)
     floor = part["largest_tried"].min() / 2  # where models that solve no n sit
     top = part["largest_tried"].max()
-    for arch, rows in sorted(part.groupby("arch"), key=lambda g: model_key(g[0])):
-        style = arch_style(arch)
-        ax.scatter(rows["x"], rows["largest_solved"].fillna(floor), marker=style["marker"], color=style["color"], s=40,
-                   label=arch, zorder=3)
+    part["model"] = model_labels(part) if "size" in part else part["arch"]
+    numbers = variant_numbers(part["model"].tolist())
+    for model, rows in sorted(part.groupby("model"), key=lambda g: model_key(g[0])):
+        style = arch_style(rows["arch"].iloc[0], numbers[model])
+        ax.scatter(rows["x"], rows["largest_solved"].fillna(floor), marker=style["marker"], s=50, label=model, zorder=3,
+                   facecolors="none" if numbers[model] else style["color"], edgecolors=style["color"])
     every = part[part["solves_all"]]
     if len(every):  # an arrow up: it might solve larger n too
         ax.scatter(every["x"], every["largest_solved"] * 1.25, marker="^", s=18, color="black", zorder=4,
@@ -337,7 +361,7 @@ def _frontier_panel(ax, part: pd.DataFrame, setup: str, sample_length) -> None:
     for i, (_, r) in enumerate(part.sort_values("x").iterrows()):  # what varies: each model's parameters beside it
         y = r["largest_solved"] if r["largest_solved"] == r["largest_solved"] else floor
         ax.annotate(f"{r['params'] / 1000:,.1f}k params", (r["x"], y), xytext=(4, -9 - 7 * (i % 2)),
-                    textcoords="offset points", fontsize=6, color="dimgrey")
+                    textcoords="offset points", fontsize=8, color="dimgrey")
     ax.set_xscale("log")
     ax.set_yscale("log", base=2)
     # Limits and ticks of its own, so that a panel where nothing is solved (every
@@ -379,7 +403,7 @@ def plot_frontier(table: pd.DataFrame, out_dir: Path, solved: float, sample_leng
             return TASKS[DEFAULT_TASK][0](n=n, setup=setup).longest_sample
 
     setups = sorted(dict.fromkeys(table["setup"]), key=setup_key)  # the paper's order, as the other figures
-    fig, axes = plt.subplots(1, len(setups), figsize=(max(6, 4.5 * len(setups)), 3.8), squeeze=False)
+    fig, axes = plt.subplots(1, len(setups), figsize=(max(5, 3.6 * len(setups)), 3.6), squeeze=False)
     for ax, setup in zip(axes[0], setups):
         _frontier_panel(ax, table[table["setup"] == setup].copy(), setup, sample_length)
     score = "robust score" if robust else "exact match"  # robust: held-out, at each seed's own rate
@@ -388,7 +412,7 @@ def plot_frontier(table: pd.DataFrame, out_dir: Path, solved: float, sample_leng
     for ax in axes[0]:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             shown.setdefault(label, handle)
-    axes[0][-1].legend(shown.values(), shown.keys(), fontsize=8, loc="best")
+    axes[0][-1].legend(shown.values(), shown.keys(), fontsize=9, loc="best")
     fig.suptitle("Largest n solved against the recurrent state (floats), each model's parameters beside it"
                  + ("\n(robust to the learning rate)" if robust else ""), fontsize=10)
     fig.tight_layout()

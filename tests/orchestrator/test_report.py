@@ -884,3 +884,14 @@ def test_the_report_opens_with_its_findings_and_the_console_prints_a_summary(tmp
     assert out.count("Open this run in:") == 1 and "|---" not in out and "## " not in out, out
     assert "  Not testable here: the hybrid tracks the Transformer of the same size" in out
     assert "zoology" not in text  # a note for mqar stays out of an IsTree report
+
+
+def test_the_variants_of_an_arch_have_markers_of_their_own():
+    """Issue 53: the laptop run's two Mambas shared colour and marker in every figure."""
+    from orchestrator.report import arch_style, variant_numbers
+
+    numbers = variant_numbers(["mamba", "mamba (tiny-dstate1-nlayers4)", "mamba (tiny-dmodel16)", "transformer"])
+    assert numbers["mamba"] == numbers["transformer"] == 0 and sorted(v for v in numbers.values() if v) == [1, 2]
+    styles = [arch_style("mamba", v) for v in (0, 1, 2)]
+    assert len({s["marker"] for s in styles}) == 3 and len({s["color"] for s in styles}) == 1  # one arch, one colour
+    assert styles[0]["ls"] == "-" and all(s["ls"] == "-." and s["mfc"] == "none" for s in styles[1:])
