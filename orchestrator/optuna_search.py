@@ -210,11 +210,11 @@ class CellwiseOptuna(Searcher):
         self.attach()
         cell = min(open_cells, key=lambda c: self.used[c])  # round robin over cells
         if self.fuse <= 1:
-            trial, name = self._ask(cell, trial_id)
+            trial, name = self.ask_cell(cell, trial_id)
             return {"trial": trial.model_dump(mode="json"), "grid": False, "name": name}
-        return self._suggest_array(cell, trial_id)
+        return self.suggest_array(cell, trial_id)
 
-    def _ask(self, cell, key: str) -> tuple[TrialConfig, str]:
+    def ask_cell(self, cell, key: str) -> tuple[TrialConfig, str]:
         """One trial of `cell`: its next fixed rate, or its study's next suggestion,
         known to the study as `key` (Tune's trial id, or an array member's)."""
         if cell in self.fixed:
@@ -229,7 +229,7 @@ class CellwiseOptuna(Searcher):
             self.studies[cell].tag(key, trial=name, trial_dir=name)
         return trial, name
 
-    def _suggest_array(self, cell, trial_id: str) -> dict:
+    def suggest_array(self, cell, trial_id: str) -> dict:
         """An array of up to `fuse` trials (orchestrator/arrays.py): asked at once,
         one at a time from the least used open cell that trains alike (the same
         arch, setup, size and n: another seed, or another rate of the same cell),
@@ -242,7 +242,7 @@ class CellwiseOptuna(Searcher):
                 break
             member_cell = min(open_alike, key=lambda c: self.used[c])
             key = f"{trial_id}/{len(configs)}"
-            trial, name = self._ask(member_cell, key)
+            trial, name = self.ask_cell(member_cell, key)
             members[key] = (member_cell, name)
             configs.append(trial.model_dump(mode="json"))
         self.members[trial_id] = members
@@ -280,18 +280,18 @@ class CellwiseOptuna(Searcher):
             keys = {name: key for key, (_, name) in self.members[trial_id].items()}
             for name, row in _nested(result, "members").items():
                 if name in keys:
-                    self._member_row(keys[name], row)
+                    self.member_row(keys[name], row)
             for name in _nested(result, "member_errors"):
                 if name in keys:
-                    self._member_end(trial_id, keys[name], error=True)
+                    self.member_end(trial_id, keys[name], error=True)
         elif trial_id in self.owner:
             self.studies[self.owner[trial_id]].on_trial_result(trial_id, result)
 
-    def _member_row(self, key: str, row: dict) -> None:
+    def member_row(self, key: str, row: dict) -> None:
         if key in self.owner:
             self.studies[self.owner[key]].on_trial_result(key, row)
 
-    def _member_end(self, trial_id: str, key: str, error: bool) -> None:
+    def member_end(self, trial_id: str, key: str, error: bool) -> None:
         """A member's end, told with its last evaluation (CellStudy keeps it)."""
         self.members.get(trial_id, {}).pop(key, None)
         if key in self.owner:
@@ -301,7 +301,7 @@ class CellwiseOptuna(Searcher):
         self.attach()
         if trial_id in self.members:
             for key in list(self.members[trial_id]):
-                self._member_end(trial_id, key, error)
+                self.member_end(trial_id, key, error)
             self.members.pop(trial_id, None)
         elif trial_id in self.owner:
             self.studies[self.owner.pop(trial_id)].on_trial_complete(trial_id, result, error)
