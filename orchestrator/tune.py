@@ -22,8 +22,8 @@ from orchestrator.cluster import ClusterError
 from orchestrator.grid import cell_budget, cells, plan, planned_trials, shape_trials
 from orchestrator.optuna_search import RESUMING, CellwiseOptuna, optuna_storage
 from orchestrator.packing import gpu_share
-from orchestrator.rundir import (MLFLOW_FILE, PARAMS_FILE, RESULTS_FILE, STOP_FILE, load_trials, read_plan, restore_rows,
-                                  set_aside_for_rebuild, sqlite_url, tune_statuses, write_plan,
+from orchestrator.rundir import (MLFLOW_FILE, PARAMS_FILE, RESULTS_FILE, STOP_FILE, load_trials, read_plan, read_results,
+                                  restore_rows, set_aside_for_rebuild, sqlite_url, tune_statuses, write_plan,
                                   write_spec_record)
 from orchestrator.spec import SweepSpec
 from orchestrator.stopping import EARLY_STOP, STOP_WAIT_S, sigterm_as_ctrl_c, stop_if_asked_early
@@ -255,15 +255,23 @@ def resume(run_dir: str, spec: SweepSpec, resources: dict, say=print) -> str:
 
 def tune_state_problem(run_dir: str) -> str:
     """Why Tune's record of the run cannot be trusted ('' when it can): its newest
-    experiment state unreadable, or missing a trial whose directory holds results."""
+    experiment state unreadable, missing a trial whose directory holds results, or
+    recording finished a trial whose final row is gone and could not be restored
+    (its directory deleted, its result.json a directory): Tune would never run such
+    a trial again, and every resume would leave it interrupted (issue 52, class 6)."""
     with local_view(run_dir) as local:
         statuses, problem = tune_statuses(local)
         if problem:
             return problem
         started = {p.parent.name for p in Path(local).glob(f"*/{RESULTS_FILE}")}
         missing = sorted(started - set(statuses))
+        lost = sorted(name for name, status in statuses.items() if status == "TERMINATED"
+                      and not any(row.get("final_eval") for row in read_results(Path(local) / name)[-1:]))
     if missing and statuses:
         return f"Tune's experiment state lacks {len(missing)} trial(s) that have results ({', '.join(missing[:3])})"
+    if lost:
+        return (f"Tune recorded {len(lost)} trial(s) finished whose final results are gone and cannot be restored "
+                f"from a checkpoint ({', '.join(lost[:3])}): Tune would not run them again")
     return ""
 
 

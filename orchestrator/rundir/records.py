@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from orchestrator.rundir.layout import EARLIER_RESULTS, ERROR_FILE, PLAN_FILE, RESULTS_FILE, SPEC_FILE, TUNE_STATE, free_path
+from orchestrator.rundir.layout import DAMAGED_RESULTS, EARLIER_RESULTS, ERROR_FILE, PLAN_FILE, RESULTS_FILE, SPEC_FILE, TUNE_STATE, free_path
 from orchestrator.storage import is_remote, read_file, write_file
 
 
@@ -103,6 +103,8 @@ def set_aside_for_rebuild(run_dir: str, unfinished: list[str]) -> None:
             with open(results.with_name(EARLIER_RESULTS), "ab") as earlier:
                 earlier.write(results.read_bytes())
             results.unlink()
+        elif results.exists():  # not a file (a directory): set aside whole, so that the rebuilt trial can write its rows
+            os.replace(results, free_path(results.parent, DAMAGED_RESULTS))
 
 
 def tune_statuses(run_dir: str | Path) -> tuple[dict[str, str], str]:

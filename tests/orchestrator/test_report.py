@@ -895,3 +895,26 @@ def test_the_variants_of_an_arch_have_markers_of_their_own():
     styles = [arch_style("mamba", v) for v in (0, 1, 2)]
     assert len({s["marker"] for s in styles}) == 3 and len({s["color"] for s in styles}) == 1  # one arch, one colour
     assert styles[0]["ls"] == "-" and all(s["ls"] == "-." and s["mfc"] == "none" for s in styles[1:])
+
+
+@pytest.mark.parametrize("damage", ["directory deleted", "result.json a directory"])
+def test_a_finished_trial_whose_results_are_gone_makes_resume_rebuild_not_loop(tmp_path, damage):
+    """Issue 52, class 6: Tune recorded the trial finished, so a resume never ran it
+    again, and status said "interrupted: resume restores it" after every resume."""
+    from orchestrator.rundir import set_aside_for_rebuild
+    from orchestrator.tune import tune_state_problem
+
+    run, trials = fake_run(tmp_path, accuracy)
+    _tune_state(run, {t.name: "TERMINATED" for t in trials})
+    assert tune_state_problem(str(run)) == ""  # every trial's final row is there: Tune's record holds
+    gone = trials[0].name
+    if damage == "directory deleted":
+        shutil.rmtree(run / gone)
+    else:
+        (run / gone / "result.json").unlink()
+        (run / gone / "result.json").mkdir()
+    problem = tune_state_problem(str(run))
+    assert f"final results are gone and cannot be restored from a checkpoint ({gone})" in problem, problem
+    set_aside_for_rebuild(str(run), [gone])
+    if damage != "directory deleted":  # set aside whole, so that the rebuilt trial can write its rows
+        assert not (run / gone / "result.json").exists() and (run / gone / "result-damaged.json").is_dir()
