@@ -32,14 +32,33 @@ def plan(
     and GPU share, warnings for trials that would not fit their share, and the
     sweep's projected wall time from measured rates (bench/bench_sweep.py)."""
     from orchestrator.arrays import members_per_array
-    from orchestrator.grid import cell_budget, cell_name, cell_rates, cells, expand, shape_trials
-    from orchestrator.packing import gpu_share, memory_warnings
+    from orchestrator.grid import shape_trials
 
     s = spec_or_exit(spec)
     # What a trial gets where it runs: on this machine unless --device-name names
     # another (device auto runs on CPU where there is no GPU).
     target = device_name or next(iter(local_gpus()), "cpu")
     on_gpu = s.resources.device == "cuda" or (s.resources.device == "auto" and target != "cpu")
+    rows, shares = _rows(s, on_gpu)
+    fuse = members_per_array(s.resources, on_gpu, shape_trials(s))
+    if fuse > 1 and s.search.method == "grid":
+        _in_arrays(s, rows, shares, fuse, on_gpu)
+    for row in rows:
+        if on_gpu:
+            row["gpus"], row["gpu_mem_gb"] = shares[row["name"]][0], round(shares[row["name"]][1], 1)
+        else:
+            row["cpus"] = s.resources.cpus_per_trial
+    if format == "json":
+        typer.echo(json.dumps(rows, indent=1))
+        return
+    _print_plan(s, rows, shares, fuse, on_gpu, device_name, devices, rates)
+
+
+def _rows(s, on_gpu: bool) -> tuple[list[dict], dict]:
+    """The plan's rows (a grid's trials, or an Optuna spec's cells) and each one's GPU share."""
+    from orchestrator.grid import cell_budget, cell_name, cell_rates, cells, expand, shape_trials
+    from orchestrator.packing import gpu_share
+
     rows, shares = [], {}
     if s.search.method == "grid":
         for t in expand(s):
@@ -56,17 +75,12 @@ def plan(
                              lr=", ".join(f"{v:g}" for v in fixed) if fixed else f"{d.distribution}({d.low:g}, {d.high:g})",
                              seed=seed, trials=budget, samples=shape.train.samples * budget))
             shares[name] = gpu_share(s.resources, shape) if on_gpu else None
-    fuse = members_per_array(s.resources, on_gpu, shape_trials(s))
-    if fuse > 1 and s.search.method == "grid":
-        _in_arrays(s, rows, shares, fuse, on_gpu)
-    for row in rows:
-        if on_gpu:
-            row["gpus"], row["gpu_mem_gb"] = shares[row["name"]][0], round(shares[row["name"]][1], 1)
-        else:
-            row["cpus"] = s.resources.cpus_per_trial
-    if format == "json":
-        typer.echo(json.dumps(rows, indent=1))
-        return
+    return rows, shares
+
+
+def _print_plan(s, rows, shares, fuse, on_gpu, device_name, devices, rates) -> None:
+    from orchestrator.packing import memory_warnings
+
     print_table([{k: v for k, v in r.items() if k != "config"} for r in rows])
     n_trials = sum(r.get("trials", 1) for r in rows)
     typer.echo(f"{n_trials} trials, {sum(r['samples'] for r in rows):,} training samples in all -> {s.run_dir()}")
