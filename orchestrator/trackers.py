@@ -26,7 +26,7 @@ from ray.tune.utils.util import SafeFallbackEncoder
 from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData
 
 from orchestrator.arrays import ARRAY_KEY, array_of, member_names
-from orchestrator.rundir import ERROR_FILE, TrialFiles
+from orchestrator.rundir import ERROR_FILE, TrialFiles, small_text
 from orchestrator.spec import SweepSpec
 from orchestrator.storage import answer_timeout, is_remote
 from orchestrator.unpromised import wandb_callback
@@ -202,7 +202,7 @@ class Members:
     def log_trial_end(self, trial, failed: bool = False) -> None:
         if array_of(trial.config) is None:
             return super().log_trial_end(trial, failed)
-        error = _text(Path(trial.local_path, ERROR_FILE)) or f"its array, {trial}, failed"
+        error = small_text(Path(trial.local_path, ERROR_FILE)).strip() or f"its array, {trial}, failed"
         for member in self._members(trial):
             if failed and not _finished(member):
                 self._end(member, trial, error)
@@ -219,13 +219,6 @@ class Members:
         if (member.name, trial.trial_id) in self._live():
             self._live().discard((member.name, trial.trial_id))
             super().log_trial_end(member, True)
-
-
-def _text(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace").strip()
-    except OSError:
-        return ""
 
 
 def _finished(member: _Member) -> bool:

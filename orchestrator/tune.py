@@ -95,11 +95,18 @@ def _cost(config: dict) -> float:
     """A rough relative cost of a Tune config (a trial's or an array's), to start
     the longest first: a sweep whose longest trial starts last ends with one trial
     running alone."""
-    array = array_of(config)
-    trial = TrialConfig.model_validate(array["members"][0] if array else config["trial"])
+    trial, _ = _first_trial(config)
     m = trial.model
     factor = m.mixer.cpu_cost if m.n_recurrent_layers else 1  # the recurrent mixer's measured premium
     return trial.train.samples * trial.task.longest_sample * m.d_model * m.n_layers * factor
+
+
+def _first_trial(config: dict) -> tuple[TrialConfig, int]:
+    """A Tune config's trial, or its array's first member, and how many trials it runs."""
+    array = array_of(config)
+    if array is None:
+        return TrialConfig.model_validate(config["trial"]), 1
+    return TrialConfig.model_validate(array["members"][0]), len(array["members"])
 
 
 def _trial_name(trial) -> str:
@@ -119,9 +126,7 @@ def _per_trial(spec: SweepSpec, resources: dict):
     if resources["gpu"] != "auto":
         return resources
     def per_trial(config: dict):
-        array = array_of(config)
-        first = TrialConfig.model_validate(array["members"][0] if array else config["trial"])
-        share, _ = gpu_share(spec.resources, first, members=len(array["members"]) if array else 1)
+        share, _ = gpu_share(spec.resources, *_first_trial(config))
         return tune.PlacementGroupFactory([{"CPU": resources["cpu"], "GPU": share}])
 
     return per_trial
@@ -196,12 +201,10 @@ def launch(spec: SweepSpec, resources: dict) -> str:
     write_plan(run_dir, **stored)
     trainable, run_config = _tuner_parts(spec, resources)
     if spec.search.method == "grid":
-        trials = list(stored["trials"].values())
-        tuner = _grid_tuner(spec, trials, trainable, run_config, _fuse(spec, resources, trials))
+        tuner = _grid_tuner(spec, list(stored["trials"].values()), trainable, run_config, _fuse(spec, resources))
     else:
-        fuse = members_per_array(spec.resources, bool(resources["gpu"]), shape_trials(spec))
         tune_config = tune.TuneConfig(
-            search_alg=CellwiseOptuna(spec, optuna_storage(spec, run_dir), fuse),
+            search_alg=CellwiseOptuna(spec, optuna_storage(spec, run_dir), _fuse(spec, resources)),
             num_samples=sum(cell_budget(spec, cell) for cell in cells(spec)),
             max_concurrent_trials=spec.resources.max_concurrent,
             trial_name_creator=_trial_name, trial_dirname_creator=_trial_name,
@@ -211,9 +214,10 @@ def launch(spec: SweepSpec, resources: dict) -> str:
     return run_dir
 
 
-def _fuse(spec: SweepSpec, resources: dict, trials: list[dict]) -> int:
-    """The most members an array of this sweep holds (resources.fuse, `auto` resolved)."""
-    return members_per_array(spec.resources, bool(resources["gpu"]), [TrialConfig.model_validate(t) for t in trials])
+def _fuse(spec: SweepSpec, resources: dict) -> int:
+    """The most members an array of this sweep holds (resources.fuse, `auto` resolved
+    by its trials' shapes: a grid's trials, an Optuna spec's cells)."""
+    return members_per_array(spec.resources, bool(resources["gpu"]), shape_trials(spec))
 
 
 def _grid_tuner(spec: SweepSpec, trials: list[dict], trainable, run_config, fuse: int):
@@ -296,7 +300,7 @@ def rebuild(run_dir: str, spec: SweepSpec, trainable, run_config, problem: str, 
         set_aside_for_rebuild(run_dir, [name for name in planned if name not in finished])
     say(f"Tune's state of {run_dir} cannot be used ({problem}); the sweep is rebuilt from the spec and the trial "
         f"directories: {len(finished)} finished trial(s) kept, {len(left)} to run, each from its newest intact checkpoint")
-    return _grid_tuner(spec, left, trainable, run_config, _fuse(spec, resources, list(planned.values())))
+    return _grid_tuner(spec, left, trainable, run_config, _fuse(spec, resources))
 
 
 def can_resume(run_dir: str) -> bool:

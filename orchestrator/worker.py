@@ -56,9 +56,7 @@ def trainable_fn(config: dict) -> None:
             catch_up(_stored_rows(storage), rows, report=lambda row: report(row, None),
                      say=lambda line: _say(f"icr-sweep: {trial.name}: {line}"))
 
-        local = storage is not None and isinstance(storage[0], pyarrow.fs.LocalFileSystem)
-        room = (Path(storage[1]),) if local else ()  # local storage: a checkpoint needs room on its disk too
-        asked = StopRequests(Path(storage[1]).parent / STOP_FILE) if local else None
+        room, asked = _on_local_storage(storage)
         try:
             run_trial(trial, Hooks(report=report, stop=asked, stop_ends=False, on_resume=on_resume),
                       Checkpoints(dir=Path(work) / "checkpoint", resume_from=resume, room_in=room))
@@ -71,6 +69,15 @@ def trainable_fn(config: dict) -> None:
 
 def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
+
+
+def _on_local_storage(storage) -> tuple[tuple[Path, ...], Optional[StopRequests]]:
+    """Where a checkpoint needs room besides the worker's own folder, and the sweep's
+    stop requests: both read on local storage only (the trial's directory on its
+    disk, the stop file beside it)."""
+    if storage is None or not isinstance(storage[0], pyarrow.fs.LocalFileSystem):
+        return (), None
+    return (Path(storage[1]),), StopRequests(Path(storage[1]).parent / STOP_FILE)
 
 
 def _flat(metrics: dict, gpus: float) -> dict:
@@ -112,9 +119,7 @@ def _array_trial(array: dict, storage, gpus: float) -> None:
 
     with tempfile.TemporaryDirectory(prefix="icr-array-") as work:
         resume = first_intact(_checkpoints(work, storage), configs, say=_say, names=names)
-        local = storage is not None and isinstance(storage[0], pyarrow.fs.LocalFileSystem)
-        room = (Path(storage[1]),) if local else ()
-        asked = StopRequests(Path(storage[1]).parent / STOP_FILE) if local else None
+        room, asked = _on_local_storage(storage)
         hooks = ArrayHooks(report=report, stop=asked, stop_ends=False, on_resume=on_resume,
                            fail=lambda name, error: errors.__setitem__(name, f"{type(error).__name__}: {error}"))
         run_array(configs, hooks, Checkpoints(dir=Path(work) / "checkpoint", resume_from=resume, room_in=room), names)

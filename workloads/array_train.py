@@ -61,7 +61,7 @@ def run_array(configs: list[dict | TrialConfig], hooks: ArrayHooks = ArrayHooks(
     run = _ArrayRun(array, hooks, checkpoints)
     metrics = {name: {**t.history[-1], "config": t.config.model_dump(mode="json")}
                for name, t in zip(array.names, array.trials) if t.history}
-    return train_loop(run, hooks, array.trials[0].config.train.samples, val_batches, metrics)
+    return train_loop(run, hooks, val_batches, metrics)
 
 
 def _alone(config: TrialConfig, hooks: ArrayHooks, checkpoints: Checkpoints, name: Optional[str]) -> dict[str, dict]:

@@ -59,22 +59,6 @@ class MembersInTurn(nn.Module):
         return torch.cat([m(part, *args) for m, part in zip(self.members, rows)], dim=0)
 
 
-def _member(part: nn.Module, k: int) -> dict:
-    """Member k of a fused part: its own module's state, or each stacked parameter's slice k."""
-    if isinstance(part, MembersInTurn):
-        return part.members[k].state_dict(keep_vars=True)
-    return {name: p[k] for name, p in part.named_parameters()}
-
-
-def _grad_of(part: nn.Module, key: str, k: int) -> Optional[torch.Tensor]:
-    """Member k's gradient of `key` in a stacked or in-turn part."""
-    if isinstance(part, MembersInTurn):
-        grad = part.members[k].get_parameter(key).grad
-        return None if grad is None else grad.detach()
-    grad = part.get_parameter(key).grad
-    return None if grad is None else grad[k].detach()
-
-
 def _fused_types() -> tuple[type, ...]:
     from workloads.models.lm import RecurrentLayer, SequenceModel
     from workloads.models.transformer import Attention, AttentionLayer, SwiGLU
@@ -139,14 +123,15 @@ class ArrayModel(nn.Module):
         """Member k's parameters and buffers under its lone model's names (detached);
         with `grads`, its parameters' gradients instead (where they have one)."""
         state = {}
-        for path, part in self.parts.items():
-            for key, value in _member(part, k).items():
-                if not grads:
-                    state[f"{path}.{key}"] = value.detach()
-                elif value.requires_grad:  # a parameter or its slice (a buffer has no gradient)
-                    grad = _grad_of(part, key, k)
-                    if grad is not None:
-                        state[f"{path}.{key}"] = grad
+        for name, (p, index) in self.member_slots(k).items():
+            value = p.grad if grads else p
+            if value is not None:
+                state[name] = (value if index is None else value[index]).detach()
+        if not grads:  # buffers: only a member's own module has them (a stacked part holds parameters alone)
+            for path, part in self.parts.items():
+                if isinstance(part, MembersInTurn):
+                    saved = part.members[k].state_dict(keep_vars=True)
+                    state.update({f"{path}.{name}": v.detach() for name, v in saved.items() if f"{path}.{name}" not in state})
         return state
 
 
@@ -348,7 +333,7 @@ class TrialArray:
         """The array's state from its members' lone trials (each restored from its
         checkpoint, `Trial.restore`): the reverse of `to_member`. Every member must
         be at the same step."""
-        at = {t.config.name: (t.scheduler.last_epoch, t.samples) for t in self.trials}
+        at = {name: (t.scheduler.last_epoch, t.samples) for name, t in zip(self.names, self.trials)}
         if len(set(at.values())) > 1:
             raise CheckpointError("the members' checkpoints are at different steps ("
                                   + ", ".join(f"{name}: {samples} samples" for name, (_, samples) in at.items())

@@ -434,13 +434,14 @@ def run_trial(config: dict | TrialConfig, hooks: Hooks = Hooks(), checkpoints: C
     run = _Run(trial, h.report, store.dir, store.room_in, h.clock)
     # A trial resumed after its last evaluation trains nothing and returns that evaluation.
     metrics = {**trial.history[-1], "config": config.model_dump(mode="json")} if trial.history else {}
-    return train_loop(run, h, config.train.samples, val_batches, metrics)
+    return train_loop(run, h, val_batches, metrics)
 
 
-def train_loop(run, h: Hooks, total: int, val_batches, metrics):
+def train_loop(run: LoopRun, h: Hooks, val_batches, metrics):
     """Trains `run` (a lone trial's `_Run`, or an array's: workloads/array_train.py)
-    to `total` samples, evaluating, checkpointing and stopping as `h` says (Hooks);
+    to its sample budget, evaluating, checkpointing and stopping as `h` says (Hooks);
     returns the latest metrics (`metrics` until there are new ones)."""
+    total = run.train.samples
     while run.samples < total and run.training:
         step, eval_due = run.train_step()
         if h.on_step is not None:

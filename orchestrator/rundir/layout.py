@@ -71,6 +71,14 @@ def is_trial_dir(path: Path) -> bool:
     return (Path(path) / PARAMS_FILE).is_file()
 
 
+def small_text(path: Path) -> str:
+    """A small text file of a trial (its error, say): "" where it is absent or cannot be read."""
+    try:
+        return Path(path).read_text(errors="replace")
+    except OSError:
+        return ""
+
+
 def trials_home(path: Path) -> Path:
     """The directory holding the trials' directories: the run's, or for one trial's
     directory (`train --out`) its parent."""

@@ -12,7 +12,7 @@ from typing import Callable, Optional
 import pandas as pd
 
 from orchestrator.rundir.guard import driver_is_live
-from orchestrator.rundir.layout import ERROR_FILE, PARAMS_FILE, PLAN_FILE, SPEC_FILE, is_trial_dir, trial_names
+from orchestrator.rundir.layout import ERROR_FILE, PARAMS_FILE, PLAN_FILE, SPEC_FILE, is_trial_dir, small_text, trial_names
 from orchestrator.rundir.records import RecordError, read_plan, spec_record, tune_trials
 from orchestrator.rundir.rows import METRIC_KEYS, trial_rows
 from workloads.config import TRIAL_IDS
@@ -94,21 +94,13 @@ def _state(status: str | None, results: list[dict], trial_dir: Path, live: bool)
     a driver is working on the trial now."""
     error_file = trial_dir / ERROR_FILE
     if status == "ERROR" or (status is None and not live and error_file.exists() and not results[-1:]):
-        lines = [ln for ln in _text(error_file).splitlines() if ln.strip()]
+        lines = [ln for ln in small_text(error_file).splitlines() if ln.strip()]
         return "error", lines[-1] if lines else "failed (no error file)"
     if results and results[-1].get("final_eval"):
         return "finished", ""
     if live:
         return ("running" if results or status == "RUNNING" else "pending"), ""
     return ("interrupted" if results or status in ("RUNNING", "PAUSED") else "pending"), ""
-
-
-def _text(path: Path) -> str:
-    """A small text file of a trial ("" where it is absent or cannot be read)."""
-    try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return ""
 
 
 def load_trials(run_dir: Path, planned: dict[str, dict] | None = None, locked: bool = True,
