@@ -22,6 +22,7 @@ from orchestrator.cluster import ClusterError
 from orchestrator.grid import cell_budget, cells, plan, planned_trials, shape_trials
 from orchestrator.optuna_search import RESUMING, CellwiseOptuna, optuna_storage
 from orchestrator.packing import gpu_share
+from orchestrator.planned_search import PlannedGrid, pending_for_grid
 from orchestrator.rundir import (MLFLOW_FILE, PARAMS_FILE, RESULTS_FILE, STOP_FILE, load_trials, read_plan, read_results,
                                   restore_rows, set_aside_for_rebuild, sqlite_url, tune_statuses, write_plan,
                                   write_spec_record)
@@ -85,9 +86,9 @@ class StopAtStep(tune.Callback):
             self.stop_now()
 
 
-def _fit(tuner) -> None:
+def _fit(tuner, grid: bool) -> None:
     stop_if_asked_early()
-    with sigterm_as_ctrl_c(), trial_actors_named():
+    with sigterm_as_ctrl_c(), trial_actors_named(), pending_for_grid(grid):
         tuner.fit()
 
 
@@ -110,14 +111,18 @@ def _first_trial(config: dict) -> tuple[TrialConfig, int]:
 
 
 def _trial_name(trial) -> str:
-    if trial.config.get("name"):  # an Optuna trial: named by CellwiseOptuna
-        return trial.config["name"]
-    array = array_of(trial.config)
-    if array:
-        return array["name"]
-    name = TrialConfig.model_validate(trial.config["trial"]).name
+    name = _config_name(trial.config)
     # An Optuna trial of an earlier version: its directory is named with Tune's id.
-    return name if trial.config.get("grid", True) else f"{name}-{trial.trial_id}"
+    return name if trial.config.get("grid", True) or trial.config.get("name") else f"{name}-{trial.trial_id}"
+
+
+def _config_name(config: dict) -> str:
+    """The directory of a Tune config: an Optuna trial's name (CellwiseOptuna's),
+    an array's, or a trial's."""
+    if config.get("name"):
+        return config["name"]
+    array = array_of(config)
+    return array["name"] if array else TrialConfig.model_validate(config["trial"]).name
 
 
 def _per_trial(spec: SweepSpec, resources: dict):
@@ -210,7 +215,7 @@ def launch(spec: SweepSpec, resources: dict) -> str:
             trial_name_creator=_trial_name, trial_dirname_creator=_trial_name,
         )
         tuner = tune.Tuner(trainable, param_space={}, tune_config=tune_config, run_config=run_config)
-    _fit(tuner)
+    _fit(tuner, spec.search.method == "grid")
     return run_dir
 
 
@@ -227,10 +232,11 @@ def _grid_tuner(spec: SweepSpec, trials: list[dict], trainable, run_config, fuse
     alone. Launch and rebuild alike."""
     key, points = ("trial", trials) if fuse <= 1 else (ARRAY_KEY, arrays(trials, fuse))
     ordered = sorted(points, key=lambda point: _cost({key: point}), reverse=True)
-    tune_config = tune.TuneConfig(num_samples=1, max_concurrent_trials=spec.resources.max_concurrent,
+    names = [_config_name({key: point}) for point in ordered]
+    tune_config = tune.TuneConfig(search_alg=PlannedGrid(key, ordered, names, spec.resources.max_concurrent),
+                                  num_samples=max(1, len(ordered)),
                                   trial_name_creator=_trial_name, trial_dirname_creator=_trial_name)
-    return tune.Tuner(trainable, param_space={key: tune.grid_search(ordered)}, tune_config=tune_config,
-                      run_config=run_config)
+    return tune.Tuner(trainable, param_space={}, tune_config=tune_config, run_config=run_config)
 
 
 def resume(run_dir: str, spec: SweepSpec, resources: dict, say=print) -> str:
@@ -253,7 +259,7 @@ def resume(run_dir: str, spec: SweepSpec, resources: dict, say=print) -> str:
             problem = f"Tune cannot restore it ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
     if problem:
         tuner = rebuild(run_dir, spec, trainable, run_config, problem, resources, say)
-    _fit(tuner)
+    _fit(tuner, spec.search.method == "grid")
     return run_dir
 
 

@@ -11,7 +11,7 @@ from orchestrator.rundir.layout import (EARLIER_RESULTS, ERROR_FILE, FAILS_AGAIN
                                         TRIAL_LOCK_FILE, is_trial_dir, small_text, sqlite_url, trial_names, trials_home)
 from orchestrator.rundir.records import (RecordError, read_plan, set_aside_for_rebuild, spec_location,
                                          spec_record, tune_statuses,
-                                         tune_trials, write_plan, write_spec_record)
+                                         tune_trial_dirs, tune_trials, write_plan, write_spec_record)
 from orchestrator.rundir.rows import (METRIC_KEYS, TrialFiles, catch_up, parse_rows, read_results, repair_results, restore_rows,
                                       stored_rows)
 from orchestrator.rundir.run import Run, load_trials, read_run
@@ -23,4 +23,4 @@ __all__ = ["EARLIER_RESULTS", "ERROR_FILE", "FAILS_AGAIN", "Footprint", "LOCK_FI
            "claim_trial_dir", "driver_is_live", "is_trial_dir", "load_trials", "parse_rows", "read_plan",
            "read_results", "read_run", "record_report", "repair_results", "report_owned", "restore_rows",
            "set_aside_for_rebuild", "small_text", "spec_location", "spec_record", "sqlite_url", "stored_rows",
-           "trial_names", "trials_home", "tune_statuses", "tune_trials", "write_plan", "write_spec_record"]
+           "trial_names", "trials_home", "tune_statuses", "tune_trial_dirs", "tune_trials", "write_plan", "write_spec_record"]

@@ -124,10 +124,8 @@ def tune_trials(run_dir: str | Path) -> tuple[dict[str, tuple[str, Optional[dict
     if not files:
         return {}, ""
     try:
-        state = json.loads(files[-1].read_text())
         trials = {}
-        for trial_json, _ in state["trial_data"]:
-            trial = json.loads(trial_json)
+        for trial in _tune_state(files[-1]):
             config = trial.get("config")
             array = config.get("array") if isinstance(config, dict) else None
             if isinstance(array, dict):
@@ -137,6 +135,19 @@ def tune_trials(run_dir: str | Path) -> tuple[dict[str, tuple[str, Optional[dict
         return trials, ""
     except (OSError, ValueError, KeyError, TypeError) as e:
         return {}, f"{files[-1].name}: unreadable ({type(e).__name__}: {e}); trial states come from the trial files"
+
+
+def _tune_state(path: Path) -> list[dict]:
+    """The trials of one experiment state file of Tune's, each as Tune wrote it."""
+    return [json.loads(trial_json) for trial_json, _ in json.loads(path.read_text())["trial_data"]]
+
+
+def tune_trial_dirs(run_dir: str | Path) -> set[str]:
+    """The directory of each trial (or array) in Tune's newest experiment state, as
+    Tune names it: arrays not expanded to their members. Empty where there is no
+    state; an unreadable one raises (OSError, ValueError, KeyError, TypeError)."""
+    files = sorted(Path(run_dir).glob(TUNE_STATE))
+    return {trial["relative_logdir"] for trial in _tune_state(files[-1])} if files else set()
 
 
 def _members(run_dir: str | Path, array: dict, status: str) -> dict[str, tuple[str, dict]]:

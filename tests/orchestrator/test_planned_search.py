@@ -1,0 +1,78 @@
+"""A grid's trials handed to Tune one at a time (orchestrator/planned_search.py):
+each once, in the plan's order, none lost or repeated across a restore."""
+
+import json
+import os
+
+import pytest
+from ray.tune.experiment import Experiment
+
+from orchestrator import planned_search
+from orchestrator.planned_search import PENDING_ENV, PlannedGrid, pending_for_grid
+
+
+def _generator(names, max_concurrent=None):
+    points = [{"trial": name, "weights": [i] * 3} for i, name in enumerate(names)]
+    search = PlannedGrid("trial", points, list(names), max_concurrent)
+    search.add_configurations([Experiment("grid", lambda c: None, config={}, num_samples=len(names))])
+    return search
+
+
+def _created(search) -> list[str]:
+    out = []
+    while (trial := search.next_trial()) is not None:
+        out.append(trial.config["trial"]["trial"])
+    return out
+
+
+def test_a_grid_is_handed_to_tune_one_trial_at_a_time_each_once_in_order():
+    search = _generator(["c", "a", "b"])
+    first = search.next_trial()
+    # Only the trial asked for exists, holding its own config and no other's.
+    assert first.config == {"trial": {"trial": "c", "weights": [0, 0, 0]}}
+    assert _created(search) == ["a", "b"]
+    assert search.is_finished()
+
+
+def test_a_grid_with_max_concurrent_holds_back_trials_until_one_completes():
+    search = _generator(["a", "b", "c"], max_concurrent=2)
+    first, second = search.next_trial(), search.next_trial()
+    assert search.next_trial() is None and not search.is_finished()
+    search.on_trial_complete(first.trial_id, result={})
+    assert search.next_trial().config["trial"]["trial"] == "c"
+
+
+def _experiment_state(folder, names):
+    trial_data = [[json.dumps({"relative_logdir": name, "status": "TERMINATED"}), "{}"] for name in names]
+    (folder / "experiment_state-2026-11-27_00-00-00.json").write_text(json.dumps({"trial_data": trial_data}))
+
+
+@pytest.mark.parametrize("saved", [["a", "b", "c"], ["a"], []])
+def test_a_restored_grid_hands_out_exactly_the_trials_tunes_state_lacks(tmp_path, saved):
+    """Whatever the searcher's own file says (written after Tune's state: a driver
+    killed between the two leaves it older or newer), what Tune restored is not
+    handed out again and everything else is."""
+    names = ["a", "b", "c", "d", "e"]
+    before = _generator(names)
+    for _ in saved:
+        before.next_trial()
+    before.save_to_dir(str(tmp_path), session_str="s")
+    _experiment_state(tmp_path, ["a", "c"])
+
+    after = _generator(names)
+    after.restore_from_dir(str(tmp_path))
+    assert _created(after) == ["b", "d", "e"]
+
+
+def test_a_grid_gets_tunes_own_pending_allowance_and_optuna_and_a_users_setting_keep_theirs(monkeypatch):
+    monkeypatch.delenv(PENDING_ENV, raising=False)
+    monkeypatch.setattr(planned_search, "pending_trials", lambda: 217)
+    with pending_for_grid(grid=True):
+        assert os.environ[PENDING_ENV] == "217"
+    assert PENDING_ENV not in os.environ
+    with pending_for_grid(grid=False):
+        assert PENDING_ENV not in os.environ
+    monkeypatch.setenv(PENDING_ENV, "8")
+    with pending_for_grid(grid=True):
+        assert os.environ[PENDING_ENV] == "8"
+    assert os.environ[PENDING_ENV] == "8"
