@@ -2,6 +2,7 @@
 at an address (checked to answer), and the resources each trial asks of it."""
 
 import contextlib
+import ipaddress
 import os
 import signal
 import socket
@@ -13,8 +14,8 @@ import ray
 
 from orchestrator.packing import gpu_shares
 from orchestrator.spec import SweepSpec
-from orchestrator.unpromised import (autoscaler_node_groups, daemons_in_a_group_of_their_own, temp_dir_option,
-                                     workers_inherit_env)
+from orchestrator.unpromised import (autoscaler_node_groups, daemons_in_a_group_of_their_own, node_on_loopback,
+                                     temp_dir_option, workers_inherit_env)
 from workloads.threads import thread_env
 
 
@@ -100,12 +101,30 @@ def start_ray(spec: SweepSpec, address: Optional[str], temp_dir: Optional[str], 
         port = _free_port(dashboard_host, dashboard_port)
         if port != dashboard_port:
             notes.append(f"Port {dashboard_port} is taken; the dashboard listens on {port} instead (--dashboard-port to choose).")
-        ctx = ray.init(
-            address="local", include_dashboard=True, dashboard_host=dashboard_host, dashboard_port=port,
-            num_cpus=num_cpus, **temp_dir_option(ray_temp), runtime_env=runtime_env,
-            job_config=job_config, log_to_driver=True,
-        )
+        # Ray's processes listen on the machine's routable address (its GCS, raylet and
+        # workers on every interface, its metrics endpoints without a token): on
+        # loopback alone unless the dashboard is asked onto the network.
+        with node_on_loopback(is_loopback(dashboard_host)):
+            ctx = ray.init(
+                address="local", include_dashboard=True, dashboard_host=dashboard_host, dashboard_port=port,
+                num_cpus=num_cpus, **temp_dir_option(ray_temp), runtime_env=runtime_env,
+                job_config=job_config, log_to_driver=True,
+            )
     return ctx, notes
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (a name or address) is this machine's loopback alone."""
+    try:
+        return all(ipaddress.ip_address(info[4][0]).is_loopback for info in socket.getaddrinfo(host, None))
+    except (OSError, ValueError, UnicodeError):
+        return False
+
+
+def ray_token_auth() -> bool:
+    """Whether a Ray started here asks for its token: Ray 2.60 turns token
+    authentication on for a local Ray unless RAY_AUTH_MODE says otherwise."""
+    return os.environ.get("RAY_AUTH_MODE", "token").lower() == "token"
 
 
 def end_orphans(ray_temp: str) -> int:

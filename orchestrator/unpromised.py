@@ -36,6 +36,12 @@ PRIVATE_NAMES = (
                 "`--address auto` resolved to the host:port it names (RAY_ADDRESS or the last `ray start`), so that "
                 "the tool checks it answers before ray.init, which retries an unreachable address forever",
                 "ray.init(address=...) (connects, never resolves alone); ray.util.client (ray:// only)"),
+    PrivateName("ray", "ray._private.ray_constants", "ENABLE_RAY_CLUSTER",
+                "the embedded Ray's node address 127.0.0.1, so that its GCS, raylet, workers, agents and metrics "
+                "endpoints listen on loopback alone, as on macOS (issue 52, class 2)",
+                "ray.init(_node_ip_address='127.0.0.1') (Ray 2.60 replaces a loopback address by the machine's "
+                "routable one, services.resolve_ip_for_localhost); RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 (read once, "
+                "when ray is imported, before the command knows where the dashboard listens)"),
     PrivateName("ray", "ray._private.services", "ConsolePopen",
                 "the embedded Ray's daemons in a process group of their own, so that a stop sent to the driver's "
                 "group (systemd, a batch scheduler, docker stop) reaches the driver alone",
@@ -139,6 +145,24 @@ def daemons_in_a_group_of_their_own():
         yield
     finally:
         services.ConsolePopen = real
+
+
+@contextlib.contextmanager
+def node_on_loopback(loopback: bool):
+    """Within it (with `loopback`), a Ray started here takes 127.0.0.1 as its
+    node's address, as Ray does on macOS and Windows: every process of it listens on
+    loopback alone. Where Ray lacks the switch, it listens where Ray chooses."""
+    from ray._private import ray_constants
+
+    if not loopback or not hasattr(ray_constants, "ENABLE_RAY_CLUSTER"):
+        yield
+        return
+    real = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = real
 
 
 def autoscaler_node_groups() -> dict[str, float]:

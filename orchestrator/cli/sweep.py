@@ -24,6 +24,13 @@ def _ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus):
         except (OSError, UnicodeError) as e:
             fail(f"--dashboard-host {dashboard_host}: not an address of this machine ({getattr(e, 'strerror', None) or e}); "
                   "use 127.0.0.1, or 0.0.0.0 to listen on every interface")
+        from orchestrator.cluster import is_loopback, ray_token_auth
+
+        if not is_loopback(dashboard_host) and not ray_token_auth():
+            fail(f"--dashboard-host {dashboard_host} with RAY_AUTH_MODE={os.environ.get('RAY_AUTH_MODE')}: Ray's "
+                 "dashboard and its job-submission API would answer anyone who reaches this machine, with no token, "
+                 "and run any command they send as you. Unset RAY_AUTH_MODE (the dashboard then asks for Ray's "
+                 "token), or keep it on 127.0.0.1 and reach it through SSH (ssh -L 8265:127.0.0.1:8265 HOST)")
         if temp_dir is not None:
             existing = Path(temp_dir)
             while not existing.exists() and existing != existing.parent:
@@ -48,7 +55,12 @@ def _start_ray(opts: dict, spec):
         url = getattr(ctx, "dashboard_url", None)
         if url:
             typer.secho(f"Ray dashboard: http://{url}", fg=typer.colors.GREEN, err=True)
-            typer.echo("  It asks for Ray's token: print it with `ray get-auth-token` (kept in ~/.ray/auth_token).", err=True)
+            if cluster.ray_token_auth() or opts["address"] is not None:
+                typer.echo("  It asks for Ray's token: print it with `ray get-auth-token` (kept in ~/.ray/auth_token).",
+                           err=True)
+            else:
+                typer.echo(f"  It asks for no token (RAY_AUTH_MODE={os.environ.get('RAY_AUTH_MODE')}): it answers "
+                           "this machine's users alone, on 127.0.0.1.", err=True)
         resources, note = cluster.trial_resources(spec, attached=opts["address"] is not None)
     except cluster.ClusterError as e:
         fail(str(e))

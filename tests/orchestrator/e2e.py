@@ -3,6 +3,7 @@ local Ray with 2 CPUs in a temp dir of its own, free ports, and the kill of one
 test's Ray processes (never `ray stop`, which would end every Ray process of the
 user). The `ray_temp` fixture is in conftest.py."""
 
+import ipaddress
 import os
 import signal
 import socket
@@ -26,20 +27,60 @@ def kill_leftovers(temp_dir: str) -> None:
     """Ends the Ray processes of one test's cluster: those naming its temp dir on
     their command line, or holding a file under it open (Ray's agents rename
     themselves, ray::DashboardAgent, but keep their logs there)."""
+    for pid in ray_processes(temp_dir):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def ray_processes(temp_dir: str) -> list[int]:
+    """The processes of one test's cluster (the driver's included: its command
+    line names the temp dir)."""
+    out = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit() or int(pid) == os.getpid():
             continue
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
             fds = os.listdir(f"/proc/{pid}/fd") if temp_dir not in cmdline else []
-            holds = temp_dir in cmdline or any(temp_dir in _readlink(f"/proc/{pid}/fd/{fd}") for fd in fds)
+            if temp_dir in cmdline or any(temp_dir in _readlink(f"/proc/{pid}/fd/{fd}") for fd in fds):
+                out.append(int(pid))
         except OSError:
             continue
-        if holds:
-            try:
-                os.kill(int(pid), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    return out
+
+
+def listening(temp_dir: str) -> list[tuple[str, int, str]]:
+    """(address, port, process name) of every TCP socket the processes of one
+    test's cluster listen on, read from /proc (IPv4 and IPv6)."""
+    inodes = {}
+    for pid in ray_processes(temp_dir):
+        try:
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                link = _readlink(f"/proc/{pid}/fd/{fd}")
+                if link.startswith("socket:["):
+                    inodes[link[8:-1]] = name
+        except OSError:
+            continue
+    out = []
+    for table, width in (("/proc/net/tcp", 4), ("/proc/net/tcp6", 16)):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] != "0A" or fields[9] not in inodes:  # 0A: LISTEN
+                continue
+            hex_address, hex_port = fields[1].split(":")
+            raw = bytes.fromhex(hex_address)
+            # /proc writes each 32-bit word of the address in host (little-endian) order
+            address = b"".join(raw[i:i + 4][::-1] for i in range(0, width, 4))
+            out.append((str(ipaddress.ip_address(address)), int(hex_port, 16), inodes[fields[9]]))
+    return out
+
+
+def on_loopback(address: str) -> bool:
+    ip = ipaddress.ip_address(address)
+    return ip.is_loopback or (ip.version == 6 and ip.ipv4_mapped is not None and ip.ipv4_mapped.is_loopback)
 
 
 def _readlink(path: str) -> str:

@@ -161,6 +161,25 @@ def test_launch_with_ray_options_that_cannot_work_is_refused_before_anything_sta
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("host", ["0.0.0.0", "::"])
+def test_a_dashboard_on_the_network_without_ray_token_is_refused_before_anything_starts(tmp_path, monkeypatch, host):
+    """Issue 52, class 2: with RAY_AUTH_MODE=disabled and 0.0.0.0, Ray's job API ran
+    anyone's command, while the console said the dashboard asks for a token."""
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    result = runner.invoke(app, ["launch", str(_write(tmp_path)), "--dashboard-host", host])
+    assert result.exit_code == 2, result.output
+    assert f"--dashboard-host {host} with RAY_AUTH_MODE=disabled" in result.output
+    assert "Unset RAY_AUTH_MODE" in result.output and "127.0.0.1" in result.output
+    assert not (tmp_path / "runs").exists()
+
+
+def test_loopback_is_told_from_the_network():
+    from orchestrator.cluster import is_loopback
+
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("::") and not is_loopback("192.0.2.7")
+
+
 def test_resume_of_a_read_only_run_directory_is_refused_by_name(tmp_path):
     """Issue 28, class 10: a traceback before. Needs root's mount (skipped elsewhere)."""
     import shutil

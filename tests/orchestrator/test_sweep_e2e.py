@@ -20,7 +20,7 @@ from orchestrator.rundir import load_trials, read_results, read_run
 from orchestrator.grid import expand
 from orchestrator.spec import load_spec
 from tests.orchestrator.e2e import (SWEEPS, cli, dashboard_answers, free_port, kill_leftovers, killme_spec,
-                                    launch_to_the_end, results_so_far)
+                                    launch_to_the_end, listening, on_loopback, results_so_far)
 
 pytestmark = pytest.mark.slow
 
@@ -40,11 +40,18 @@ def test_a_tiny_sweep_completes_with_its_report_and_the_dashboard_up(tmp_path, r
     stale = {**os.environ, "RAY_ADDRESS": "127.0.0.1:9"}
     proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=port),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True, env=stale)
-    answered_while_running = False
+    answered_while_running, sockets = False, []
     while proc.poll() is None and not answered_while_running:
         answered_while_running = dashboard_answers(port) and proc.poll() is None
         time.sleep(0.5)
+    while proc.poll() is None and not sockets:  # once a trial's worker is up (issue 52, class 2)
+        if next((storage / "istree_micro").glob("*/params.json"), None):
+            sockets = listening(ray_temp)
+        time.sleep(0.5)
     out, _ = proc.communicate(timeout=900)
+    names = {name for _, _, name in sockets}
+    assert {"gcs_server", "raylet", "ray::DashboardA"} <= names, sockets
+    assert all(on_loopback(address) for address, _, _ in sockets), sockets
     diverging, at_once = "transformer-cot-tiny-n5-lr1e12-s0", "rwkv7-cot-tiny-headdim1-n5-lr1e-3-s0"
     assert proc.returncode == 1 and f"2 trial(s) failed (errors in the report): {at_once}, {diverging}" in out, out[-3000:]
     assert "1 trial(s) diverged: lower their architecture's lr in the spec" in out, out[-3000:]
