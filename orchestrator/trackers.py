@@ -514,10 +514,10 @@ def _fetch(trial, name: str) -> None:
               "here and `icr-sweep resume` repairs them from the trial's checkpoint", file=sys.stderr, flush=True)
 
 
-def trackers(spec: SweepSpec, mlflow_uri) -> list:
+def trackers(spec: SweepSpec, mlflow_uri, run_dir: str) -> list:
     """Ray Tune's logger callbacks for the trackers `spec.tracking` turns on, and
     Tune's JSON and CSV results (what status and report read) always."""
-    tracking, run_dir, swept = spec.tracking, spec.run_dir(), swept_fields(spec)
+    tracking, swept = spec.tracking, swept_fields(spec)
     # Tune adds its own JSON, CSV and TensorBoard loggers unless told not to.
     os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
     out = [TrialFilesCallback(), MemberCSV(), ArrayCSV()]

@@ -23,7 +23,8 @@ from orchestrator.grid import cell_budget, cells, plan, planned_trials, shape_tr
 from orchestrator.optuna_search import RESUMING, CellwiseOptuna, optuna_storage
 from orchestrator.packing import gpu_share
 from orchestrator.planned_search import PlannedGrid, pending_for_grid
-from orchestrator.rundir import (MLFLOW_FILE, PARAMS_FILE, RESULTS_FILE, STOP_FILE, load_trials, read_plan, read_results,
+from orchestrator.rundir import (MLFLOW_FILE, PARAMS_FILE, RESULTS_FILE, STOP_FILE, RecordError, load_trials, read_plan,
+                                  read_results, set_aside_plan,
                                   restore_rows, set_aside_for_rebuild, sqlite_url, tune_statuses, write_plan,
                                   write_spec_record)
 from orchestrator.spec import SweepSpec
@@ -159,7 +160,11 @@ def _where(storage) -> str:
     return storage.experiment_fs_path if kind == "local" else f"{kind}://{storage.experiment_fs_path}"
 
 
-def _tuner_parts(spec: SweepSpec, resources: dict):
+def _tuner_parts(spec: SweepSpec, resources: dict, run_dir: str):
+    """Tune's trainable and run config for the sweep in `run_dir`: where the spec
+    says at launch; where the run is now on resume (moved, copied or renamed since:
+    Tune's experiment, the stop file and MLflow's default store go there, never
+    back to where it was launched)."""
     trainable = tune.with_resources(trainable_fn, _per_trial(spec, resources))
     # A checkpoint between evaluations (time or stop) is reported with its progress
     # row, which holds no evaluation metric; Tune's check would end the sweep at the
@@ -180,21 +185,21 @@ def _tuner_parts(spec: SweepSpec, resources: dict):
     )
     run_config = tune.RunConfig(
         progress_reporter=reporter,
-        name=spec.name,
-        storage_path=spec.storage_uri(),
+        name=run_dir.rstrip("/").rsplit("/", 1)[-1],
+        storage_path=run_dir.rstrip("/").rsplit("/", 1)[0],
         failure_config=tune.FailureConfig(max_failures=spec.resources.max_failures),
         checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
-        callbacks=[StopAtStep(spec.run_dir()), *trackers(spec, spec.tracking.mlflow and mlflow_uri(spec))],
+        callbacks=[StopAtStep(run_dir), *trackers(spec, spec.tracking.mlflow and mlflow_uri(spec, run_dir), run_dir)],
         verbose=1,
     )
     return trainable, run_config
 
 
-def mlflow_uri(spec: SweepSpec) -> Optional[str]:
+def mlflow_uri(spec: SweepSpec, run_dir: str) -> Optional[str]:
     """The MLflow tracking URI of the spec's tracking.mlflow: its own, else an SQLite
-    file in a local run directory (MLflow's file store is in maintenance mode and
+    file in the local run directory (MLflow's file store is in maintenance mode and
     refuses to open by default); None for a remote run without one."""
-    return spec.tracking.mlflow.tracking_uri or sqlite_url(spec.run_dir(), MLFLOW_FILE)
+    return spec.tracking.mlflow.tracking_uri or sqlite_url(run_dir, MLFLOW_FILE)
 
 
 def launch(spec: SweepSpec, resources: dict) -> str:
@@ -204,7 +209,7 @@ def launch(spec: SweepSpec, resources: dict) -> str:
     write_spec_record(run_dir, spec.model_dump(mode="json"), resources)
     stored = plan(spec)
     write_plan(run_dir, **stored)
-    trainable, run_config = _tuner_parts(spec, resources)
+    trainable, run_config = _tuner_parts(spec, resources, run_dir)
     if spec.search.method == "grid":
         tuner = _grid_tuner(spec, list(stored["trials"].values()), trainable, run_config, _fuse(spec, resources))
     else:
@@ -244,9 +249,14 @@ def resume(run_dir: str, spec: SweepSpec, resources: dict, say=print) -> str:
     from their last intact checkpoint, errored ones are retried from theirs. Where
     Tune's own state cannot be read (a full disk cut it short), the sweep is rebuilt
     from the spec and the trial directories instead (`rebuild`)."""
-    trainable, run_config = _tuner_parts(spec, resources)
+    trainable, run_config = _tuner_parts(spec, resources, run_dir)
     RESUMING["run_dir"] = run_dir
-    if read_plan(run_dir) is None:  # a run launched before plans were stored: status and report read it
+    try:
+        stored = read_plan(run_dir)
+    except RecordError as e:
+        stored = None
+        say(f"{e}: {set_aside_plan(run_dir)}; the plan is made anew from the stored spec")
+    if stored is None:  # damaged, or a run launched before plans were stored: status and report read it
         write_plan(run_dir, **plan(spec))
     for name, what in restore_rows(run_dir).items():
         say(f"{name}: {what}")
@@ -277,7 +287,9 @@ def tune_state_problem(run_dir: str) -> str:
         missing = sorted(started - set(statuses))
         lost = sorted(name for name, status in statuses.items() if status == "TERMINATED"
                       and not any(row.get("final_eval") for row in read_results(Path(local) / name)[-1:]))
-    if missing and statuses:
+    if missing and not statuses:  # deleted, or a driver killed before Tune first saved it
+        return f"Tune's experiment state is missing, and {len(missing)} trial(s) have results ({', '.join(missing[:3])})"
+    if missing:
         return f"Tune's experiment state lacks {len(missing)} trial(s) that have results ({', '.join(missing[:3])})"
     if lost:
         return (f"Tune recorded {len(lost)} trial(s) finished whose final results are gone and cannot be restored "

@@ -153,7 +153,7 @@ def _run_locked(run_dir: str, work, footprint=None) -> None:
                 import errno
 
                 full = isinstance(e, OSError) and e.errno == errno.ENOSPC or "truncated" in str(e)
-                typer.secho(f"The sweep's driver stopped: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                typer.secho(f"The sweep's driver stopped: {_cause(e)}"
                             + ("; the disk is full, or was: free some space before resuming" if full else ""),
                             fg=typer.colors.RED, err=True)
                 interrupted = True
@@ -167,6 +167,15 @@ def _run_locked(run_dir: str, work, footprint=None) -> None:
     if interrupted:
         typer.secho("Interrupted.", fg=typer.colors.YELLOW, err=True)
     _finish(run_dir)
+
+
+def _cause(e: Exception) -> str:
+    """An exception in one line, its cause named: Tune hands a failure on as a
+    TuneError whose text is the whole traceback, whose last line says what failed."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    if not lines:
+        return type(e).__name__
+    return lines[-1] if lines[0].startswith("Traceback") else f"{type(e).__name__}: {lines[0]}"
 
 
 def _discard(footprint, say: bool = False) -> bool:
@@ -208,7 +217,7 @@ def launch(
     s = spec_or_exit(spec, storage)
     run_dir = s.run_dir()
     opts = _ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus)
-    _check_trackers(s)
+    _check_trackers(s, run_dir)
     footprint = Footprint(run_dir)  # before anything is written: what the folder held, which folders are made
     try:
         check_storage(run_dir)  # first: it names paths too long to look into
@@ -244,14 +253,14 @@ def launch(
     _run_locked(run_dir, work, footprint)
 
 
-def _check_trackers(s) -> None:
-    """The trackers the spec turns on can take the sweep (orchestrator/tracking.py):
-    exit 2 naming the field before Ray starts."""
+def _check_trackers(s, run_dir: str) -> None:
+    """The trackers the spec turns on can take the sweep in `run_dir`
+    (orchestrator/tracking.py): exit 2 naming the field before Ray starts."""
     from orchestrator.tracking import TrackerError, check_trackers
     from orchestrator.tune import mlflow_uri
 
     try:
-        check_trackers(s.tracking, mlflow_uri(s) if s.tracking.mlflow else None)
+        check_trackers(s.tracking, mlflow_uri(s, run_dir) if s.tracking.mlflow else None)
     except TrackerError as e:
         fail(str(e))
 
@@ -290,12 +299,22 @@ def _check_optuna_studies_open(s, run_dir: str) -> None:
         return
     import optuna
 
+    from orchestrator.grid import cell_rates, cells
+    from orchestrator.optuna_search import study_name
+
+    remedy = ("the trials' results are intact. Put back a copy of the file, or launch the spec again into a new "
+              "directory (another name or --storage)")
+    where = storage.removeprefix("sqlite:///")
+    if s.search.storage is None and not Path(where).exists():
+        fail(f"{where} is gone: it held this sweep's Optuna studies (every trial's rate and value); {remedy}")
     try:
-        optuna.get_all_study_names(storage)
+        known = set(optuna.get_all_study_names(storage))
     except Exception as e:  # SQLAlchemy's and sqlite's many kinds
-        fail(f"{storage.removeprefix('sqlite:///')}: Optuna's studies cannot be read ({type(e).__name__}: "
-             f"{str(e).splitlines()[0][:200]}); the trials' results are intact. Put back a copy of the file, or launch "
-             "the spec again into a new directory (another name or --storage)")
+        fail(f"{where}: Optuna's studies cannot be read ({type(e).__name__}: {str(e).splitlines()[0][:200]}); {remedy}")
+    lost = [name for name in (study_name(s, c) for c in cells(s) if not cell_rates(s, c)) if name not in known]
+    if lost:
+        fail(f"{where} lacks {len(lost)} of this sweep's Optuna studies ({', '.join(lost[:2])}): replaced or "
+             f"emptied since the launch? {remedy}")
 
 
 def _running_at_once(s, trials: int, cpus: Optional[int]) -> int:
@@ -372,7 +391,7 @@ def resume(
         check_storage(run, flag="place: copy the run directory somewhere writable and resume the copy")
     except RunDirError as e:
         fail(str(e))
-    _check_trackers(s)
+    _check_trackers(s, run)
     opts = _ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus)
 
     def work():

@@ -89,6 +89,16 @@ def read_plan(run_dir: str | Path) -> Optional[dict]:
     return plan
 
 
+def set_aside_plan(run_dir: str) -> str:
+    """A damaged plan moved out of the way of the one that replaces it (local runs;
+    a remote one is written over); says where."""
+    if is_remote(run_dir):
+        return "written over"
+    kept = free_path(Path(run_dir), PLAN_FILE + ".damaged")
+    os.replace(Path(run_dir, PLAN_FILE), kept)
+    return f"kept as {kept.name}"
+
+
 def set_aside_for_rebuild(run_dir: str, unfinished: list[str]) -> None:
     """Before a sweep is rebuilt in `run_dir` (local): Tune's damaged states renamed,
     so that the new experiment's is the one read next; and each unfinished trial's

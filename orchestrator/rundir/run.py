@@ -252,4 +252,7 @@ def _records(run_dir: Path, notes: list[str], plan_of) -> tuple[Optional[dict], 
     if plan is None and (plan_problem or spec is not None):
         missing = plan_problem or f"no {PLAN_FILE} beside {SPEC_FILE} (a run of an earlier version)"
         notes.append(f"{missing}: trials not started yet are not listed")
+    elif plan_problem:  # a plan made anew from the stored spec stands in for it
+        notes.append(f"{plan_problem}: the trials are those the stored spec plans today (`icr-sweep resume` "
+                     "sets the damaged file aside and stores that plan)")
     return spec, plan

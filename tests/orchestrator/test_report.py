@@ -918,3 +918,32 @@ def test_a_finished_trial_whose_results_are_gone_makes_resume_rebuild_not_loop(t
     set_aside_for_rebuild(str(run), [gone])
     if damage != "directory deleted":  # set aside whole, so that the rebuilt trial can write its rows
         assert not (run / gone / "result.json").exists() and (run / gone / "result-damaged.json").is_dir()
+
+
+def test_a_deleted_tune_state_makes_resume_rebuild_instead_of_starting_tune_afresh(tmp_path):
+    """Issue 52, messages: with tuner.pkl kept and Tune's state deleted, Tune logged
+    a traceback and started the grid over as a new experiment."""
+    from orchestrator.tune import tune_state_problem
+
+    run, trials = fake_run(tmp_path, accuracy)
+    _tune_state(run, {t.name: "TERMINATED" for t in trials})
+    assert tune_state_problem(str(run)) == ""
+    next(run.glob("experiment_state-*.json")).unlink()
+    problem = tune_state_problem(str(run))
+    assert f"Tune's experiment state is missing, and {len(trials)} trial(s) have results" in problem, problem
+
+
+def test_a_damaged_plan_is_named_by_status_and_set_aside_by_resume(tmp_path):
+    """Issue 52, messages: status was silent about a damaged plan.json, and resume
+    failed on it after Ray had started."""
+    from orchestrator.rundir import read_plan, set_aside_plan
+
+    run, trials = fake_run(tmp_path, accuracy)
+    (run / "plan.json").write_text('{"trials": 3')
+    from orchestrator.spec import plan_of_record
+
+    notes = read_run(run, plan_of=plan_of_record).notes  # as status, report and load_run read it
+    assert any("plan.json is damaged" in n and "the trials are those the stored spec plans" in n for n in notes), notes
+    assert set(load_trials(run)["trial"]) == {t.name for t in trials}
+    assert set_aside_plan(str(run)) == "kept as plan.json.damaged"
+    assert (run / "plan.json.damaged").read_text() == '{"trials": 3' and read_plan(run) is None

@@ -270,6 +270,17 @@ def test_an_optuna_sweep_runs_its_trial_budget_per_cell(tmp_path, ray_temp):
                              capture_output=True, text=True, timeout=120)
     assert damaged.returncode == 2 and f"{db}: Optuna's studies cannot be read (DatabaseError" in damaged.stderr, damaged.stderr
     assert "Ray dashboard" not in damaged.stderr and "Put back a copy of the file" in damaged.stderr
+    # Deleted, or replaced by an empty one: resume ended in "KeyError: 'Record does not
+    # exist.'" after Ray started (issue 52's messages).
+    db.unlink()
+    gone = subprocess.run(cli("resume", str(storage / "optuna_micro"), ray_temp=ray_temp, port=free_port()),
+                          capture_output=True, text=True, timeout=120)
+    assert gone.returncode == 2 and f"{db} is gone: it held this sweep's Optuna studies" in gone.stderr, gone.stderr
+    assert "Ray dashboard" not in gone.stderr and not db.exists()
+    optuna.create_study(storage=url, study_name="another")
+    emptied = subprocess.run(cli("resume", str(storage / "optuna_micro"), ray_temp=ray_temp, port=free_port()),
+                             capture_output=True, text=True, timeout=120)
+    assert emptied.returncode == 2 and f"{db} lacks 2 of this sweep's Optuna studies" in emptied.stderr, emptied.stderr
 
 
 def test_a_run_with_damaged_tune_state_and_checkpoint_still_resumes(tmp_path, ray_temp):

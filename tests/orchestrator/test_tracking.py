@@ -262,7 +262,7 @@ def test_tensorboard_off_keeps_tunes_json_and_csv_results(tmp_path, monkeypatch)
 
     monkeypatch.delenv("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", raising=False)
     spec = SweepSpec(name="quiet", storage=str(tmp_path), tracking=dict(tensorboard=False))
-    kinds = [type(c) for c in trackers(spec, None)]
+    kinds = [type(c) for c in trackers(spec, None, spec.run_dir())]
     # result.json is what status, report and load_run read: it must stay, written by the run
     # directory's own writer in the place of Tune's JSON logger (which it is, so Tune adds no other).
     # progress.csv: each trial's (an array's members' each: MemberCSV) and an array's own (ArrayCSV), which Tune's
@@ -270,7 +270,7 @@ def test_tensorboard_off_keeps_tunes_json_and_csv_results(tmp_path, monkeypatch)
     assert kinds == [TrialFilesCallback, MemberCSV, ArrayCSV] and issubclass(TrialFilesCallback, JsonLoggerCallback)
     assert issubclass(MemberCSV, CSVLoggerCallback) and issubclass(ArrayCSV, CSVLoggerCallback)
     assert __import__("os").environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] == "1"  # Tune adds none of its own
-    assert [type(c) for c in trackers(SweepSpec(name="default", storage=str(tmp_path)), None)] == \
+    assert [type(c) for c in trackers(SweepSpec(name="default", storage=str(tmp_path)), None, str(tmp_path))] == \
         [TrialFilesCallback, MemberCSV, ArrayCSV, TensorBoard]
 
 

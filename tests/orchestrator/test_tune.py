@@ -311,3 +311,35 @@ def test_a_ctrl_c_swallowed_before_tunes_loop_still_stops_the_sweep():
         with pytest.raises(KeyboardInterrupt):
             stop_if_asked_early()
     assert signal.getsignal(signal.SIGINT) is not EARLY_STOP.handler  # the previous handler is back
+
+
+def test_a_run_resumed_where_it_was_moved_writes_there_and_never_where_it_was_launched(tmp_path):
+    """Issue 52 (found while checking its messages): a copy of a run whose resume
+    rebuilt the sweep wrote Tune's new state into the original run directory (the
+    stored spec's storage), and a moved run's stop file and MLflow store went there too."""
+    from orchestrator.tune import StopAtStep, _tuner_parts
+
+    spec = SweepSpec(name="first", storage=str(tmp_path / "launched"), tracking=dict(mlflow={}))
+    now = str(tmp_path / "elsewhere" / "copy")
+    _, run_config = _tuner_parts(spec, {"cpu": 1, "gpu": 0}, now)
+    assert (run_config.storage_path, run_config.name) == (str(tmp_path / "elsewhere"), "copy")
+    stop = next(c for c in run_config.callbacks if isinstance(c, StopAtStep))
+    assert str(stop.stop_file).startswith(now + "/")
+    mlflow = next(c for c in run_config.callbacks if type(c).__name__ == "MLflow")
+    assert mlflow.tracking_uri == f"sqlite:///{now}/mlflow.db", mlflow.tracking_uri
+    _, at_launch = _tuner_parts(spec, {"cpu": 1, "gpu": 0}, spec.run_dir())
+    assert (at_launch.storage_path, at_launch.name) == (str(tmp_path / "launched"), "first")
+
+
+def test_a_driver_failure_is_told_by_its_cause_not_by_the_first_line_of_a_traceback():
+    """Issue 52's messages: "The sweep's driver stopped: TuneError: Traceback (most
+    recent call last):" named nothing."""
+    from ray.tune.error import TuneError
+
+    from orchestrator.cli.sweep import _cause
+
+    wrapped = TuneError("Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n    g()\n"
+                        "KeyError: 'Record does not exist.'\n")
+    assert _cause(wrapped) == "KeyError: 'Record does not exist.'"
+    assert _cause(OSError(28, "No space left on device")) == "OSError: [Errno 28] No space left on device"
+    assert _cause(RuntimeError()) == "RuntimeError"
