@@ -83,6 +83,29 @@ def _bounded(fs):
     return pyarrow.fs.S3FileSystem(**options)
 
 
+def bounded_filesystem(uri: str):
+    """(filesystem, path) of remote `uri` for Ray Tune, every request of it bounded
+    by the wait (ICR_STORAGE_TIMEOUT_S): Tune's own filesystem waits for ever on a
+    store that accepts connections and stops answering (issue 52, class 5)."""
+    import pyarrow.fs
+
+    try:
+        fs, path = pyarrow.fs.FileSystem.from_uri(uri)
+    except (OSError, ValueError) as e:
+        raise RunDirError(f"{uri}: cannot open this storage ({e})") from None
+    return _bounded(fs), path
+
+
+def silent_for(uri: str) -> str:
+    """Why remote `uri` does not answer now ('' where it does): one bounded request."""
+    try:
+        fs, path = bounded_filesystem(uri)
+        fs.get_file_info(path)
+        return ""
+    except Exception as e:  # pyarrow's OSError, a store's own error: said, never raised
+        return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
 def _try(fn, *args):
     try:
         return fn(*args)

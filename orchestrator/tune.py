@@ -29,7 +29,7 @@ from orchestrator.rundir import (MLFLOW_FILE, PARAMS_FILE, RESULTS_FILE, STOP_FI
                                   write_spec_record)
 from orchestrator.spec import SweepSpec
 from orchestrator.stopping import EARLY_STOP, STOP_WAIT_S, sigterm_as_ctrl_c, stop_if_asked_early
-from orchestrator.storage import is_remote, local_view
+from orchestrator.storage import answer_timeout, bounded_filesystem, is_remote, local_view, silent_for
 from orchestrator.trackers import trackers
 from orchestrator.unpromised import trial_actors_named
 from orchestrator.worker import trainable_fn
@@ -85,6 +85,52 @@ class StopAtStep(tune.Callback):
         if running <= self.reported or time.monotonic() - self.asked_at > STOP_WAIT_S:
             self.asked_at = None
             self.stop_now()
+
+
+class StorageWatch(tune.Callback):
+    """Remote storage that stops answering mid-sweep (a store paused, a network
+    gone) stops the sweep, said once, with what to do: every trial's checkpoint and
+    Tune's state go there, and Tune otherwise retried them for good (issue 52, class
+    5). One bounded request every PROBE_EVERY_S, in a thread of its own; a request
+    unanswered after the wait (ICR_STORAGE_TIMEOUT_S), or failed, is a silent store."""
+
+    PROBE_EVERY_S = 10.0
+
+    def __init__(self, run_dir: str):
+        self.run_dir = run_dir
+        self.__setstate__({})
+
+    def __getstate__(self):  # pickled with the run config: its thread and the handler stay behind
+        return {"run_dir": self.run_dir}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state, probe=None, started=0.0, outcome=[], stopped=False, tune_handler=None)
+
+    def setup(self, **info):
+        handler = signal.getsignal(signal.SIGINT)  # Tune's (remote runs: StopAtStep leaves it in place)
+        self.tune_handler = handler if callable(handler) else None
+
+    def on_step_begin(self, iteration, trials, **info):
+        if self.stopped or self.tune_handler is None:
+            return
+        now = time.monotonic()
+        if self.probe is not None and self.probe.is_alive():
+            if now - self.started > answer_timeout():
+                self.stop(f"no answer within {answer_timeout():g} s")
+            return
+        if self.outcome and self.outcome[0]:
+            return self.stop(self.outcome[0])
+        if self.probe is None or now - self.started >= self.PROBE_EVERY_S:
+            self.outcome, self.started = [], now
+            self.probe = threading.Thread(target=lambda out=self.outcome: out.append(silent_for(self.run_dir)),
+                                          daemon=True)
+            self.probe.start()
+
+    def stop(self, why: str) -> None:
+        self.stopped = True
+        print(f"The storage of {self.run_dir} stopped answering ({why}): the sweep stops, since no checkpoint can be "
+              f"stored. Once it answers again:\n  icr-sweep resume {self.run_dir}", file=sys.stderr, flush=True)
+        self.tune_handler(signal.SIGINT, None)
 
 
 def _fit(tuner, grid: bool) -> None:
@@ -183,14 +229,21 @@ def _tuner_parts(spec: SweepSpec, resources: dict, run_dir: str):
                         **{name: METRICS[name].label for name in PLOTTED}, "samples_per_s": "samples/s"},
         parameter_columns={"trial/train/lr": "lr"}, max_report_frequency=30,
     )
+    storage_path, name = run_dir.rstrip("/").rsplit("/", 1)
+    remote = {}
+    if is_remote(run_dir):  # every request bounded, and a store that falls silent stops the sweep
+        fs, storage_path = bounded_filesystem(storage_path)
+        remote = dict(storage_filesystem=fs, sync_config=tune.SyncConfig(sync_timeout=3 * answer_timeout()))
     run_config = tune.RunConfig(
         progress_reporter=reporter,
-        name=run_dir.rstrip("/").rsplit("/", 1)[-1],
-        storage_path=run_dir.rstrip("/").rsplit("/", 1)[0],
+        name=name,
+        storage_path=storage_path,
         failure_config=tune.FailureConfig(max_failures=spec.resources.max_failures),
         checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
-        callbacks=[StopAtStep(run_dir), *trackers(spec, spec.tracking.mlflow and mlflow_uri(spec, run_dir), run_dir)],
+        callbacks=[StopAtStep(run_dir), *([StorageWatch(run_dir)] if remote else []),
+                   *trackers(spec, spec.tracking.mlflow and mlflow_uri(spec, run_dir), run_dir)],
         verbose=1,
+        **remote,
     )
     return trainable, run_config
 
@@ -264,7 +317,10 @@ def resume(run_dir: str, spec: SweepSpec, resources: dict, say=print) -> str:
     tuner = None
     if not problem:
         try:
-            tuner = tune.Tuner.restore(run_dir, trainable=trainable, resume_unfinished=True, resume_errored=True)
+            fs = run_config.storage_filesystem  # a remote run's, bounded: then the path is without its scheme
+            where = f"{run_config.storage_path}/{run_config.name}" if fs else run_dir
+            tuner = tune.Tuner.restore(where, trainable=trainable, resume_unfinished=True, resume_errored=True,
+                                       storage_filesystem=fs)
         except Exception as e:  # a damaged tuner.pkl or state fails in many ways
             problem = f"Tune cannot restore it ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
     if problem:

@@ -82,7 +82,13 @@ def _finish(run_dir: str) -> None:
     when some failed for good, 0 when every planned trial finished."""
     from orchestrator.cli.results import say_failed, write_and_print_report  # here: --help lists status after launch
     from orchestrator.stopping import sigterm_as_ctrl_c
+    from orchestrator.storage import is_remote, silent_for
 
+    silent = is_remote(run_dir) and silent_for(run_dir)
+    if silent:  # the report would be read from there and written there: one bounded request says so first
+        typer.secho(f"The report waits: the storage does not answer ({silent}). The trials' checkpoints there are "
+                    f"intact; once it answers again:\n  icr-sweep resume {run_dir}", fg=typer.colors.YELLOW, err=True)
+        raise typer.Exit(130)
     try:
         with sigterm_as_ctrl_c():  # Tune's loop has ended: a stop here must still say how to get the report
             trials = write_and_print_report(run_dir)

@@ -152,3 +152,73 @@ def test_a_store_that_accepts_and_never_answers_is_given_up_on_within_the_wait(t
         # (A hang, not a speed: before, the command held on for ~100 s after giving up.)
         result = subprocess.run(command(*args), capture_output=True, text=True, timeout=45, env=env, cwd=tmp_path)
         assert result.returncode == 2 and "did not answer within 2 s" in result.stderr, result.stderr[-2000:]
+
+
+@pytest.fixture
+def pausable_s3(tmp_path):
+    """moto's S3 server in a process of its own, which a test can pause (SIGSTOP):
+    a store that accepts connections and stops answering mid-sweep. Returns
+    (process, boto3 client, environment for the commands)."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {**os.environ, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1", "ICR_STORAGE_TIMEOUT_S": "6"}
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id="testing",
+                          aws_secret_access_key="testing", region_name="us-east-1")
+    deadline = time.time() + 30
+    while True:
+        try:
+            client.create_bucket(Bucket=BUCKET)
+            break
+        except Exception:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.3)
+    yield server, client, env
+    server.send_signal(signal.SIGCONT)
+    server.kill()
+    server.wait()
+
+
+def test_a_store_that_falls_silent_mid_sweep_stops_it_with_the_resume_command(pausable_s3, tmp_path, ray_temp):
+    """Issue 52, class 5: S3 paused once both trials had checkpointed: the driver
+    retried its state saves for good (still running 5 minutes later). Now the sweep
+    stops, says why and how to go on, and resumes to the end once S3 answers."""
+    server, client, env = pausable_s3
+    spec_path = killme_spec(tmp_path, name="silent", samples=12288)
+    run = f"s3://{BUCKET}/runs/silent"
+    proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", f"s3://{BUCKET}/runs", ray_temp=ray_temp,
+                                port=free_port()), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, cwd=tmp_path, env=env)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        with_checkpoints = {key.split("/")[2] for key in _keys(client, "runs/silent/") if "/checkpoint_" in key}
+        if len(with_checkpoints) >= 2:
+            break
+        time.sleep(0.5)
+    assert proc.poll() is None, "the sweep ended before the store was paused"
+    server.send_signal(signal.SIGSTOP)
+    try:
+        out, _ = proc.communicate(timeout=300)  # a hang, not a speed: before, it never ended
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        server.send_signal(signal.SIGCONT)
+        kill_leftovers(ray_temp)
+    assert proc.returncode == 130, out[-3000:]
+    assert f"The storage of {run} stopped answering" in out and f"icr-sweep resume {run}" in out, out[-3000:]
+    assert "The report waits: the storage does not answer" in out, out[-3000:]
+
+    resumed = subprocess.run(cli("resume", run, ray_temp=ray_temp, port=free_port()), capture_output=True, text=True,
+                             timeout=900, cwd=tmp_path, env=env)
+    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
+    assert "3 trials: 3 finished." in read_file_with(env, f"{run}/report.md")
+
+
+def read_file_with(env: dict, uri: str) -> str:
+    """A file of the paused store's, read in a process with its environment."""
+    code = f"from orchestrator.storage import read_file; print(read_file({uri!r}).decode())"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60).stdout
