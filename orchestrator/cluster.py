@@ -15,7 +15,7 @@ import ray
 from orchestrator.packing import gpu_shares
 from orchestrator.spec import SweepSpec
 from orchestrator.unpromised import (autoscaler_node_groups, daemons_in_a_group_of_their_own, node_on_loopback,
-                                     temp_dir_option, workers_inherit_env)
+                                     quiet_worker_exits, temp_dir_option, workers_inherit_env)
 from workloads.threads import thread_env
 
 
@@ -80,8 +80,10 @@ def start_ray(spec: SweepSpec, address: Optional[str], temp_dir: Optional[str], 
     job_config = ray.job_config.JobConfig(metadata={"job_name": spec.name})
     workers_inherit_env(not address)  # the embedded Ray's workers get the driver's environment: no secret is copied
     if address:
-        return ray.init(address=resolve_address(address), runtime_env=runtime_env, job_config=job_config,
-                        log_to_driver=True), []
+        ctx = ray.init(address=resolve_address(address), runtime_env=runtime_env, job_config=job_config,
+                       log_to_driver=True)
+        quiet_worker_exits()
+        return ctx, []
     notes = []
     # Ray binds the dashboard's port only when the dashboard is up, seconds after
     # the port was found free: two launches a second apart both chose 8265 and the
@@ -110,6 +112,7 @@ def start_ray(spec: SweepSpec, address: Optional[str], temp_dir: Optional[str], 
                 num_cpus=num_cpus, **temp_dir_option(ray_temp), runtime_env=runtime_env,
                 job_config=job_config, log_to_driver=True,
             )
+    quiet_worker_exits()
     return ctx, notes
 
 

@@ -42,6 +42,14 @@ PRIVATE_NAMES = (
                 "ray.init(_node_ip_address='127.0.0.1') (Ray 2.60 replaces a loopback address by the machine's "
                 "routable one, services.resolve_ip_for_localhost); RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 (read once, "
                 "when ray is imported, before the command knows where the dashboard listens)"),
+    PrivateName("ray", "ray._private.ray_logging", "global_worker_stdstream_dispatcher",
+                "the traceback a trial's worker prints when Ray ends it with SIGTERM inside a weakref callback "
+                "(\"Exception ignored in: ... sigterm_handler ... SystemExit: 1\"), Ray's own making and no failure, "
+                "kept off the driver's console (issue 53)",
+                "ray.init(log_to_driver=False) (every trial's own lines lost too); logging filters (Ray prints "
+                "worker lines with print, not logging)"),
+    PrivateName("ray", "ray._private.ray_logging", "handlers", set_in="WorkerStandardStreamDispatcher.__init__",
+                buys="the dispatcher's handlers above, to wrap the one that prints", tried="none public"),
     PrivateName("ray", "ray._private.services", "ConsolePopen",
                 "the embedded Ray's daemons in a process group of their own, so that a stop sent to the driver's "
                 "group (systemd, a batch scheduler, docker stop) reaches the driver alone",
@@ -163,6 +171,43 @@ def node_on_loopback(loopback: bool):
         yield
     finally:
         ray_constants.ENABLE_RAY_CLUSTER = real
+
+
+def quiet_worker_exits() -> None:
+    """Keeps, from the worker lines Ray prints on this driver's console, the block a
+    worker prints when Ray's SIGTERM lands inside a weakref callback: "Exception
+    ignored in: ..." through Ray's sigterm_handler to "SystemExit: 1". Every other
+    line passes as Ray prints it. Where Ray lacks the names, nothing changes."""
+    try:
+        from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
+
+        with dispatcher._lock:
+            dispatcher.handlers = [(name, _without_exit_noise(handler) if name == "ray_print_logs" else handler)
+                                   for name, handler in dispatcher.handlers]
+    except (ImportError, AttributeError):
+        return
+
+
+def _without_exit_noise(handler: Callable) -> Callable:
+    if getattr(handler, "quiet_exits", False):
+        return handler
+
+    def handle(data: dict) -> None:
+        lines = data.get("lines") or []
+        if any("sigterm_handler" in line for line in lines) and any("SystemExit: 1" in line for line in lines):
+            kept, inside = [], False
+            for line in lines:
+                inside = inside or "Exception ignored in" in line
+                if not inside:
+                    kept.append(line)
+                inside = inside and "SystemExit: 1" not in line
+            if not kept:
+                return
+            data = {**data, "lines": kept}
+        handler(data)
+
+    handle.quiet_exits = True
+    return handle
 
 
 def autoscaler_node_groups() -> dict[str, float]:

@@ -46,3 +46,28 @@ def test_no_other_module_of_the_orchestrator_uses_a_private_name_of_ray_tune_or_
                               "--include=*.py", str(ORCHESTRATOR)], capture_output=True, text=True).stdout
     hits |= {line.split(":")[0] for line in imports.splitlines()}
     assert {Path(h).name for h in hits} == {"unpromised.py"}, out + imports
+
+
+def test_the_traceback_of_a_worker_ended_by_ray_is_kept_off_the_console_and_nothing_else():
+    """Issue 53: the README's first command ended with a Ray worker's "Exception
+    ignored ... SystemExit: 1", printed when Ray's SIGTERM met a weakref callback."""
+    from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
+
+    from orchestrator.unpromised import quiet_worker_exits
+
+    printed = []
+    dispatcher.add_handler("ray_print_logs", lambda data: printed.append(data["lines"]))
+    try:
+        quiet_worker_exits()
+        quiet_worker_exits()  # wrapped once, however often called
+        noise = ["Exception ignored in: <function WeakSet.__init__.<locals>._remove at 0x7f>",
+                 "Traceback (most recent call last):", '  File "_weakrefset.py", line 39, in _remove',
+                 '  File "ray/_private/worker.py", line 1063, in sigterm_handler',
+                 "    raise_sys_exit_with_custom_error_message(", "SystemExit: 1"]
+        dispatcher.emit({"lines": ["step 10", *noise, "step 11"], "pid": 1, "is_err": True})
+        dispatcher.emit({"lines": noise, "pid": 1, "is_err": True})
+        real = ["Traceback (most recent call last):", "SystemExit: 1"]  # a trial's own exit: no sigterm_handler
+        dispatcher.emit({"lines": real, "pid": 1, "is_err": True})
+    finally:
+        dispatcher.remove_handler("ray_print_logs")
+    assert printed == [["step 10", "step 11"], real]
