@@ -144,6 +144,14 @@ def read_file(uri: str) -> Optional[bytes]:
         return f.read()
 
 
+def names_in(uri: str) -> list[str]:
+    """The names of what the remote folder `uri` holds at its top."""
+    import pyarrow.fs
+
+    fs, root = _fs(uri)
+    return [Path(item.path).name for item in fs.get_file_info(pyarrow.fs.FileSelector(root.rstrip("/")))]
+
+
 def _is_checkpoint(relative: str) -> bool:
     return any(part.startswith("checkpoint_") for part in relative.split("/"))
 

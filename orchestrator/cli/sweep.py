@@ -82,6 +82,7 @@ def _finish(run_dir: str) -> None:
     when some failed for good, 0 when every planned trial finished."""
     from orchestrator.cli.results import say_failed, write_and_print_report  # here: --help lists status after launch
     from orchestrator.stopping import sigterm_as_ctrl_c
+    from orchestrator.rundir import RunDirError, record_driver_end
     from orchestrator.storage import is_remote, silent_for
 
     silent = is_remote(run_dir) and silent_for(run_dir)
@@ -89,6 +90,12 @@ def _finish(run_dir: str) -> None:
         typer.secho(f"The report waits: the storage does not answer ({silent}). The trials' checkpoints there are "
                     f"intact; once it answers again:\n  icr-sweep resume {run_dir}", fg=typer.colors.YELLOW, err=True)
         raise typer.Exit(130)
+    if is_remote(run_dir):  # no driver lock there: status learns from this that no trial runs now
+        try:
+            record_driver_end(run_dir)
+        except (OSError, RunDirError) as e:
+            typer.secho(f"warning: the driver's end could not be recorded ({e}); status shows the trials it ran as "
+                        "running", fg=typer.colors.YELLOW, err=True)
     try:
         with sigterm_as_ctrl_c():  # Tune's loop has ended: a stop here must still say how to get the report
             trials = write_and_print_report(run_dir)

@@ -9,7 +9,8 @@ from orchestrator.rundir.guard import (Footprint, RunDirError, RunLock, check_la
 from orchestrator.rundir.layout import (EARLIER_RESULTS, ERROR_FILE, FAILS_AGAIN, LOCK_FILE, MLFLOW_FILE, OPTUNA_FILE, PARAMS_FILE,
                                         PLAN_FILE, PLOT_FILES, REPORT_FILES, RESULTS_FILE, SPEC_FILE, STOP_FILE,
                                         TRIAL_LOCK_FILE, is_trial_dir, small_text, sqlite_url, trial_names, trials_home)
-from orchestrator.rundir.records import (RecordError, read_plan, set_aside_for_rebuild, set_aside_plan, spec_location,
+from orchestrator.rundir.records import (RecordError, driver_ended, read_plan, record_driver_end, set_aside_for_rebuild,
+                                         set_aside_plan, spec_location,
                                          spec_record, tune_statuses,
                                          tune_trial_dirs, tune_trials, write_plan, write_spec_record)
 from orchestrator.rundir.rows import (METRIC_KEYS, TrialFiles, catch_up, parse_rows, read_results, repair_results, restore_rows,
@@ -20,7 +21,7 @@ __all__ = ["EARLIER_RESULTS", "ERROR_FILE", "FAILS_AGAIN", "Footprint", "LOCK_FI
            "OPTUNA_FILE", "PARAMS_FILE", "PLAN_FILE", "PLOT_FILES", "REPORT_FILES", "RESULTS_FILE",
            "RecordError", "Run", "RunDirError", "RunLock", "SPEC_FILE", "STOP_FILE", "TRIAL_LOCK_FILE",
            "TrialFiles", "catch_up", "check_launch_dir", "check_report_dir", "check_storage",
-           "claim_trial_dir", "driver_is_live", "is_trial_dir", "load_trials", "parse_rows", "read_plan",
-           "read_results", "read_run", "record_report", "repair_results", "report_owned", "restore_rows",
+           "claim_trial_dir", "driver_ended", "driver_is_live", "is_trial_dir", "load_trials", "parse_rows", "read_plan",
+           "read_results", "read_run", "record_driver_end", "record_report", "repair_results", "report_owned", "restore_rows",
            "set_aside_for_rebuild", "set_aside_plan", "small_text", "spec_location", "spec_record", "sqlite_url", "stored_rows",
            "trial_names", "trials_home", "tune_statuses", "tune_trial_dirs", "tune_trials", "write_plan", "write_spec_record"]

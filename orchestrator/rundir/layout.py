@@ -21,6 +21,7 @@
                                       directory holds its params.json, naming the array, rows and errors)
         report.md, results.csv, best.csv, *.png   the report (`icr-sweep report` writes it anew)
         .icr-report.json              the names the report wrote: only those are ever replaced or removed
+        .icr-driver.json              a remote run's: the driver that ended, and Tune's state it left (no lock there)
 
 A launch or a `train` writes only into a folder that holds none of these names, or
 that is already a run of this tool (guard.py): nothing of a user's is overwritten.
@@ -49,6 +50,7 @@ ERROR_FILE = "error.txt"
 FAILS_AGAIN = ".icr-fails-again"
 
 REPORT_MANIFEST = ".icr-report.json"
+DRIVER_FILE = ".icr-driver.json"
 PLOT_FILES = tuple(f"{METRICS[m].plot}_*.png" for m in PLOTTED) + ("frontier.png", "frontier_robust.png")
 REPORT_FILES = ("report.md", "results.csv", "best.csv", "frontier.csv", "frontier_robust.csv", *PLOT_FILES)
 
@@ -57,10 +59,11 @@ REPORT_FILES = ("report.md", "results.csv", "best.csv", "frontier.csv", "frontie
 # marker, tuner and experiment state).
 BEFORE_ANY_TRIAL = (LOCK_FILE, SPEC_FILE, PLAN_FILE, STOP_FILE, OPTUNA_FILE, MLFLOW_FILE, f"{SPEC_FILE}.tmp",
                     f"{PLAN_FILE}.tmp", ".validate_storage_marker", "tuner.pkl", TUNE_STATE, "basic-variant-state-*.json",
-                    "searcher-state-*.pkl")
+                    "search_gen_state-*.json", "searcher-state-*.pkl")
 # Every name a launch writes at the top of its run directory, then or later (trials'
 # directories aside): a folder holding any of them is refused unless it is a run of this tool.
-LAUNCH_WRITES = BEFORE_ANY_TRIAL + (f"{TUNE_STATE}.damaged*", REPORT_MANIFEST, *REPORT_FILES)
+LAUNCH_WRITES = BEFORE_ANY_TRIAL + (f"{TUNE_STATE}.damaged*", f"{PLAN_FILE}.damaged*", REPORT_MANIFEST, DRIVER_FILE,
+                                     *REPORT_FILES)
 # Every name `train --out` (and `report` of that trial) writes into a trial's directory.
 TRIAL_WRITES = (PARAMS_FILE, RESULTS_FILE, "result.tmp", EARLIER_RESULTS, DAMAGED_GLOB, ERROR_FILE, FAILS_AGAIN,
                 STOP_FILE, "checkpoint", "checkpoint_*", REPORT_MANIFEST, *REPORT_FILES)

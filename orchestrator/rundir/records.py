@@ -3,13 +3,15 @@ Ray Tune's record of each trial's state, and what a rebuild of the sweep sets as
 Written locally or to remote storage alike.
 """
 
+import fnmatch
 import json
 import os
 from pathlib import Path
 from typing import Optional
 
-from orchestrator.rundir.layout import DAMAGED_RESULTS, EARLIER_RESULTS, ERROR_FILE, PLAN_FILE, RESULTS_FILE, SPEC_FILE, TUNE_STATE, free_path
-from orchestrator.storage import is_remote, read_file, write_file
+from orchestrator.rundir.layout import (DAMAGED_RESULTS, DRIVER_FILE, EARLIER_RESULTS, ERROR_FILE, PLAN_FILE, RESULTS_FILE,
+                                        SPEC_FILE, TUNE_STATE, free_path)
+from orchestrator.storage import is_remote, names_in, read_file, write_file
 
 
 class RecordError(ValueError):
@@ -87,6 +89,26 @@ def read_plan(run_dir: str | Path) -> Optional[dict]:
     if plan is not None and not (isinstance(plan.get("trials"), dict) and isinstance(plan.get("trial_count"), int)):
         raise RecordError(f"{str(run_dir).rstrip('/')}/{PLAN_FILE} is damaged (no 'trials' or 'trial_count')")
     return plan
+
+
+def record_driver_end(run_dir: str) -> None:
+    """A remote run's record that its driver ended (stopped, failed or done), with
+    the experiment state of Tune's it left: remote storage has no driver lock, and
+    Tune's last record of a stopped sweep calls its trials running."""
+    names = names_in(run_dir) if is_remote(run_dir) else os.listdir(run_dir)
+    states = sorted(name for name in names if fnmatch.fnmatch(name, TUNE_STATE))
+    _write(run_dir, DRIVER_FILE, {"ended": True, "tune_state": states[-1] if states else None})
+
+
+def driver_ended(run_dir: str | Path) -> bool:
+    """Whether the run's driver ended after Tune last recorded its state (a later
+    resume writes a state of its own): then no trial of it is running."""
+    try:
+        record = _read(run_dir, DRIVER_FILE)
+    except RecordError:
+        return False
+    files = sorted(Path(run_dir).glob(TUNE_STATE))
+    return bool(record and record.get("ended") and files and record.get("tune_state") == files[-1].name)
 
 
 def set_aside_plan(run_dir: str) -> str:

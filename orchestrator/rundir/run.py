@@ -13,7 +13,7 @@ import pandas as pd
 
 from orchestrator.rundir.guard import driver_is_live
 from orchestrator.rundir.layout import ERROR_FILE, PARAMS_FILE, PLAN_FILE, SPEC_FILE, is_trial_dir, small_text, trial_names
-from orchestrator.rundir.records import RecordError, read_plan, spec_record, tune_trials
+from orchestrator.rundir.records import RecordError, driver_ended, read_plan, spec_record, tune_trials
 from orchestrator.rundir.rows import METRIC_KEYS, trial_rows
 from workloads.config import TRIAL_IDS
 from workloads.metrics import HEADLINE, METRICS, PROGRESS
@@ -121,7 +121,7 @@ def _trials(run_dir: Path, planned: dict[str, dict] | None, locked: bool,
     planned = planned or {}
     recorded, problem = tune_trials(run_dir)
     statuses = {name: status for name, (status, _) in recorded.items()}
-    live = driver_is_live(run_dir) if locked else None
+    live = driver_is_live(run_dir) if locked else (False if driver_ended(run_dir) else None)
     names = {only} if only is not None else trial_names(run_dir) | set(statuses) | set(planned)
     kept_rows, configs, rows = {}, {}, []
     for name in sorted(names):
@@ -180,8 +180,9 @@ def read_run(run_dir: Path, locked: bool = True, plan_of: Optional[Callable[[dic
     `locked`: whether the directory is the run's own, with its driver lock (not a
     copy of a remote run). The planned trials are the stored plan's; for a run
     launched before plans were stored, `plan_of(spec)` may make one from its spec."""
-    notes = [] if locked else ["a remote run has no driver lock: 'running' is Tune's last record, "
-                               "which a driver killed mid-sweep leaves behind (`icr-sweep resume` continues it)"]
+    notes = [] if locked or driver_ended(run_dir) else [
+        "a remote run has no driver lock: 'running' is Tune's last record, which a driver killed mid-sweep leaves "
+        "behind (`icr-sweep resume` continues it then); a driver that stopped says so, and its trials read interrupted"]
     run_dir = Path(run_dir)
     if is_trial_dir(run_dir):  # `icr-sweep train --out`: the same files as one trial of a sweep
         df, rows, configs = _trials(run_dir.parent, None, locked, only=run_dir.name)

@@ -947,3 +947,23 @@ def test_a_damaged_plan_is_named_by_status_and_set_aside_by_resume(tmp_path):
     assert set(load_trials(run)["trial"]) == {t.name for t in trials}
     assert set_aside_plan(str(run)) == "kept as plan.json.damaged"
     assert (run / "plan.json.damaged").read_text() == '{"trials": 3' and read_plan(run) is None
+
+
+def test_a_remote_run_whose_driver_ended_reads_interrupted_and_one_killed_running_with_a_note(tmp_path):
+    """Issue 52's messages: after a stop on S3, status said "running" (Tune's last
+    record); a remote run has no driver lock to ask."""
+    from orchestrator.rundir import record_driver_end
+
+    midway = trials_name(1)
+    run, trials = fake_run(tmp_path, accuracy, unfinished={midway})
+    _tune_state(run, {t.name: "TERMINATED" if t.name != midway else "RUNNING" for t in trials})
+    killed = read_run(run, locked=False)
+    assert killed.trials.set_index("trial").loc[midway, "state"] == "running"
+    assert any("no driver lock" in n and "killed mid-sweep" in n for n in killed.notes), killed.notes
+    record_driver_end(str(run))
+    stopped = read_run(run, locked=False)
+    assert stopped.trials.set_index("trial").loc[midway, "state"] == "interrupted" and not stopped.notes
+    # A resume writes a state of its own: its trials run again until it ends.
+    (run / "experiment_state-2026-11-23_00-00-00.json").write_text(
+        next(run.glob("experiment_state-*.json")).read_text())
+    assert read_run(run, locked=False).trials.set_index("trial").loc[midway, "state"] == "running"

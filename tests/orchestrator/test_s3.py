@@ -101,6 +101,9 @@ def test_status_report_and_resume_work_on_an_s3_run_directory(s3, tmp_path, ray_
     status = subprocess.run(command("status", run), capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert status.returncode == 0, status.stderr[-3000:]
     assert status.stdout.count("finished") >= 1 and "pending" in status.stdout + status.stderr
+    # The driver stopped: its trials are interrupted, not running (issue 52: Tune's last record said running).
+    assert "interrupted" in status.stdout and "running" not in status.stdout, status.stdout
+    assert ".icr-driver.json" in {Path(k).name for k in _keys(s3, "runs/s3run/")}
 
     before = download_run(run, tmp_path / "before")
     finished = [d.name for d in before.iterdir() if (d / "result.json").exists()
