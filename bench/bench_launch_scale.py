@@ -63,7 +63,8 @@ def handout(trials: list[dict], old: bool) -> tuple[float, float]:
     else:
         names = [TrialConfig.model_validate(t).name for t in trials]
         search, config = SearchGenerator(PlannedTrials("trial", trials, names)), {}
-    search.add_configurations([Experiment("scale", lambda c: None, config=config, num_samples=1 if old else len(trials))])
+    samples = 1 if old else len(trials)
+    search.add_configurations([Experiment("scale", lambda c: None, config=config, num_samples=samples)])
     first, count = None, 0
     while search.next_trial() is not None:
         count += 1
@@ -103,7 +104,8 @@ def launch(trials: int, budget_s: float, ctrl_c_after: float | None = None) -> d
                 rc = driver.wait()
             ended = time.perf_counter() - asked
         tail = Path(tmp, "log").read_text().splitlines()[-5:]
-    return {"trials": trials, "first_trial_s": first and round(first, 1), "ctrl_c_at_s": round(asked - start, 1), "ctrl_c_to_exit_s": round(ended, 1), "exit_code": rc,
+    return {"trials": trials, "first_trial_s": first and round(first, 1), "ctrl_c_at_s": round(asked - start, 1),
+            "ctrl_c_to_exit_s": round(ended, 1), "exit_code": rc,
             "log_tail": tail}
 
 

@@ -37,6 +37,7 @@ def test_a_grid_is_handed_to_tune_one_trial_at_a_time_each_once_in_order():
 def test_a_grid_with_max_concurrent_holds_back_trials_until_one_completes():
     search = _generator(["a", "b", "c"], max_concurrent=2)
     first, second = search.next_trial(), search.next_trial()
+    assert second.config["trial"]["trial"] == "b"
     assert search.next_trial() is None and not search.is_finished()
     search.on_trial_complete(first.trial_id, result={})
     assert search.next_trial().config["trial"]["trial"] == "c"
