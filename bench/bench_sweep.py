@@ -3,7 +3,7 @@ checkpoints) for a fixed wall time: rates per trial class and the grids' project
 
     python bench/bench_sweep.py [--spec sweeps/istree_grid.yaml] [--archs ...] [--setups cot retrieval]
         [--sizes 0.5M] [--n 16 64] [--seconds 600] [--eval-every 20000] [--val-samples 500]
-        [--device cuda|cpu] [--cpus N] [--project sweeps/istree_grid.yaml sweeps/istree_grid_1m.yaml]
+        [--device cuda|cpu] [--cpus N] [--fuse K] [--project sweeps/istree_grid.yaml sweeps/istree_grid_1m.yaml]
         [--out bench/results/sweep_<device>.json]
 
 The slice is the spec with its axes narrowed (default: the 12 trials of issue 19,
@@ -12,7 +12,8 @@ every trial reports within the window (--eval-every, --val-samples), launched wi
 `icr-sweep launch` on an embedded Ray, and stopped with Ctrl-C's signal after
 --seconds. From each trial's result.json: samples done, the samples per second it
 trained at (packed beside the others; evaluation excluded) and its wall rate
-(evaluation included). Per class (arch, size, setup, n) their mean; the aggregate
+(evaluation included). Per class (arch, size, setup, n, and with --fuse K the
+members of its arrays: a member's rate) their mean; the aggregate
 is every trial's samples over the window, per GPU (or for the CPUs given). The
 rates then project the wall time of each --project spec on this machine
 (orchestrator/projection.py; `icr-sweep plan` does the same from this file).
@@ -67,6 +68,8 @@ def slice_spec(args, storage: Path) -> Path:
         resources["gpus_per_trial"] = 1
     if args.cpus_per_trial:
         resources["cpus_per_trial"] = args.cpus_per_trial
+    if args.fuse:
+        resources["fuse"] = args.fuse
     data.update(name="bench_sweep", storage=str(storage))
     path = storage / "bench_sweep.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -100,14 +103,17 @@ def trial_rows(run_dir: Path) -> list[dict]:
         if not results:
             continue
         last = results[-1]
-        config = json.loads((result.parent / "params.json").read_text())["trial"]
+        params = json.loads((result.parent / "params.json").read_text())
+        config = params["trial"]
         task = config["task"]
         setup = "-".join(filter(None, [task["setup"], config.get("task_label", "")]))
         rows.append(dict(trial=result.parent.name, arch=config["model"]["arch"], size=config["model"]["size"],
                          setup=setup, n=task["n"], samples=last["samples"],
                          samples_per_s=last["samples_per_s"], tokens_per_s=last["tokens_per_s"],
                          wall_samples_per_s=last["samples"] / last["time_total_s"],
-                         share=last.get("gpu_share") or None, longest_sample=None))
+                         share=last.get("gpu_share") or None, longest_sample=None, array=params.get("array")))
+    for row in rows:  # a member of a trial array (--fuse): the members of its array
+        row["members"] = sum(1 for other in rows if row["array"] and other["array"] == row["array"]) or 1
     return rows
 
 
@@ -124,6 +130,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--cpus", type=int, help="CPUs of the embedded Ray (default: all)")
     parser.add_argument("--cpus-per-trial", type=float)
+    parser.add_argument("--fuse", type=int, help="resources.fuse of the slice: rates of members of trial arrays")
     parser.add_argument("--gpus", type=float, default=1.0, help="GPUs the projection runs the grids on")
     parser.add_argument("--project", nargs="*", default=["sweeps/istree_grid.yaml", "sweeps/istree_grid_1m.yaml"])
     parser.add_argument("--out", type=Path)
@@ -143,12 +150,13 @@ def main() -> None:
         key = (row["arch"], row["size"], row["setup"], row["n"])
         row["longest_sample"] = lengths[key]["longest_sample"]
         row["share"] = lengths[key]["share"]
-        classes.setdefault(key, []).append(row)
+        classes.setdefault(key + (row["members"],), []).append(row)
     class_rows = []
     for key, rows in classes.items():
         rate = sum(r["samples_per_s"] for r in rows) / len(rows)
         tokens = sum(r["tokens_per_s"] for r in rows) / len(rows)
-        class_rows.append(dict(arch=key[0], size=key[1], setup=key[2], n=key[3], trials=len(rows), samples_per_s=round(rate, 2),
+        class_rows.append(dict(arch=key[0], size=key[1], setup=key[2], n=key[3], members=key[4], trials=len(rows),
+                               samples_per_s=round(rate, 2),
                                tokens_per_s=round(tokens), tokens_per_sample=round(tokens / rate, 1),
                                wall_samples_per_s=round(sum(r["wall_samples_per_s"] for r in rows) / len(rows), 2),
                                share=rows[0]["share"], longest_sample=rows[0]["longest_sample"]))
@@ -167,7 +175,8 @@ def main() -> None:
             continue
         projections[path] = dict(hours=round(p.seconds / 3600, 3), trials_measured=p.measured, scaled=p.scaled)
         print(f"{path}: {p.describe()} on {capacity:g} {'GPU' if args.device == 'cuda' else 'CPU'}", flush=True)
-    silent = sorted({(t["arch"], t["size"], t["setup"], t["n"]) for t in spec_trials(spec, args.device == "cuda")} - set(classes))
+    silent = sorted({(t["arch"], t["size"], t["setup"], t["n"]) for t in spec_trials(spec, args.device == "cuda")}
+                    - {key[:4] for key in classes})
     if silent:
         print(f"warning: {len(silent)} classes of the slice did not report within {args.seconds:g} s "
               f"(not started, or no evaluation yet): {', '.join('-'.join(map(str, k)) for k in silent)}", flush=True)

@@ -120,8 +120,9 @@ def _say_arrays(s, rows: list[dict], fuse: int, on_gpu: bool) -> None:
         what = f"a cell's trials are asked for in arrays of at most {fuse}, with its other seeds' trials"
     per = ", its GPU share the array's (gpu_mem_gb: its members' together)" if on_gpu else ""
     typer.echo(f"resources.fuse {s.resources.fuse}: {what}, each array one Tune trial whose members train as one "
-               f"model{per}; each member keeps its own trial directory (docs/gpu.md). The projection below counts "
-               "them as separate trials: no array's rate has been measured on a GPU yet")
+               f"model{per}; each member keeps its own trial directory (docs/gpu.md). The projection below takes "
+               "a member's rate in arrays of its size where the rates hold one (bench/bench_sweep.py --fuse K), "
+               "else counts the members as separate trials, and says how many classes")
 
 
 def local_gpus() -> list[str]:

@@ -41,6 +41,37 @@ def test_an_arch_never_measured_is_refused_by_name():
         project([_trial("hybrid")], RATES, devices=1)
 
 
+def test_trials_in_arrays_take_their_arrays_measured_rate_else_count_as_separate_trials():
+    """Issue 50: plan counted arrays as separate trials whatever was measured. A
+    member of an array of 4 (0.5 GPU for the array: 0.125 each) at its measured
+    member rate; where only the rate alone was measured, a lone trial's share and
+    rate, and the projection says which classes."""
+    in_arrays = dict(members=4, share=0.125, share_alone=0.5)
+    fused = [*RATES, dict(RATES[0], members=4, samples_per_s=80.0)]  # a member of 4: 80/s, 4 x 80 = 320/s per array
+    p = project([dict(_trial("transformer"), **in_arrays)] * 16, fused, devices=1)  # 4 arrays of 4
+    assert p.trial_seconds == pytest.approx(16 * 1000 / 80) and p.seconds == pytest.approx(16 * 12.5 * 0.125)
+    assert p.measured == 16 and not p.alone
+    alone = project([dict(_trial("transformer"), **in_arrays)] * 16, RATES, devices=1)
+    assert alone.seconds == pytest.approx(project([_trial("transformer")] * 16, RATES, devices=1).seconds) == 80
+    assert alone.alone == ["transformer-0.5M-cot-16 in arrays of 4"] and "1 classes in arrays at their rate alone" in \
+        alone.describe()
+    scaled = project([dict(_trial("transformer", n=32, longest=160), **in_arrays)], fused, devices=1)
+    assert scaled.trial_seconds == pytest.approx(1000 / 40) and scaled.alone == []  # the array's tokens/s, halved
+
+
+def test_spec_trials_give_each_member_its_arrays_share():
+    from orchestrator.projection import spec_trials
+    from orchestrator.spec import SweepSpec
+
+    spec = SweepSpec(name="a", axes=dict(archs=["transformer"], setups=["cot"], sizes=["0.5M"], n=[16], seeds=[0, 1, 2]),
+                     lr=dict(transformer=[1e-3, 3e-3]), resources=dict(fuse=4, gpus_per_trial=0.5))
+    rows = spec_trials(spec, on_gpu=True)
+    assert sorted(r["members"] for r in rows) == [3, 3, 3, 3, 3, 3]  # 6 alike trials: two arrays of 3
+    assert {r["share"] for r in rows} == {0.5 / 3} and {r["share_alone"] for r in rows} == {0.5}
+    lone = spec_trials(spec.model_copy(update={"resources": spec.resources.model_copy(update={"fuse": 1})}), True)
+    assert {(r["members"], r["share"]) for r in lone} == {(1, 0.5)}
+
+
 def _spec(tmp_path):
     spec = dict(name="p", axes=dict(archs=["transformer", "mamba"], setups=["cot"], sizes=["0.5M"], n=[16, 32]),
                 training=dict(samples=1000, warmup_samples=10), resources=dict(cpus_per_trial=1, device="cpu"))
