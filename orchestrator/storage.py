@@ -9,6 +9,7 @@ run; checkpoints stay where they are.
 """
 
 import contextlib
+import functools
 import os
 import tempfile
 import threading
@@ -83,10 +84,12 @@ def _bounded(fs):
     return pyarrow.fs.S3FileSystem(**options)
 
 
+@functools.lru_cache(maxsize=16)
 def bounded_filesystem(uri: str):
     """(filesystem, path) of remote `uri` for Ray Tune, every request of it bounded
     by the wait (ICR_STORAGE_TIMEOUT_S): Tune's own filesystem waits for ever on a
-    store that accepts connections and stops answering (issue 52, class 5)."""
+    store that accepts connections and stops answering (issue 52, class 5). Made
+    once per URI: a probe every few seconds reuses it."""
     import pyarrow.fs
 
     try:
