@@ -30,13 +30,18 @@ def study_name(spec: SweepSpec, cell) -> str:
     return f"{spec.name}/{cell_name(cell)}"
 
 
+def sweep_studies(spec: SweepSpec) -> list[str]:
+    """The names of the sweep's studies: one per cell whose rate is searched."""
+    return [study_name(spec, c) for c in cells(spec) if not cell_rates(spec, c)]
+
+
 def studies_in_use(spec: SweepSpec, storage: str) -> list[str]:
     """The sweep's study names that `storage` already holds (a launch must not mix a
     new sweep into an earlier one's studies)."""
     import optuna
 
     known = set(optuna.get_all_study_names(storage))
-    return [name for name in (study_name(spec, c) for c in cells(spec) if not cell_rates(spec, c)) if name in known]
+    return [name for name in sweep_studies(spec) if name in known]
 
 
 class CellStudy:

@@ -305,15 +305,12 @@ def _check_optuna_studies_open(s, run_dir: str) -> None:
     was named only in Tune's logged traceback, and resume ended at rc 130 each time."""
     if s.search.method != "optuna":
         return
-    from orchestrator.optuna_search import optuna_storage
+    from orchestrator.optuna_search import optuna_storage, sweep_studies
 
     storage = optuna_storage(s, run_dir)
     if storage is None:
         return
     import optuna
-
-    from orchestrator.grid import cell_rates, cells
-    from orchestrator.optuna_search import study_name
 
     remedy = ("the trials' results are intact. Put back a copy of the file, or launch the spec again into a new "
               "directory (another name or --storage)")
@@ -324,7 +321,7 @@ def _check_optuna_studies_open(s, run_dir: str) -> None:
         known = set(optuna.get_all_study_names(storage))
     except Exception as e:  # SQLAlchemy's and sqlite's many kinds
         fail(f"{where}: Optuna's studies cannot be read ({type(e).__name__}: {str(e).splitlines()[0][:200]}); {remedy}")
-    lost = [name for name in (study_name(s, c) for c in cells(s) if not cell_rates(s, c)) if name not in known]
+    lost = [name for name in sweep_studies(s) if name not in known]
     if lost:
         fail(f"{where} lacks {len(lost)} of this sweep's Optuna studies ({', '.join(lost[:2])}): replaced or "
              f"emptied since the launch? {remedy}")

@@ -107,8 +107,8 @@ def driver_ended(run_dir: str | Path) -> bool:
         record = _read(run_dir, DRIVER_FILE)
     except RecordError:
         return False
-    files = sorted(Path(run_dir).glob(TUNE_STATE))
-    return bool(record and record.get("ended") and files and record.get("tune_state") == files[-1].name)
+    newest = _newest_state(run_dir)
+    return bool(record and record.get("ended") and newest and record.get("tune_state") == newest.name)
 
 
 def set_aside_plan(run_dir: str) -> str:
@@ -152,12 +152,12 @@ def tune_trials(run_dir: str | Path) -> tuple[dict[str, tuple[str, Optional[dict
     config of a trial Tune created but never started (no params.json yet) is there.
     An array's Tune trial (orchestrator/arrays.py) is recorded as its members, each
     with the array's status, or ERROR where it failed alone (its error.txt)."""
-    files = sorted(Path(run_dir).glob(TUNE_STATE))
-    if not files:
+    newest = _newest_state(run_dir)
+    if newest is None:
         return {}, ""
     try:
         trials = {}
-        for trial in _tune_state(files[-1]):
+        for trial in _tune_state(newest):
             config = trial.get("config")
             array = config.get("array") if isinstance(config, dict) else None
             if isinstance(array, dict):
@@ -166,7 +166,13 @@ def tune_trials(run_dir: str | Path) -> tuple[dict[str, tuple[str, Optional[dict
             trials[trial["relative_logdir"]] = (trial["status"], config.get("trial") if isinstance(config, dict) else None)
         return trials, ""
     except (OSError, ValueError, KeyError, TypeError) as e:
-        return {}, f"{files[-1].name}: unreadable ({type(e).__name__}: {e}); trial states come from the trial files"
+        return {}, f"{newest.name}: unreadable ({type(e).__name__}: {e}); trial states come from the trial files"
+
+
+def _newest_state(run_dir: str | Path) -> Optional[Path]:
+    """Tune's newest experiment state file in a local run directory (None where none)."""
+    files = sorted(Path(run_dir).glob(TUNE_STATE))
+    return files[-1] if files else None
 
 
 def _tune_state(path: Path) -> list[dict]:
@@ -178,8 +184,8 @@ def tune_trial_dirs(run_dir: str | Path) -> set[str]:
     """The directory of each trial (or array) in Tune's newest experiment state, as
     Tune names it: arrays not expanded to their members. Empty where there is no
     state; an unreadable one raises (OSError, ValueError, KeyError, TypeError)."""
-    files = sorted(Path(run_dir).glob(TUNE_STATE))
-    return {trial["relative_logdir"] for trial in _tune_state(files[-1])} if files else set()
+    newest = _newest_state(run_dir)
+    return {trial["relative_logdir"] for trial in _tune_state(newest)} if newest else set()
 
 
 def _members(run_dir: str | Path, array: dict, status: str) -> dict[str, tuple[str, dict]]:
