@@ -22,9 +22,12 @@ attention is one `scaled_dot_product_attention` over all members' batches, rotar
 tables shared. Mamba's mixer has a fused form (workloads/models/mamba/array.py:
 its projections and convolution stacked, its scan one mamba-ssm call on CUDA with
 the members' channels side by side, once per member on CPU), and so the hybrid
-fuses whole. A module with no fused form (the mixers of Mamba-2, Gated DeltaNet,
-RWKV-7 and Gated DeltaProduct, for now) runs its members one after another on
-their rows (`MembersInTurn`), fused around it. A batch is cut into length-grouped
+fuses whole. The newer mixers fuse too: Mamba-2's (workloads/models/mamba2/array.py:
+its kernel with the members' heads side by side), Gated DeltaNet's and Gated
+DeltaProduct's (workloads/models/gated_deltanet/array.py) and RWKV-7's
+(workloads/models/rwkv7/array.py), whose scans have no parameter of their own and
+run once over every member's rows. A module with no fused form would run its
+members one after another on their rows (`MembersInTurn`), fused around it. A batch is cut into length-grouped
 micro-batches as a lone trial's is (workloads/batching.py), on the widest
 member's length at each place.
 """
@@ -68,10 +71,19 @@ def _fused_types() -> tuple[type, ...]:
 
 def _fused_forms() -> dict[type, type]:
     """Modules with a fused form of their own: the leaves, and the mixers that have one."""
+    from workloads.models.gated_deltanet.array import StackedDeltaRuleMixer
+    from workloads.models.gated_deltanet.layer import GatedDeltaNetMixer
+    from workloads.models.gated_deltaproduct.layer import GatedDeltaProductMixer
     from workloads.models.mamba.array import StackedMambaMixer
     from workloads.models.mamba.layer import MambaMixer
+    from workloads.models.mamba2.array import StackedMamba2Mixer
+    from workloads.models.mamba2.layer import Mamba2Mixer
+    from workloads.models.rwkv7.array import StackedRWKV7Mixer
+    from workloads.models.rwkv7.layer import RWKV7Mixer
 
-    return {nn.Linear: StackedLinear, nn.RMSNorm: StackedRMSNorm, MambaMixer: StackedMambaMixer}
+    return {nn.Linear: StackedLinear, nn.RMSNorm: StackedRMSNorm, MambaMixer: StackedMambaMixer,
+            GatedDeltaNetMixer: StackedDeltaRuleMixer, GatedDeltaProductMixer: StackedDeltaRuleMixer,
+            Mamba2Mixer: StackedMamba2Mixer, RWKV7Mixer: StackedRWKV7Mixer}
 
 
 class ArrayModel(nn.Module):

@@ -117,20 +117,24 @@ def test_an_arrays_length_groups_change_its_losses_and_gradients_only_by_roundin
         _close(grouped.model.member_state(k, grads=True), whole.model.member_state(k, grads=True), f"{arch} member {k}")
 
 
-def test_which_parts_fuse(thread_pools):
-    """What docs/gpu.md says: every Linear and RMSNorm of the Transformer is stacked;
-    Mamba's mixer has a fused form; a mixer without one runs its members in turn,
-    its layer's norm stacked."""
+@pytest.mark.parametrize("arch", list(PRESETS))
+def test_which_parts_fuse(arch, thread_pools):
+    """What docs/gpu.md says: every Linear and RMSNorm is stacked and every family's
+    recurrent mixer has a fused form of its own: no part runs its members in turn."""
+    from workloads.models.gated_deltanet.array import StackedDeltaRuleMixer
     from workloads.models.mamba.array import StackedMambaMixer
+    from workloads.models.mamba2.array import StackedMamba2Mixer
+    from workloads.models.rwkv7.array import StackedRWKV7Mixer
 
-    for arch, kind in (("transformer", None), ("hybrid", StackedMambaMixer), ("mamba2", MembersInTurn)):
-        parts = TrialArray(_configs(arch, rates=RATES[:2], seeds=SEEDS[:2])).model.parts
-        assert not [p for p, m in parts.items() if isinstance(m, MembersInTurn) and kind is not MembersInTurn], arch
-        assert all(isinstance(parts[p], StackedLinear) for p in parts if p.endswith(("q_proj", "down_proj")))
-        assert all(isinstance(parts[p], StackedRMSNorm) for p in parts if p.endswith("norm"))
-        if kind is not None:
-            recurrent = {f"layers.{i}.mixer" for i, layer in enumerate(preset(arch, "tiny").layers) if layer != "attention"}
-            assert {p for p, m in parts.items() if isinstance(m, kind)} == recurrent, arch
+    forms = {"mamba": StackedMambaMixer, "mamba2": StackedMamba2Mixer, "gated_deltanet": StackedDeltaRuleMixer,
+             "gated_deltaproduct": StackedDeltaRuleMixer, "rwkv7": StackedRWKV7Mixer}
+    model = preset(arch, "tiny")
+    parts = TrialArray(_configs(arch, rates=RATES[:2], seeds=SEEDS[:2])).model.parts
+    assert not [p for p, m in parts.items() if isinstance(m, MembersInTurn)], arch
+    assert all(isinstance(parts[p], StackedLinear) for p in parts if p.endswith(("q_proj", "down_proj")))
+    assert all(isinstance(parts[p], StackedRMSNorm) for p in parts if p.endswith("norm"))
+    recurrent = {f"layers.{i}.mixer" for i, layer in enumerate(model.layers) if layer != "attention"}
+    assert {p for p, m in parts.items() if isinstance(m, forms.get(model.mixer.name, ()))} == recurrent, arch
 
 
 def test_trials_that_differ_in_more_than_rate_and_seed_are_refused():
@@ -161,3 +165,70 @@ def test_the_fused_mamba_scan_on_cuda_equals_its_members_each_in_turn():
     for name, p in fused.named_parameters():
         for k, member in enumerate(alone.members):
             torch.testing.assert_close(p.grad[k], member.get_parameter(name).grad, rtol=1e-3, atol=1e-4, msg=name)
+
+
+def _fused_forms() -> dict:
+    """family: (its mixer, the mixer's fused form, the library of its CUDA kernel, that kernel or None here)."""
+    from workloads.models.gated_deltanet.array import StackedDeltaRuleMixer
+    from workloads.models.gated_deltanet.layer import GatedDeltaNetMixer, gated_deltanet_kernel, kernel_backward_refused
+    from workloads.models.gated_deltaproduct.layer import GatedDeltaProductMixer
+    from workloads.models.mamba2.array import StackedMamba2Mixer
+    from workloads.models.mamba2.layer import Mamba2Mixer, mamba2_kernel
+    from workloads.models.rwkv7.array import StackedRWKV7Mixer
+    from workloads.models.rwkv7.layer import RWKV7Mixer, rwkv7_kernel
+
+    fla = gated_deltanet_kernel() if not kernel_backward_refused() else None
+    return {"mamba2": (Mamba2Mixer, StackedMamba2Mixer, "mamba-ssm", mamba2_kernel()),
+            "gated_deltanet": (GatedDeltaNetMixer, StackedDeltaRuleMixer, "fla", fla),
+            "gated_deltaproduct": (GatedDeltaProductMixer, StackedDeltaRuleMixer, "fla", fla),
+            "rwkv7": (RWKV7Mixer, StackedRWKV7Mixer, "fla", rwkv7_kernel())}
+
+
+def _fused_equals_in_turn(family: str, device: str, scan: str, rtol: float, atol: float):
+    """Three members (their own seeds, every parameter moved off its init, which
+    zeroes some outputs) as one fused mixer and each on its rows in turn: the same
+    outputs and gradients. Returns the fused mixer."""
+    mixer, fused_form, _, _ = _fused_forms()[family]
+    members = []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        member = mixer(64, n_layers=2, scan=scan)
+        with torch.no_grad():
+            for p in member.parameters():
+                p.add_(0.1 * torch.randn_like(p))
+        members.append(member.to(device))
+    fused, alone = fused_form(members).to(device), MembersInTurn(members).to(device)
+    h = torch.randn(3 * 4, 50, 64, device=device)
+    inputs = h.clone().requires_grad_(), h.clone().requires_grad_()
+    out_fused, out_alone = fused(inputs[0]), alone(inputs[1])
+    torch.testing.assert_close(out_fused, out_alone, rtol=rtol, atol=atol)
+    g = torch.randn_like(out_fused)
+    (out_fused * g).sum().backward()
+    (out_alone * g).sum().backward()
+    torch.testing.assert_close(inputs[0].grad, inputs[1].grad, rtol=10 * rtol, atol=10 * atol)
+    for name, p in fused.named_parameters():
+        for k, member in enumerate(alone.members):
+            torch.testing.assert_close(p.grad[k], member.get_parameter(name).grad, rtol=10 * rtol, atol=10 * atol,
+                                       msg=lambda m: f"{family} {name} member {k}: {m}")
+    return fused
+
+
+@pytest.mark.parametrize("scan", ["chunked", "recurrent"])
+@pytest.mark.parametrize("family", ["mamba2", "gated_deltanet", "gated_deltaproduct", "rwkv7"])
+def test_a_fused_mixer_equals_its_members_each_in_turn(family, scan, thread_pools):
+    """A newer mixer's fused form (its scan once over every member's rows, its
+    per-head parameters laid out per row) in each of its CPU forms."""
+    fused = _fused_equals_in_turn(family, "cpu", scan, rtol=1e-4, atol=1e-5)
+    assert fused.scan_ran == scan
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", ["mamba2", "gated_deltanet", "gated_deltaproduct", "rwkv7"])
+def test_a_fused_mixers_cuda_kernel_equals_its_members_each_in_turn(family):
+    """The kernel once for every member (Mamba-2: heads side by side, B and C by
+    group; the fla mixers: over every member's rows)."""
+    _, _, library, kernel = _fused_forms()[family]
+    if not torch.cuda.is_available() or kernel is None:
+        pytest.skip(f"needs CUDA and {library}'s kernel (with its backward on this GPU)")
+    fused = _fused_equals_in_turn(family, "cuda", "auto", rtol=1e-3, atol=1e-4)
+    assert fused.scan_ran == library

@@ -12,6 +12,19 @@ def stack(tensors) -> nn.Parameter:
     return nn.Parameter(torch.stack([t.detach() for t in tensors]))
 
 
+def settings_of(module: nn.Module) -> dict:
+    """A lone module's settings (widths, heads, chunk, scan): its plain attributes,
+    for a view on which its own methods run over an array's rows."""
+    return {k: v for k, v in vars(module).items() if not k.startswith("_") and k not in ("training", "scan_ran")}
+
+
+def per_row(p: torch.Tensor, rows: int) -> torch.Tensor:
+    """A stacked parameter (K, *shape) as (K*rows, 1, *shape): each of the array's
+    rows its member's, broadcast over the tokens (where a lone mixer's parameter
+    broadcasts over batch and tokens)."""
+    return p.repeat_interleave(rows, dim=0)[:, None]
+
+
 class StackedLinear(nn.Module):
     """K Linear layers as one batched matmul: weight (K, out, in), bias (K, out)."""
 
@@ -39,3 +52,37 @@ class StackedRMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         normed = F.rms_norm(x, self.shape, None, self.eps).reshape(self.weight.shape[0], -1, *self.shape)
         return (normed * self.weight[:, None]).reshape(x.shape)
+
+
+class StackedShortConv(nn.Module):
+    """silu(causal depthwise conv) of K members (workloads.models.recurrent_parts.short_conv),
+    as one grouped convolution over their channels side by side."""
+
+    def __init__(self, members: list[nn.Conv1d]):
+        super().__init__()
+        self.weight = stack(m.weight for m in members)  # (K, C, 1, width)
+        self.bias = None if members[0].bias is None else stack(m.bias for m in members)  # (K, C)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        k, channels, _, width = self.weight.shape
+        rows, length = x.shape[0] // k, x.shape[1]
+        side_by_side = x.reshape(k, rows, length, channels).permute(1, 0, 3, 2).reshape(rows, k * channels, length)
+        padded = F.pad(side_by_side, (width - 1, 0))
+        bias = None if self.bias is None else self.bias.reshape(-1)
+        out = F.conv1d(padded, self.weight.reshape(k * channels, 1, width), bias, groups=k * channels)
+        out = out.reshape(rows, k, channels, length).permute(1, 0, 3, 2).reshape(k * rows, length, channels)
+        return F.silu(out.contiguous())
+
+
+class StackedGroupNorm(nn.Module):
+    """K GroupNorms of rows (N, C): one normalisation, then each member's affine on its rows."""
+
+    def __init__(self, members: list[nn.GroupNorm]):
+        super().__init__()
+        self.groups, self.eps = members[0].num_groups, members[0].eps
+        self.weight = stack(m.weight for m in members)
+        self.bias = stack(m.bias for m in members)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        normed = F.group_norm(x, self.groups, None, None, self.eps).reshape(self.weight.shape[0], -1, x.shape[-1])
+        return (normed * self.weight[:, None] + self.bias[:, None]).reshape(x.shape)

@@ -203,15 +203,18 @@ class GatedDeltaNetMixer(nn.Module):
         kernel = pick_kernel(self.scan, h.is_cuda, torch.is_grad_enabled())
         if self.training:  # what trained (evaluation may run another form)
             self.scan_ran = scan_form(kernel, self.scan)
-        if kernel is not None:
-            o, last = kernel(q, k, v, g, beta, scale=1.0, output_final_state=True)
-        elif self.scan == "recurrent":
-            o, last = delta_recurrent(q, k, v, g, beta)
-        else:
-            o, last = delta_chunked(q, k, v, g, beta, self.chunk)
+        o, last = self._scan(q, k, v, g, beta, kernel=kernel)
         if cache is not None:
             cache.state, cache.filled = last, True
         return self._norm_gate_out(o, gate)
+
+    def _scan(self, q, k, v, g, beta, kernel=None):
+        """The recurrence over whole sequences, as `scan` and `kernel` say: o and the last state."""
+        if kernel is not None:
+            return kernel(q, k, v, g, beta, scale=1.0, output_final_state=True)
+        if self.scan == "recurrent":
+            return delta_recurrent(q, k, v, g, beta)
+        return delta_chunked(q, k, v, g, beta, self.chunk)
 
     def step(self, h: torch.Tensor, cache: GatedDeltaNetCache) -> torch.Tensor:
         """One token, h of shape (batch, 1, d_model); advances the cache."""

@@ -119,10 +119,14 @@ class GatedDeltaProductMixer(nn.Module):
         kernel = pick_kernel(self.scan, h.is_cuda, torch.is_grad_enabled())
         if self.training:  # what trained (evaluation may run another form)
             self.scan_ran = scan_form(kernel, self.scan)
-        o, last = product_scan(*inputs, chunk=self.chunk, scan=self.scan, kernel=kernel)
+        o, last = self._scan(*inputs, kernel=kernel)
         if cache is not None:
             cache.state, cache.filled = last, True
         return self._norm_gate_out(o, gate)
+
+    def _scan(self, q, k, v, g, beta, kernel=None):
+        """The product over whole sequences, as `scan` and `kernel` say: o and the last state."""
+        return product_scan(q, k, v, g, beta, chunk=self.chunk, scan=self.scan, kernel=kernel)
 
     def step(self, h: torch.Tensor, cache: GatedDeltaProductCache) -> torch.Tensor:
         """One token, h of shape (batch, 1, d_model); advances the cache."""

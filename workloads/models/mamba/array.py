@@ -20,26 +20,7 @@ from torch import nn
 
 from workloads.models.mamba.layer import MambaMixer, mamba_ssm_scan
 from workloads.models.mamba.selective_scan import scan_cpu, scan_reference
-from workloads.models.stacked import StackedLinear, stack
-
-
-class StackedShortConv(nn.Module):
-    """silu(causal depthwise conv) of K members (workloads.models.recurrent_parts.short_conv),
-    as one grouped convolution over their channels side by side."""
-
-    def __init__(self, members: list[nn.Conv1d]):
-        super().__init__()
-        self.weight = stack(m.weight for m in members)  # (K, C, 1, width)
-        self.bias = stack(m.bias for m in members)  # (K, C)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        k, channels, _, width = self.weight.shape
-        rows, length = x.shape[0] // k, x.shape[1]
-        side_by_side = x.reshape(k, rows, length, channels).permute(1, 0, 3, 2).reshape(rows, k * channels, length)
-        padded = F.pad(side_by_side, (width - 1, 0))
-        out = F.conv1d(padded, self.weight.reshape(k * channels, 1, width), self.bias.reshape(-1), groups=k * channels)
-        out = out.reshape(rows, k, channels, length).permute(1, 0, 3, 2).reshape(k * rows, length, channels)
-        return F.silu(out.contiguous())
+from workloads.models.stacked import StackedLinear, StackedShortConv, stack
 
 
 class StackedMambaMixer(nn.Module):
