@@ -24,9 +24,10 @@ from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, LoggerCallbac
 from ray.tune.result import EXPR_PARAM_PICKLE_FILE, EXPR_RESULT_FILE, TRAINING_ITERATION
 from ray.tune.utils.util import SafeFallbackEncoder
 from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData
+from tensorboardX.summary import scalar
 
 from orchestrator.arrays import ARRAY_KEY, array_of, member_names
-from orchestrator.rundir import ERROR_FILE, TrialFiles, small_text
+from orchestrator.rundir import ERROR_FILE, TrialFiles, row_stored, small_text
 from orchestrator.spec import SweepSpec
 from orchestrator.storage import answer_timeout, is_remote
 from orchestrator.unpromised import wandb_callback
@@ -149,11 +150,42 @@ class _Member:
         return self.name
 
 
-def per_member(callback: type) -> type:
+def per_member(callback: type, *mixins: type) -> type:
     """A logger callback class whose every instance logs an array's Tune trial as
-    its members (`Members`); the class keeps its name (Tune pickles callbacks)."""
-    return type(callback.__name__, (Members, callback), {"__doc__": callback.__doc__, "__module__": callback.__module__,
-                                                         "__qualname__": callback.__qualname__})
+    its members (`Members`), `mixins` between; the class keeps its name (Tune
+    pickles callbacks)."""
+    return type(callback.__name__, (Members, *mixins, callback), {"__doc__": callback.__doc__,
+                                                                  "__module__": callback.__module__,
+                                                                  "__qualname__": callback.__qualname__})
+
+
+def tracker(callback: type) -> type:
+    """A tracker's callback: per member (`per_member`), each row logged once (`RowsOnce`)."""
+    return per_member(callback, RowsOnce)
+
+
+class RowsOnce:
+    """Mixed in before a tracker's callback (`tracker`): a trial that continues from
+    a checkpoint older than its last stored row (its driver was killed between the
+    two) reports those rows again, with the same figures (catch_up, the resumed
+    trial's training); its tracker logged them before and is not given them again
+    (W&B would chart each twice, MLflow and TensorBoard hold two points at a step).
+    What was stored is read at the trial's start from its result.json (fetched
+    from storage where the trial continues from a checkpoint). The trackers log a
+    row before TrialFilesCallback, the last callback, stores it, so a row stored was
+    logged by each (TensorBoard's and MLflow's writes return once written; W&B's
+    are handed to its logging actor)."""
+
+    def log_trial_start(self, trial) -> None:
+        trial.init_local_path()
+        if trial.checkpoint is not None:
+            _fetch(trial, EXPR_RESULT_FILE)
+        self.__dict__.setdefault("_stored_before", {})[str(trial)] = TrialFiles(trial.local_path).stored_rows()
+        super().log_trial_start(trial)
+
+    def log_trial_result(self, iteration: int, trial, result: dict) -> None:
+        if not row_stored(self.__dict__.get("_stored_before", {}).get(str(trial), []), result):
+            super().log_trial_result(iteration, trial, result)
 
 
 class Members:
@@ -226,7 +258,7 @@ def _finished(member: _Member) -> bool:
     return bool(rows) and bool(rows[-1].get("final_eval"))
 
 
-@per_member
+@tracker
 class Wandb(wandb_callback(tracked_metrics, STEP, charts=("train/*", "val/*", "test/*"), trial_dir="trial_dir",
                            config=resolved)):
     """One W&B run per trial, named after it (its id too: an offline run's folder,
@@ -269,7 +301,7 @@ def _or_off(method):
     return guarded
 
 
-@per_member
+@tracker
 class MLflow(LoggerCallback):
     """One MLflow run per trial, through MLflow's own client: the flat config as its
     params, each row's figures as metrics at its samples. MLflow logs from the
@@ -365,7 +397,36 @@ def hparams_of(spec: SweepSpec) -> tuple[dict, set[str]]:
     return example, ids | {k for k in fields if len({repr(p[k]) for p in params if k in p}) > 1}
 
 
-@per_member
+class EventFile:
+    """A TensorBoard event file in `folder` whose every event is written (and, at
+    `flush`, on disk) when `add` returns: tensorboardX's EventsWriter. Its
+    SummaryWriter queues events for a thread that writes them and flushes every
+    `flush_secs`, so a driver killed just after a row lost it from TensorBoard for
+    good (seen: a trial's evaluation in its results, missing from its event file)."""
+
+    def __init__(self, folder: str):
+        from tensorboardX.event_file_writer import EventsWriter
+
+        self.events = EventsWriter(str(Path(folder) / "events"))
+
+    def add(self, summary, step: int | None = None) -> None:
+        import time
+
+        from tensorboardX.proto.event_pb2 import Event
+
+        event = Event(summary=summary, wall_time=time.time())
+        if step is not None:
+            event.step = int(step)
+        self.events.write_event(event)
+
+    def flush(self) -> None:
+        self.events.flush()
+
+    def close(self) -> None:
+        self.events.close()
+
+
+@tracker
 class TensorBoard(LoggerCallback):
     """TensorBoard files in each trial's directory (tensorboardX's writer): the
     figures under their short names at the trial's samples, and, at the trial's
@@ -382,12 +443,10 @@ class TensorBoard(LoggerCallback):
         self.writers, self.latest, self.ran, self.experiment_written = {}, {}, {}, False
 
     def log_trial_start(self, trial) -> None:
-        from tensorboardX import SummaryWriter
-
         if trial in self.writers:
             self.writers[trial].close()
         trial.init_local_path()
-        self.writers[trial] = SummaryWriter(trial.local_path, flush_secs=30)
+        self.writers[trial] = EventFile(trial.local_path)
         self.latest.setdefault(trial, {})
         if not self.experiment_written and self.params:
             self.write_experiment(trial.local_experiment_path)
@@ -395,7 +454,6 @@ class TensorBoard(LoggerCallback):
     def write_experiment(self, run_dir: str) -> None:
         """The HParams experiment: every parameter, those the spec sweeps marked as
         differing, and the metrics; in the run directory, TensorBoard's logdir."""
-        from tensorboardX import SummaryWriter
         from tensorboardX.summary import hparams
 
         every = {**self.params, **{key: "" for key in RESOLVED}}  # what ran: text, known at the trial's end
@@ -407,8 +465,9 @@ class TensorBoard(LoggerCallback):
             if info.name in self.varying:  # TensorBoard's HParamInfo.differs (field 7, a bool), which
                 info.MergeFromString(DIFFERS)  # tensorboardX's copy of the proto lacks: its wire bytes
         value.metadata.plugin_data.content = data.SerializeToString()
-        with SummaryWriter(run_dir) as writer:
-            writer.file_writer.add_summary(experiment)
+        writer = EventFile(run_dir)
+        writer.add(experiment)
+        writer.close()
         self.experiment_written = True
 
     def log_trial_result(self, iteration: int, trial, result: dict) -> None:
@@ -417,7 +476,7 @@ class TensorBoard(LoggerCallback):
         figures = tracked_metrics(result)
         step = int(figures.pop(STEP, result[TRAINING_ITERATION]))
         for name, value in figures.items():
-            self.writers[trial].add_scalar(name, value, global_step=step)
+            self.writers[trial].add(scalar(name, value), step)
         self.latest[trial] = {**self.latest[trial], **figures}
         self.ran[trial] = {**self.ran.get(trial, {}), **resolved(result)}
         self.writers[trial].flush()
@@ -432,7 +491,7 @@ class TensorBoard(LoggerCallback):
             params = {**_params(trial, self.swept), **ran}  # plain values: TensorBoard takes no None
             _, session_start, session_end = hparams(hparam_dict=params, metric_dict=latest)
             for summary in (session_start, session_end):  # the experiment is the run directory's
-                writer.file_writer.add_summary(summary)
+                writer.add(summary)
         writer.close()
 
 
@@ -520,7 +579,9 @@ def trackers(spec: SweepSpec, mlflow_uri, run_dir: str) -> list:
     tracking, swept = spec.tracking, swept_fields(spec)
     # Tune adds its own JSON, CSV and TensorBoard loggers unless told not to.
     os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
-    out = [TrialFilesCallback(), MemberCSV(), ArrayCSV()]
+    # The trial's files come last: a row stored (result.json) was logged by every
+    # tracker before it, which `RowsOnce` relies on when a killed driver's trial resumes.
+    out = [MemberCSV(), ArrayCSV()]
     if tracking.tensorboard:
         out.append(TensorBoard(swept, hparams_of(spec)))
     if tracking.wandb:
@@ -537,4 +598,4 @@ def trackers(spec: SweepSpec, mlflow_uri, run_dir: str) -> list:
     if tracking.mlflow:
         out.append(MLflow(tracking_uri=mlflow_uri, experiment_name=tracking.mlflow.experiment or spec.name,
                           tags={"sweep": spec.name}, swept=swept))
-    return out
+    return out + [TrialFilesCallback()]

@@ -16,7 +16,7 @@ import yaml
 
 from orchestrator.rundir import load_trials, read_results
 from tests.orchestrator.e2e import SWEEPS, cli, free_port, kill_leftovers, launch_to_the_end, results_so_far
-from tests.orchestrator.test_tracking import _events, finished_wandb_logs, wandb_records
+from tests.orchestrator.test_tracking import _events, finished_wandb_logs, wandb_records, wandb_timelines
 
 pytestmark = pytest.mark.slow
 
@@ -77,8 +77,12 @@ def test_a_fused_sweep_lists_the_trials_and_figures_of_one_run_alone(tmp_path, r
 
 
 def test_an_array_stopped_killed_and_resumed_keeps_every_evaluation_once(tmp_path, ray_temp):
+    """Ctrl-C, resume, SIGKILL of the driver, resume: every member's evaluations
+    once, in its results and in each tracker, which follows the member across the
+    three drivers as one run (issue 53)."""
     spec = _spec("arrays", 3, samples=12288)
     spec["axes"]["archs"] = ["transformer"]
+    spec["tracking"] = dict(tensorboard=True, mlflow={}, wandb=dict(project="icr-test", mode="offline"))
     spec_path, storage = tmp_path / "arrays.yaml", tmp_path / "runs"
     spec_path.write_text(yaml.safe_dump(spec))
     run = storage / "arrays"
@@ -121,6 +125,47 @@ def test_an_array_stopped_killed_and_resumed_keeps_every_evaluation_once(tmp_pat
     for m in members:
         evaluations = [r["samples"] for r in read_results(run / m) if r.get("evaluated", True)]
         assert evaluations == list(range(1024, 12288 + 1, 1024)), (m, evaluations)
+    _each_tracker_holds_every_evaluation_once(run, members)
+
+
+def _each_tracker_holds_every_evaluation_once(run, members) -> None:
+    """One MLflow run per member, FINISHED, and its TensorBoard files: each
+    evaluation once, in order, with its results' figure (a resumed trial redoes the
+    rows past its checkpoint: they are logged once; the rows of the killed driver
+    are there). One W&B run per member (its offline folders, one per driver that ran
+    it, carry one id, which `wandb sync` uploads as one run), each evaluation at
+    most once: W&B buffers its offline log, and a killed driver's is lost."""
+    import mlflow
+
+    expected = {m: [(r["samples"], r["val_loss"]) for r in read_results(run / m) if r.get("evaluated", True)]
+                for m in members}
+
+    def same(logged, want, what):
+        assert [s for s, _ in logged] == [s for s, _ in want], (what, logged)
+        assert [v for _, v in logged] == pytest.approx([v for _, v in want]), what
+
+    client = mlflow.tracking.MlflowClient(f"sqlite:///{run / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name(run.name).experiment_id])
+    assert sorted(r.info.run_name for r in runs) == sorted(members)
+    for r in runs:
+        assert r.info.status == "FINISHED", r.info
+        same(sorted((m.step, m.value) for m in client.get_metric_history(r.info.run_id, "val/loss")),
+             expected[r.info.run_name], f"MLflow {r.info.run_name}")
+    for m in members:
+        files = sorted((run / m).glob("events.out.tfevents.*"))
+        same([(event.step, v.simple_value) for f in files for event in _events(f) for v in event.summary.value
+              if v.tag == "val/loss"], expected[m], f"TensorBoard {m}")
+    deadline = time.time() + 120  # W&B's service writes an offline run's last records after its trial returned
+    last = {m: expected[m][-1][0] for m in members}
+    while any(last[m] not in dict(wandb_timelines(run / "wandb", "val/loss").get(m, ((), []))[1]) for m in members):
+        assert time.time() < deadline, wandb_timelines(run / "wandb", "val/loss")
+        time.sleep(1)
+    timelines = wandb_timelines(run / "wandb", "val/loss")
+    for m in members:
+        ids, timeline = timelines[m]
+        assert len(ids) == 1, (m, ids)
+        same(timeline, [(s, v) for s, v in expected[m] if s in dict(timeline)], f"W&B {m}")  # each once, in order
+        assert {1024, 2048, last[m]} <= set(dict(timeline)), (m, timeline)  # before the stop, after the kill
 
 
 def test_a_member_whose_loss_is_not_finite_fails_alone(tmp_path, ray_temp):

@@ -77,6 +77,25 @@ def finished_wandb_logs(folder: Path, count: int, timeout_s: float = 120) -> lis
         time.sleep(1)
 
 
+def wandb_timelines(folder: Path, metric: str) -> dict[str, tuple[set, list]]:
+    """Each W&B run of the offline folders under `folder` as `wandb sync` uploads it:
+    its folders (one per driver that ran it: a launch, a resume) in order of start.
+    Returns, per display name, (the run ids its folders carry, [(samples, `metric`)]
+    of every row that holds it, in order)."""
+    out = {}
+    for log in sorted(folder.glob("offline-run-*/run-*.wandb")):  # named by start time
+        name = None
+        for record in wandb_records(log):
+            if record.HasField("run"):
+                name = record.run.display_name
+                out.setdefault(name, (set(), []))[0].add(record.run.run_id)
+            elif record.HasField("history") and name is not None:
+                items = {_key(item): json.loads(item.value_json) for item in record.history.item}
+                if metric in items:
+                    out[name][1].append((items["samples"], items[metric]))
+    return out
+
+
 @pytest.mark.slow
 def test_every_tracker_holds_each_trials_config_and_every_evaluation(tmp_path, ray_temp):
     """Each tracker, read back with its own library: one run per trial, named after
@@ -232,12 +251,14 @@ def test_every_tracker_holds_each_trials_config_and_every_evaluation(tmp_path, r
 
 def _events(path: Path):
     """The events of a TensorBoard file (TFRecord framing: length, its CRC, the
-    record, its CRC)."""
+    record, its CRC), up to a record cut short (a killed writer's last)."""
     from tensorboardX.proto.event_pb2 import Event
 
     data, pos = path.read_bytes(), 0
-    while pos < len(data):
+    while pos + 12 <= len(data):
         (length,) = struct.unpack("<Q", data[pos:pos + 8])
+        if pos + 12 + length + 4 > len(data):
+            return
         event = Event()
         event.ParseFromString(data[pos + 12:pos + 12 + length])
         pos += 12 + length + 4
@@ -267,11 +288,12 @@ def test_tensorboard_off_keeps_tunes_json_and_csv_results(tmp_path, monkeypatch)
     # directory's own writer in the place of Tune's JSON logger (which it is, so Tune adds no other).
     # progress.csv: each trial's (an array's members' each: MemberCSV) and an array's own (ArrayCSV), which Tune's
     # analysis at the sweep's end reads from each of its trials.
-    assert kinds == [TrialFilesCallback, MemberCSV, ArrayCSV] and issubclass(TrialFilesCallback, JsonLoggerCallback)
+    # The trial's files last: a row stored was logged by every tracker first (RowsOnce).
+    assert kinds == [MemberCSV, ArrayCSV, TrialFilesCallback] and issubclass(TrialFilesCallback, JsonLoggerCallback)
     assert issubclass(MemberCSV, CSVLoggerCallback) and issubclass(ArrayCSV, CSVLoggerCallback)
     assert __import__("os").environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] == "1"  # Tune adds none of its own
     assert [type(c) for c in trackers(SweepSpec(name="default", storage=str(tmp_path)), None, str(tmp_path))] == \
-        [TrialFilesCallback, MemberCSV, ArrayCSV, TensorBoard]
+        [MemberCSV, ArrayCSV, TensorBoard, TrialFilesCallback]
 
 
 def test_a_trials_parameters_are_flat_swept_values_first_and_only_what_its_model_has():
@@ -464,43 +486,72 @@ def test_every_field_a_spec_sweeps_is_marked_as_differing_whatever_the_axis_form
 
 def test_a_resumed_trial_continues_its_mlflow_run_and_a_stopped_one_is_not_left_running(tmp_path):
     """Issue 53: a stopped and resumed sweep held two MLflow runs per trial, the first
-    RUNNING for good with the first half of the curve."""
+    RUNNING for good with the first half of the curve; a killed driver's trial,
+    resumed from an older checkpoint, logged the rows it redid a second time."""
     import mlflow
 
     from orchestrator.grid import expand
     from orchestrator.spec import load_spec
-    from orchestrator.trackers import MLflow
+    from orchestrator.trackers import MLflow, TrialFilesCallback
 
     config = expand(load_spec(SWEEPS / "istree_micro.yaml"))[0].model_dump(mode="json")
 
-    class Trial:  # what the callback reads of Tune's trial
+    class Trial:  # what the callbacks read of Tune's trial
         def __init__(self, name):
-            self.name, self.config = name, {"trial": config}
+            self.name, self.config, self.checkpoint = name, {"trial": config}, None
+            self.local_path = str(tmp_path / "run" / name)
+
+        def init_local_path(self):
+            Path(self.local_path).mkdir(parents=True, exist_ok=True)
 
         def __str__(self):
             return self.name
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
 
-    def driver():  # a launch or a resume: a new callback, in a new process
-        callback = MLflow(tracking_uri=uri, experiment_name="stopped", tags={})
-        callback.setup()
-        return callback
+    class Driver:  # a launch or a resume: new callbacks, in a new process, called in Tune's order
+        def __init__(self):
+            self.mlflow = MLflow(tracking_uri=uri, experiment_name="stopped", tags={})
+            self.mlflow.setup()
+            self.callbacks = [self.mlflow, TrialFilesCallback()]
 
-    first, trial = driver(), Trial("transformer-cot-tiny-n5-lr3e-3-s0")
+        def __getattr__(self, method):
+            return lambda *args: [getattr(c, method)(*args) for c in self.callbacks]
+
+    first, trial = Driver(), Trial("transformer-cot-tiny-n5-lr3e-3-s0")
     first.log_trial_start(trial)
     first.log_trial_result(1, trial, {"samples": 1024, "val_loss": 0.9})
-    first.on_experiment_end([trial])  # Ctrl-C: Tune ends the experiment
+    first.mlflow.on_experiment_end([trial])  # Ctrl-C: Tune ends the experiment
     client = mlflow.tracking.MlflowClient(uri)
     (run,) = client.search_runs([client.get_experiment_by_name("stopped").experiment_id])
     assert run.info.status == "KILLED"
-    second, again = driver(), Trial("transformer-cot-tiny-n5-lr3e-3-s0")  # Tune's trial, restored
+    second, again = Driver(), Trial("transformer-cot-tiny-n5-lr3e-3-s0")  # Tune's trial, restored
     second.log_trial_start(again)
     second.log_trial_result(1, again, {"samples": 2048, "val_loss": 0.7})
-    (resumed,) = second.runs.values()
+    (resumed,) = second.mlflow.runs.values()
     second.log_trial_end(again)
     runs = client.search_runs([client.get_experiment_by_name("stopped").experiment_id])
     assert [r.info.run_id for r in runs] == [run.info.run_id] == [resumed]
     assert runs[0].info.status == "FINISHED"
     history = client.get_metric_history(run.info.run_id, "val/loss")
     assert sorted((m.step, m.value) for m in history) == [(1024, 0.9), (2048, 0.7)]
+
+    # A killed driver ends nothing: its resume continues the trial from an older
+    # checkpoint (at 1,024 samples), redoing a row stored and logged before; the run
+    # holds each step once, and a row at a step already logged but not stored (the
+    # final evaluation after a stop's row) is logged.
+    killed, trial = Driver(), Trial("transformer-cot-tiny-n5-lr3e-3-s1")
+    killed.log_trial_start(trial)
+    for samples, loss in ((1024, 0.8), (2048, 0.6)):
+        killed.log_trial_result(1, trial, {"samples": samples, "val_loss": loss})
+    killed.log_trial_result(1, trial, {"samples": 2500, "train_loss": 0.4, "evaluated": False})
+    resumed = Driver()
+    resumed.log_trial_start(trial)
+    for samples, loss in ((2048, 0.6), (2500, 0.55), (3072, 0.5)):
+        resumed.log_trial_result(1, trial, {"samples": samples, "val_loss": loss})
+    resumed.log_trial_end(trial)
+    (run,) = client.search_runs([client.get_experiment_by_name("stopped").experiment_id],
+                                filter_string=f"tags.trial_name = '{trial}'")
+    assert run.info.status == "FINISHED"
+    history = client.get_metric_history(run.info.run_id, "val/loss")
+    assert sorted((m.step, m.value) for m in history) == [(1024, 0.8), (2048, 0.6), (2500, 0.55), (3072, 0.5)]
