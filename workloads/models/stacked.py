@@ -86,3 +86,22 @@ class StackedGroupNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         normed = F.group_norm(x, self.groups, None, None, self.eps).reshape(self.weight.shape[0], -1, x.shape[-1])
         return (normed * self.weight[:, None] + self.bias[:, None]).reshape(x.shape)
+
+
+class StackedMixer(nn.Module):
+    """The fused form of K recurrent mixers of one config: `settings`, the lone
+    mixer's (for a view on which its own methods run), and the parameters named in
+    `per_member` stacked under the lone mixer's names; its subclass stacks the rest.
+    Training only: an array's members decode as lone models (TrialArray.member_model)."""
+
+    def __init__(self, members: list[nn.Module], per_member: tuple[str, ...]):
+        super().__init__()
+        self.k, self.settings = len(members), settings_of(members[0])
+        for name in per_member:
+            setattr(self, name, stack(getattr(m, name) for m in members))
+
+    def rows(self, h: torch.Tensor, cache=None) -> int:
+        """Each member's rows in `h` (K*rows, length, d_model)."""
+        if cache is not None:
+            raise ValueError("an array trains; its members decode as lone models (TrialArray.member_model)")
+        return h.shape[0] // self.k

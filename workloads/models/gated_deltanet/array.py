@@ -9,7 +9,6 @@ which has none of its own: it runs once for every member's rows, fla's kernel on
 CUDA (it takes each row's gates) and our chunked form on CPU. The rest is the lone
 mixer's own code (`_project`, `_inputs`, `_scan`, `_norm_gate_out`), run on a view
 of the array whose per-head parameters are laid out per row.
-Training only: an array's members are evaluated as lone models (TrialArray.member_model).
 """
 
 from types import SimpleNamespace
@@ -19,31 +18,24 @@ from torch import nn
 
 from workloads.models.gated_deltanet.layer import pick_kernel
 from workloads.models.recurrent_parts import scan_form
-from workloads.models.stacked import StackedLinear, StackedShortConv, per_row, settings_of, stack
+from workloads.models.stacked import StackedLinear, StackedMixer, StackedShortConv, per_row
 
 PER_HEAD = ("A_log", "dt_bias", "norm_weight")
 
 
-class StackedDeltaRuleMixer(nn.Module):
+class StackedDeltaRuleMixer(StackedMixer):
     """K GatedDeltaNetMixers, or K GatedDeltaProductMixers, of one config as one
     (their parameters stacked, names as a lone mixer's)."""
 
     def __init__(self, members: list[nn.Module]):
-        super().__init__()
-        first = members[0]
-        self.lone = type(first)
-        self.settings = settings_of(first)
-        self.scan = first.scan
+        super().__init__(members, PER_HEAD)
+        self.lone, self.scan = type(members[0]), members[0].scan
         self.in_proj = StackedLinear([m.in_proj for m in members])
         self.conv1d = StackedShortConv([m.conv1d for m in members])
         self.o_proj = StackedLinear([m.o_proj for m in members])
-        for name in PER_HEAD:
-            setattr(self, name, stack(getattr(m, name) for m in members))
 
     def forward(self, h: torch.Tensor, cache=None) -> torch.Tensor:
-        if cache is not None:
-            raise ValueError("an array trains; its members decode as lone models (TrialArray.member_model)")
-        rows = h.shape[0] // self.A_log.shape[0]
+        rows = self.rows(h, cache)
         view = SimpleNamespace(**self.settings, in_proj=self.in_proj, o_proj=self.o_proj,
                                A_log=per_row(self.A_log, rows), dt_bias=per_row(self.dt_bias, rows),
                                norm_weight=per_row(self.norm_weight, rows)[:, :, None])  # per head: (rows, 1, 1, dv)

@@ -11,37 +11,31 @@ convolution over the members' channels side by side (K*d_inner groups). The scan
   dimension, (B, K, N, L): channel c reads group c // d_inner, its member's.
 - CPU: our compiled scan, once per member (its A differs; the scan takes one A for
   every row).
-Training only: an array's members are evaluated as lone models (TrialArray.member_model).
 """
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from workloads.models.mamba.layer import MambaMixer, mamba_ssm_scan
 from workloads.models.mamba.selective_scan import scan_cpu, scan_reference
-from workloads.models.stacked import StackedLinear, StackedShortConv, stack
+from workloads.models.stacked import StackedLinear, StackedMixer, StackedShortConv, per_row
 
 
-class StackedMambaMixer(nn.Module):
+class StackedMambaMixer(StackedMixer):
     """K MambaMixers of one config as one (their parameters stacked, names as a lone mixer's)."""
 
     def __init__(self, members: list[MambaMixer]):
-        super().__init__()
+        super().__init__(members, ("A_log", "D"))  # (K, d_inner, N), (K, d_inner)
         first = members[0]
         self.d_inner, self.d_state, self.dt_rank, self.scan_impl = first.d_inner, first.d_state, first.dt_rank, first.scan_impl
         for name in ("in_proj", "x_proj", "dt_proj", "out_proj"):
             setattr(self, name, StackedLinear([getattr(m, name) for m in members]))
         self.conv1d = StackedShortConv([m.conv1d for m in members])
-        self.A_log = stack(m.A_log for m in members)  # (K, d_inner, N)
-        self.D = stack(m.D for m in members)  # (K, d_inner)
 
     _impl = MambaMixer._impl
 
     def forward(self, h: torch.Tensor, cache=None) -> torch.Tensor:
-        if cache is not None:
-            raise ValueError("an array trains; its members decode as lone models (TrialArray.member_model)")
-        k = self.A_log.shape[0]
+        k, rows = self.k, self.rows(h, cache)
         x, z = self.in_proj(h).chunk(2, dim=-1)
         x = self.conv1d(x)
         dt, Bm, C = self.x_proj(x).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
@@ -55,8 +49,7 @@ class StackedMambaMixer(nn.Module):
         scan = scan_cpu if impl == "cpu" else scan_reference
         y = torch.cat([scan(*(t.float() for t in parts[:2]), A[i], *(t.float() for t in parts[2:]))[0]
                        for i, parts in enumerate(zip(x.chunk(k), dt.chunk(k), Bm.chunk(k), C.chunk(k)))])
-        rows = x.shape[0] // k
-        D = self.D.repeat_interleave(rows, dim=0)[:, None, :]  # each row its member's
+        D = per_row(self.D, rows)  # each row its member's
         return self.out_proj((y.to(x.dtype) + x * D) * F.silu(z))
 
     def _scan_cuda(self, x, dt, A, Bm, C, z):

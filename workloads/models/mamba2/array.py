@@ -11,37 +11,30 @@ convolution over the members' channels side by side (as Mamba's). The scan:
 - CPU: our chunked (or recurrent) form once over every member's rows, A, D and the
   dt bias laid out per row.
 The gate and norm are the lone mixer's own code, run on a view of the array whose
-norm weight is laid out per row. Training only: an array's members are evaluated as
-lone models (TrialArray.member_model).
+norm weight is laid out per row.
 """
 
 from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from workloads.models.mamba2.layer import KERNEL_CHUNK, Mamba2Mixer, mamba2_kernel, ssd_chunked, ssd_recurrent
 from workloads.models.recurrent_parts import scan_form
-from workloads.models.stacked import StackedLinear, StackedShortConv, per_row, settings_of, stack
+from workloads.models.stacked import StackedLinear, StackedMixer, StackedShortConv, per_row
 
 
-class StackedMamba2Mixer(nn.Module):
+class StackedMamba2Mixer(StackedMixer):
     """K Mamba2Mixers of one config as one (their parameters stacked, names as a lone mixer's)."""
 
     def __init__(self, members: list[Mamba2Mixer]):
-        super().__init__()
-        self.settings = settings_of(members[0])
+        super().__init__(members, ("dt_bias", "A_log", "D", "norm_weight"))
         self.in_proj = StackedLinear([m.in_proj for m in members])
         self.conv1d = StackedShortConv([m.conv1d for m in members])
         self.out_proj = StackedLinear([m.out_proj for m in members])
-        for name in ("dt_bias", "A_log", "D", "norm_weight"):
-            setattr(self, name, stack(getattr(m, name) for m in members))
 
     def forward(self, h: torch.Tensor, cache=None) -> torch.Tensor:
-        if cache is not None:
-            raise ValueError("an array trains; its members decode as lone models (TrialArray.member_model)")
-        rows = h.shape[0] // self.A_log.shape[0]
+        rows = self.rows(h, cache)
         view = SimpleNamespace(**self.settings, out_proj=self.out_proj, norm_weight=per_row(self.norm_weight, rows))
         d_inner, conv_dim, heads, scan = view.d_inner, view.conv_dim, view.heads, view.scan
         z, xBC, dt = self.in_proj(h).split([d_inner, conv_dim, heads], dim=-1)
@@ -64,7 +57,7 @@ class StackedMamba2Mixer(nn.Module):
 
     def _scan_cuda(self, kernel, x, dt, B, C):
         """One kernel call for every member: heads side by side, B and C by group."""
-        k, rows = self.A_log.shape[0], x.shape[0] // self.A_log.shape[0]
+        k, rows = self.k, x.shape[0] // self.k
 
         def members_side_by_side(t):  # (K*rows, L, ...) -> (rows, L, K, ...)
             return t.unflatten(0, (k, rows)).movedim(0, 2)

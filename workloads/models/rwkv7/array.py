@@ -8,8 +8,7 @@ shift's mixes, k_k, k_a, the bonus's r_k) act before and after the scan, which h
 none of its own, so the scan runs once over every member's rows: fla's `chunk_rwkv7`
 on CUDA (it takes each row's decay, keys and values), our chunked form on CPU. The
 forward is the lone mixer's own, run on a view of the array whose parameters are
-laid out per row. Training only: an array's members are evaluated as lone models
-(TrialArray.member_model).
+laid out per row.
 """
 
 import functools
@@ -19,29 +18,24 @@ import torch
 from torch import nn
 
 from workloads.models.rwkv7.layer import RWKV7Mixer
-from workloads.models.stacked import StackedGroupNorm, StackedLinear, per_row, settings_of, stack
+from workloads.models.stacked import StackedGroupNorm, StackedLinear, StackedMixer, per_row
 
 PROJECTIONS, LORAS, PER_ROW = ("r_proj", "k_proj", "v_proj", "o_proj"), ("w_lora", "a_lora", "g_lora"), ("mix", "k_k", "k_a", "r_k")
 
 
-class StackedRWKV7Mixer(nn.Module):
+class StackedRWKV7Mixer(StackedMixer):
     """K RWKV7Mixers of one config as one (their parameters stacked, names as a lone mixer's)."""
 
     def __init__(self, members: list[RWKV7Mixer]):
-        super().__init__()
-        self.settings = settings_of(members[0])
+        super().__init__(members, PER_ROW)
         for name in PROJECTIONS:
             setattr(self, name, StackedLinear([getattr(m, name) for m in members]))
         for name in LORAS:  # down, up
             setattr(self, name, nn.ModuleList(StackedLinear([getattr(m, name)[i] for m in members]) for i in range(2)))
         self.g_norm = StackedGroupNorm([m.g_norm for m in members])
-        for name in PER_ROW:
-            setattr(self, name, stack(getattr(m, name) for m in members))
 
     def forward(self, h: torch.Tensor, cache=None) -> torch.Tensor:
-        if cache is not None:
-            raise ValueError("an array trains; its members decode as lone models (TrialArray.member_model)")
-        rows = h.shape[0] // self.mix.shape[0]
+        rows = self.rows(h, cache)
         view = SimpleNamespace(**self.settings, training=self.training, g_norm=self.g_norm,
                                **{name: getattr(self, name) for name in PROJECTIONS + LORAS},
                                **{name: per_row(getattr(self, name), rows) for name in PER_ROW})
