@@ -447,8 +447,9 @@ def open_commands(run: Run, run_dir: str, local: Path) -> list[str]:
     wandb = tracking.get("wandb")
     if wandb:
         if wandb.get("mode", "offline") == "offline":
-            out.append(f"W&B (offline): `wandb sync {wandb.get('dir') or where}/wandb/offline-run-*`, then the project "
-                       f"{wandb['project']}")
+            folder = f"{wandb.get('dir') or where}/wandb"
+            out.append(f"W&B (offline): `wandb sync {folder}/offline-run-*`, then the project {wandb['project']}; "
+                       f"here, without upload: `wandb beta leet {folder}`")
         else:
             entity = f"{wandb['entity']}/" if wandb.get("entity") else ""
             out.append(f"W&B: https://wandb.ai/{entity}{wandb['project']} (group {wandb.get('group') or spec.get('name')})")

@@ -144,6 +144,7 @@ def test_every_tracker_holds_each_trials_config_and_every_evaluation(tmp_path, r
         f"{mlflow.tracking.MlflowClient(f'sqlite:///{run}/mlflow.db').get_experiment_by_name('tracked').experiment_id}/runs" \
         in opened[2], opened[2]
     assert f"tensorboard --logdir {run}`" in opened[1] and f"wandb sync {run}/wandb/offline-run-*" in opened[3]
+    assert opened[3].endswith(f"here, without upload: `wandb beta leet {run}/wandb`"), opened[3]
     report = (run / "report.md").read_text()
     assert "Open this run in:" in report.split("## ")[0] and f"tensorboard --logdir {run}`" in report
     # val_loss: a figure that differs at every evaluation (exact match is often 0 this early).
