@@ -428,7 +428,7 @@ class EventFile:
 
 @tracker
 class TensorBoard(LoggerCallback):
-    """TensorBoard files in each trial's directory (tensorboardX's writer): the
+    """TensorBoard files in each trial's directory (`EventFile`): the
     figures under their short names at the trial's samples, and, at the trial's
     end, its HParams session (the flat config, the latest of each figure). The
     HParams experiment (which parameters, which metrics) is written once, in the

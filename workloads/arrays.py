@@ -27,9 +27,9 @@ its kernel with the members' heads side by side), Gated DeltaNet's and Gated
 DeltaProduct's (workloads/models/gated_deltanet/array.py) and RWKV-7's
 (workloads/models/rwkv7/array.py), whose scans have no parameter of their own and
 run once over every member's rows. A module with no fused form would run its
-members one after another on their rows (`MembersInTurn`), fused around it. A batch is cut into length-grouped
-micro-batches as a lone trial's is (workloads/batching.py), on the widest
-member's length at each place.
+members one after another on their rows (`MembersInTurn`), fused around it. A
+batch is cut into length-grouped micro-batches as a lone trial's is
+(workloads/batching.py), on the widest member's length at each place.
 """
 
 import copy
