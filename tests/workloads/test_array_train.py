@@ -62,6 +62,9 @@ def _same_rows(array_rows, lone_rows, what):
                 assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-5), (what, b["samples"], key)
 
 
+NEWER = ["mamba2", "gated_deltanet", "gated_deltaproduct", "rwkv7"]  # each fused in an array by a form of its own
+
+
 def _untimed(rows):
     return [{k: v for k, v in r.items() if k not in ("samples_per_s", "tokens_per_s")} for r in rows]
 
@@ -75,7 +78,7 @@ def _close_weights(a, b, what, atol=1e-5):
         torch.testing.assert_close(a["model"][name], w, rtol=1e-4, atol=atol, msg=lambda m: f"{what} {name}: {m}")
 
 
-@pytest.mark.parametrize("arch", ["transformer", "mamba", "hybrid"])
+@pytest.mark.parametrize("arch", ["transformer", "mamba", "hybrid", *NEWER])
 def test_an_arrays_rows_and_checkpoints_are_its_members_lone_ones(arch, tmp_path, thread_pools):
     configs = _configs(arch)
     rows, hooks = _array_rows(configs)
@@ -92,10 +95,13 @@ def test_an_arrays_rows_and_checkpoints_are_its_members_lone_ones(arch, tmp_path
         _close_weights(ours, theirs, f"{arch} {config.name}", atol=0.01 * config.train.lr * 24)
 
 
-def test_a_stopped_and_resumed_array_ends_as_a_straight_one(tmp_path, thread_pools):
+@pytest.mark.parametrize("arch", ["transformer", *NEWER])
+def test_a_stopped_and_resumed_array_ends_as_a_straight_one(arch, tmp_path, thread_pools):
     """Stopped right after a checkpoint between evaluations (as a SIGKILL finds it),
-    then resumed: every member's weights, rows and history equal the straight run's."""
-    configs = _configs()
+    then resumed: every member's weights, rows and history equal the straight run's
+    (the newer mixers' fused forms too: their stacked parameters to and from the
+    members' checkpoints)."""
+    configs = _configs(arch)
     straight, hooks = _array_rows(configs)
     run_array(configs, hooks, Checkpoints(dir=tmp_path / "a"))
     cut = next(r["samples"] for r in straight[configs[0].name] if not r["evaluated"] and r["samples"] > 128)
