@@ -23,5 +23,6 @@ __all__ = ["EARLIER_RESULTS", "ERROR_FILE", "FAILS_AGAIN", "Footprint", "LOCK_FI
            "TrialFiles", "catch_up", "check_launch_dir", "check_report_dir", "check_storage",
            "claim_trial_dir", "driver_ended", "driver_is_live", "is_trial_dir", "load_trials", "parse_rows", "read_plan",
            "read_results", "read_run", "record_driver_end", "record_report", "repair_results", "report_owned", "restore_rows",
-           "row_stored", "set_aside_for_rebuild", "set_aside_plan", "small_text", "spec_location", "spec_record", "sqlite_url", "stored_rows",
+           "row_stored", "set_aside_for_rebuild", "set_aside_plan", "small_text", "spec_location", "spec_record", "sqlite_url",
+           "stored_rows",
            "trial_names", "trials_home", "tune_statuses", "tune_trial_dirs", "tune_trials", "write_plan", "write_spec_record"]

@@ -29,7 +29,7 @@ class StackedDeltaRuleMixer(StackedMixer):
 
     def __init__(self, members: list[nn.Module]):
         super().__init__(members, PER_HEAD)
-        self.lone, self.scan = type(members[0]), members[0].scan
+        self.lone = type(members[0])
         self.in_proj = StackedLinear([m.in_proj for m in members])
         self.conv1d = StackedShortConv([m.conv1d for m in members])
         self.o_proj = StackedLinear([m.o_proj for m in members])
@@ -41,8 +41,8 @@ class StackedDeltaRuleMixer(StackedMixer):
                                norm_weight=per_row(self.norm_weight, rows)[:, :, None])  # per head: (rows, 1, 1, dv)
         qkv, gate, a, b = self.lone._project(view, h)
         inputs = self.lone._inputs(view, self.conv1d(qkv), a, b)
-        kernel = pick_kernel(self.scan, h.is_cuda, torch.is_grad_enabled())
+        kernel = pick_kernel(view.scan, h.is_cuda, torch.is_grad_enabled())
         if self.training:  # what trained
-            self.scan_ran = scan_form(kernel, self.scan)
+            self.scan_ran = scan_form(kernel, view.scan)
         o, _ = self.lone._scan(view, *inputs, kernel=kernel)
         return self.lone._norm_gate_out(view, o, gate)

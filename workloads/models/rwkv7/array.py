@@ -20,7 +20,8 @@ from torch import nn
 from workloads.models.rwkv7.layer import RWKV7Mixer
 from workloads.models.stacked import StackedGroupNorm, StackedLinear, StackedMixer, per_row
 
-PROJECTIONS, LORAS, PER_ROW = ("r_proj", "k_proj", "v_proj", "o_proj"), ("w_lora", "a_lora", "g_lora"), ("mix", "k_k", "k_a", "r_k")
+PROJECTIONS, LORAS = ("r_proj", "k_proj", "v_proj", "o_proj"), ("w_lora", "a_lora", "g_lora")
+PER_ROW = ("mix", "k_k", "k_a", "r_k")  # parameters laid out per row in the view
 
 
 class StackedRWKV7Mixer(StackedMixer):
