@@ -21,13 +21,31 @@ VALUE_WORDS = {"storage": "PATH|URI", "address": "HOST:PORT|auto", "temp_dir": "
 
 
 def _value_words(param) -> str:
-    desc = param.type_descriptor  # Typer's description of the option's type
+    desc = getattr(param, "type_descriptor", None)  # Typer's description of the option's type (0.2x)
+    if desc is None:  # an earlier Typer: its options are click's, with click's types
+        return _click_value_words(param)
     if desc.is_choice:
         choices = [str(c) for c in desc.choices or ()]
         return "|".join(choices) if len(choices) <= 4 else param.name.upper()
     if desc.is_path:
         return "PATH"
-    kind = param.bare_type()
+    return _number_words(param, param.bare_type())
+
+
+def _click_value_words(param) -> str:
+    import click
+
+    kind = param.type
+    if isinstance(kind, click.Choice):
+        choices = [str(c) for c in kind.choices or ()]
+        return "|".join(choices) if len(choices) <= 4 else param.name.upper()
+    if isinstance(kind, click.Path):
+        return "PATH"
+    numbers = {click.types.IntParamType: "int", click.types.FloatParamType: "float"}
+    return _number_words(param, next((name for cls, name in numbers.items() if isinstance(kind, cls)), ""))
+
+
+def _number_words(param, kind: str) -> str:
     if kind in ("int", "float") and param.name not in ("n", "seed", "val_seed"):
         return "N" if kind == "int" else "NUMBER"
     return param.name.upper()

@@ -53,3 +53,23 @@ def test_the_cli_keeps_the_conventions_of_a_command_line_tool():
         options = [line.strip().split("  ")[0] for line in text.splitlines() if line.lstrip().startswith("-")]
         assert options and not [option for option in options if "<" in option], options  # e.g. "--storage PATH|URI"
     assert "--storage PATH|URI" in " ".join(short.output.split()) and "--num-cpus N" in " ".join(short.output.split())
+
+
+def test_options_name_their_values_under_typers_click_based_options_too():
+    """Typer before 0.2x builds options on click's types and has no type
+    descriptors (the GPU machine's Typer crashed every command here)."""
+    click = pytest.importorskip("click")
+    from orchestrator.cli.common import _value_words
+
+    def option(name, kind):
+        opt = click.Option([f"--{name}"], type=kind)
+        assert not hasattr(opt, "type_descriptor")
+        return _value_words(opt)
+
+    assert option("format", click.Choice(["table", "json"])) == "table|json"
+    assert option("setup", click.Choice(["a", "b", "c", "d", "e"])) == "SETUP"
+    assert option("spec", click.Path()) == "PATH"
+    assert option("count", click.IntRange(min=1)) == "N"
+    assert option("solved", click.FloatRange(0, 1)) == "NUMBER"
+    assert option("seed", click.INT) == "SEED"
+    assert option("instance", click.STRING) == "INSTANCE"
