@@ -17,6 +17,7 @@ The K = 1 row measures the array's own overhead. On a GPU each timed span ends
 with torch.cuda.synchronize().
 """
 
+import gc
 import json
 import platform
 import statistics
@@ -79,6 +80,18 @@ def _side_by_side(sides, device, min_seconds, rounds):
     return [statistics.median(r) for r in rates]
 
 
+def _measured(configs, args) -> dict:
+    """Both sides' samples/s and their ratio; where the device's memory cannot hold
+    them (K lone trials and an array of K, side by side), that, and the next row runs."""
+    try:
+        (separate, device), (array, _) = _separate(configs), _array(configs)
+        r_sep, r_arr = _side_by_side((separate, array), device, args.min_seconds, args.rounds)
+        return dict(separate_samples_per_s=round(r_sep, 1), array_samples_per_s=round(r_arr, 1),
+                    ratio=round(r_arr / r_sep, 3))
+    except torch.OutOfMemoryError as e:
+        return dict(error=f"out of memory: {str(e).splitlines()[0]}")
+
+
 def main():
     ap = step_arguments("Trial arrays against separate trials: aggregate samples/s on one device.")
     ap.add_argument("--k", nargs="+", type=int, default=[1, 4, 8, 16])
@@ -88,22 +101,24 @@ def main():
     device, name = device_of(args.device)
     if device.type == "cpu":
         name = f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+    out = Path(args.out or f"bench/results/arrays_{'cpu' if device.type == 'cpu' else name.replace(' ', '_')}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    command = "python bench/bench_arrays.py " + " ".join(
+        f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in vars(args).items()
+        if v is not None)
     rows = []
     for arch in args.archs:
         for n in args.n:
             for k in args.k:
-                configs = _configs(arch, args.setup, n, args.size, k, device.type)
-                (separate, device), (array, _) = _separate(configs), _array(configs)
-                r_sep, r_arr = _side_by_side((separate, array), device, args.min_seconds, args.rounds)
-                rows.append(dict(arch=arch, setup=args.setup, n=n, size=args.size, k=k, separate_samples_per_s=round(r_sep, 1),
-                                 array_samples_per_s=round(r_arr, 1), ratio=round(r_arr / r_sep, 3)))
+                rows.append(dict(arch=arch, setup=args.setup, n=n, size=args.size, k=k,
+                                 **_measured(_configs(arch, args.setup, n, args.size, k, device.type), args)))
                 print(json.dumps(rows[-1]), flush=True)
-    out = Path(args.out or f"bench/results/arrays_{'cpu' if device.type == 'cpu' else name.replace(' ', '_')}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"device": name, "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
-                               "command": "python bench/bench_arrays.py " + " ".join(f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
-                                                                                    for k, v in vars(args).items() if v is not None),
-                               "rows": rows}, indent=1) + "\n")
+                gc.collect()  # this row's trials and arrays are gone before the next row's are built
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+                # written after every row: a run cut short keeps what it measured
+                out.write_text(json.dumps({"device": name, "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
+                                           "command": command, "rows": rows}, indent=1) + "\n")
     print(f"wrote {out}")
 
 

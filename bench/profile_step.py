@@ -12,7 +12,8 @@ trial's loop (workloads.train: length groups, AdamW, LambdaLR) under torch.profi
 - host-device syncs per step (cudaStreamSynchronize, cudaDeviceSynchronize,
   cudaMemcpy to the host: each stalls the launch queue);
 - the data path: a step that builds its batch against the same step on a batch
-  already on the device (`data_share`: what building and moving the batch costs).
+  already built (`data_share`: what building the batch costs; its copy to the
+  device, made by the trainer per length group, is in both).
 """
 
 import json
@@ -26,7 +27,11 @@ from torch.profiler import ProfilerActivity, profile
 from step_common import device_of, lone_run, step_arguments, step_config, sync
 from workloads.tasks.base import TRAIN_STREAM
 
-SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpy")
+# Calls that block the host until the GPU catches up. cudaMemcpyAsync is left out: the
+# batch's copies to the device are asynchronous (pinned memory), and counting them (as
+# this bench did on 2026-11-28) reads each length group's copies as syncs; a copy to the
+# host (`.item()`, `.cpu()`) shows as the cudaStreamSynchronize that follows it.
+SYNCS = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpy"}
 
 
 def _busy_share(events, wall_us: float) -> float:
@@ -61,16 +66,17 @@ def _profile(config, steps: int) -> dict:
                                                             / 1e3 / steps, 3), calls_per_step=e.count // steps) for e in top])
     if cuda:
         row["gpu_idle_share"] = round(1 - _busy_share(prof.events(), wall * steps * 1e6), 3)
-        row["syncs_per_step"] = sum(e.count for e in table if e.key.startswith(SYNCS)) / steps
+        row["syncs_per_step"] = sum(e.count for e in table if e.key in SYNCS) / steps
     row["data_share"] = _data_share(run, trial, steps)
     return row
 
 
 def _data_share(run, trial, steps: int) -> float:
-    """1 - (a step on a batch already on the device) / (a step that builds and moves its batch)."""
+    """1 - (a step on a batch already built) / (a step that builds its batch): what
+    building the batch costs. The copy to the device stays in both: the trainer moves
+    each length group as it reaches it (Trial.backward takes the batch on the CPU)."""
     tc, device = trial.config.train, trial.device
-    batch = trial.task.batch(tc.seed, TRAIN_STREAM, trial.samples, tc.batch_size)
-    on_device = batch.to(device)
+    built = trial.task.batch(tc.seed, TRAIN_STREAM, trial.samples, tc.batch_size)
 
     def timed(step):
         sync(device)
@@ -82,7 +88,7 @@ def _data_share(run, trial, steps: int) -> float:
 
     def ready():
         trial.optimizer.zero_grad(set_to_none=True)
-        trial.backward(on_device)
+        trial.backward(built)
         trial.optimizer.step()
         trial.scheduler.step()
 
@@ -95,16 +101,17 @@ def main():
     ap.add_argument("--steps", type=int, default=3)
     args = ap.parse_args()
     device, name = device_of(args.device)
+    out = Path(args.out or f"bench/results/profile_{name.replace(' ', '_')}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
     rows = []
     for arch in args.archs:
         for n in args.n:
             config = step_config(arch, args.setup, n, args.size, device.type)
             rows.append(dict(arch=arch, setup=args.setup, n=n, size=args.size, **_profile(config, args.steps)))
             print(json.dumps({k: v for k, v in rows[-1].items() if k != "top"}), flush=True)
-    out = Path(args.out or f"bench/results/profile_{name.replace(' ', '_')}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"device": name, "host": platform.node(), "date": time.strftime("%Y-%m-%d"),
-                               "torch": torch.__version__, "rows": rows}, indent=1) + "\n")
+            # written after every row: a run cut short keeps what it measured
+            out.write_text(json.dumps({"device": name, "host": platform.node(), "date": time.strftime("%Y-%m-%d"),
+                                       "torch": torch.__version__, "rows": rows}, indent=1) + "\n")
     print(f"wrote {out}")
 
 

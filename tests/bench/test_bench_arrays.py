@@ -29,3 +29,31 @@ def test_the_step_profile_names_its_top_operators(tmp_path):
     (row,) = json.loads(out.read_text())["rows"]
     assert row["arch"] == "mamba" and row["samples_per_s"] > 0 and 0 <= row["data_share"] <= 1
     assert row["top"] and all(t["ms_per_step"] >= 0 for t in row["top"])
+
+
+def test_the_gpu_paths_slice_is_three_arrays_of_four_of_the_papers_grid(tmp_path):
+    """bench/gpu_path.py's slice (the device check launches it, stops, resumes and
+    reports it): the grid's trials at retrieval n=16, 0.5M, as one array of four seeds
+    per architecture, each at its paper's rate."""
+    import argparse
+    import importlib.util
+
+    import yaml
+
+    from orchestrator.arrays import arrays
+    from orchestrator.grid import planned_trials
+    from orchestrator.spec import load_spec
+
+    spec_of = importlib.util.spec_from_file_location("gpu_path", ROOT / "bench" / "gpu_path.py")
+    gpu_path = importlib.util.module_from_spec(spec_of)
+    spec_of.loader.exec_module(gpu_path)
+    args = argparse.Namespace(name="gpu_path", archs=["transformer", "mamba", "hybrid"], setup="retrieval", size="0.5M",
+                              n=16, seeds=4, fuse=4, samples=32768, eval_every=8192, val_samples=1000,
+                              warmup_samples=2048, device="auto")
+    (tmp_path / "slice.yaml").write_text(yaml.safe_dump(gpu_path.slice_spec(args)))
+    spec = load_spec(tmp_path / "slice.yaml")
+    trials = planned_trials(spec)
+    assert len(trials) == 12 and {t["task"]["n"] for t in trials.values()} == {16}
+    groups = arrays(list(trials.values()), spec.resources.fuse)
+    assert sorted(len(g["members"]) for g in groups) == [4, 4, 4], groups
+    assert {t["train"]["lr"] for t in trials.values() if t["model"]["arch"] == "transformer"} == {1e-3}
