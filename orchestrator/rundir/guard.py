@@ -18,7 +18,7 @@ from typing import Optional
 
 from orchestrator.rundir.layout import (BEFORE_ANY_TRIAL, LAUNCH_WRITES, LOCK_FILE, PARAMS_FILE, REPORT_FILES,
                                         REPORT_MANIFEST, RESULTS_FILE, SPEC_FILE, TRIAL_LOCK_FILE, TRIAL_WRITES,
-                                        named_like, sweep_above)
+                                        launch_folder, named_like, sweep_above)
 from orchestrator.storage import RunDirError, check_remote, is_remote
 
 NAME_MAX, PATH_MAX = 255, 4096
@@ -84,11 +84,12 @@ class Footprint:
     """What a local run directory held before a launch wrote anything, so that a
     launch that ends before any trial started (a Ray start that failed, a refusal,
     a stop seconds in) removes exactly what it created: the new entries with the
-    names a launch writes, the new folders (Ray's, the trackers') holding no trial's
-    config, then the run directory and the folders above it that it made, each
-    only when that leaves it empty. What was there before is never touched, and a
-    new file of any other name (a user's, written meanwhile) is kept. Taken before
-    `check_storage`, which makes the folders."""
+    names a launch writes, the new folders named as a launch names its own (its
+    trackers', trials' and arrays': `launch_folder`), then the run directory and
+    the folders above it that it made, each only when that leaves it empty. What
+    was there before is never touched, and a new file or folder of any other name
+    (a user's, made meanwhile) is kept. Taken before `check_storage`, which makes
+    the folders."""
 
     def __init__(self, run_dir: str):
         self.path = None if is_remote(run_dir) else Path(run_dir.removeprefix("file://"))
@@ -115,7 +116,10 @@ class Footprint:
         for name in sorted(set(os.listdir(path)) - self.before):
             entry = path / name
             if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry, ignore_errors=True)  # the launch made it; a trial's would hold params.json
+                if launch_folder(name):
+                    shutil.rmtree(entry, ignore_errors=True)  # the launch made it; a started trial's holds params.json
+                else:
+                    kept.append(f"{name}/")
             elif name in launchs:
                 entry.unlink(missing_ok=True)
             else:

@@ -27,6 +27,7 @@ A launch or a `train` writes only into a folder that holds none of these names, 
 that is already a run of this tool (guard.py): nothing of a user's is overwritten.
 """
 
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -64,6 +65,19 @@ BEFORE_ANY_TRIAL = (LOCK_FILE, SPEC_FILE, PLAN_FILE, STOP_FILE, OPTUNA_FILE, MLF
 # directories aside): a folder holding any of them is refused unless it is a run of this tool.
 LAUNCH_WRITES = BEFORE_ANY_TRIAL + (f"{TUNE_STATE}.damaged*", f"{PLAN_FILE}.damaged*", REPORT_MANIFEST, DRIVER_FILE,
                                      *REPORT_FILES)
+# The folders a launch makes at the top of its run directory: its trackers' (W&B's
+# offline runs), its trials' (named by workloads/naming.py) and its arrays'.
+TRACKER_FOLDERS = ("wandb",)
+TRIAL_NAME = re.compile(r".+-n\d+-lr[0-9.e+-]+-s\d+")
+ARRAY_PREFIX = "array-"  # an array's directory: array-<its first member's name> (orchestrator/arrays.py)
+
+
+def launch_folder(name: str) -> bool:
+    """Whether a folder of this name at the top of a run directory is one a launch makes."""
+    return (name in TRACKER_FOLDERS or TRIAL_NAME.fullmatch(name) is not None
+            or (name.startswith(ARRAY_PREFIX) and TRIAL_NAME.fullmatch(name[len(ARRAY_PREFIX):]) is not None))
+
+
 # Every name `train --out` (and `report` of that trial) writes into a trial's directory.
 TRIAL_WRITES = (PARAMS_FILE, RESULTS_FILE, "result.tmp", EARLIER_RESULTS, DAMAGED_GLOB, ERROR_FILE, FAILS_AGAIN,
                 STOP_FILE, "checkpoint", "checkpoint_*", REPORT_MANIFEST, *REPORT_FILES)

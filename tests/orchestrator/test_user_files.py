@@ -204,3 +204,32 @@ def test_the_storage_probe_never_meets_a_file_of_the_users(tmp_path):
     (tmp_path / ".icr-sweep-probe").write_text("mine")
     check_storage(str(tmp_path))
     assert _contents(tmp_path) == {".icr-sweep-probe": b"mine"}
+
+
+def test_a_folder_made_meanwhile_by_another_hand_stays(tmp_path, monkeypatch):
+    """Issue 65, class 1: the user makes runs/NAME/my-notes/ with a file in it while
+    the launch starts; a Ctrl-C then removes the launch's own folders (W&B's) and
+    keeps the user's, named."""
+    def start(opts, spec):
+        notes = Path(spec.run_dir()) / "my-notes"
+        notes.mkdir()
+        (notes / "plan.txt").write_text("try d_state=4 next")
+        (Path(spec.run_dir()) / "transformer-cot-tiny-n5-lr3e-3-s0").mkdir()  # Tune's, for a trial not yet started
+        _ray_starts_then("ctrl_c")(opts, spec)
+
+    monkeypatch.setattr(cli_sweep, "_start_ray", start)
+    result = runner.invoke(app, ["launch", MICRO, "--storage", str(tmp_path / "runs")])
+    assert result.exit_code == 130, result.output
+    assert _contents(tmp_path) == {"runs/istree_micro/my-notes/plan.txt": b"try d_state=4 next"}
+    assert sorted(p.name for p in (tmp_path / "runs" / "istree_micro").iterdir()) == ["my-notes"]
+    assert "my-notes/, written there meanwhile by another hand, stay" in result.output, result.output
+
+
+def test_only_a_launchs_own_folder_names_are_taken_for_its_own():
+    from orchestrator.rundir.layout import launch_folder
+
+    for ours in ("wandb", "transformer-cot-0.5M-n32-lr1e-3-s0", "mqar-mamba-vanilla-seqlen64-tiny-dstate4-n8-lr3e-4-s0",
+                 "array-mamba-retrieval-0.5M-n16-lr3e-4-s0", "transformer-cot-tiny-n5-lr3.54e-3-s12"):
+        assert launch_folder(ours), ours
+    for theirs in ("my-notes", "data", "array-notes", "wandb-old", "transformer-cot-0.5M-n32", "n5-lr1e-3-s0.bak"):
+        assert not launch_folder(theirs), theirs
