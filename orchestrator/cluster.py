@@ -1,18 +1,16 @@
 """The Ray a sweep runs on: an embedded local Ray with its dashboard, or a cluster
 at an address (checked to answer), and the resources each trial asks of it."""
 
-import contextlib
 import ipaddress
 import os
-import signal
 import socket
-import tempfile
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import ray
 
 from orchestrator.packing import gpu_shares
+from orchestrator.raytemp import PrivateFolderError, Session, end_orphans, one_start_at_a_time, private_base
 from orchestrator.spec import SweepSpec
 from orchestrator.unpromised import (autoscaler_node_groups, daemons_in_a_group_of_their_own, node_on_loopback,
                                      quiet_worker_exits, temp_dir_option, workers_inherit_env)
@@ -67,10 +65,10 @@ def _free_port(host: str, port: int) -> int:
 
 
 def start_ray(spec: SweepSpec, address: Optional[str], temp_dir: Optional[str], dashboard_host: str,
-              dashboard_port: int, num_cpus: Optional[int]):
+              dashboard_port: int, num_cpus: Optional[int], say: Callable[[str], None] = lambda line: None):
     """Attaches to a cluster at `address`, or starts an embedded local Ray with its
     dashboard (never a stale cluster found in RAY_ADDRESS or Ray's records).
-    Returns Ray's context and notes for the user."""
+    Returns Ray's context and notes for the user; `say` tells of a wait meanwhile."""
     # Tune gives a trial its CPUs through a placement group and runs the trial in a
     # thread of its own, so neither Ray nor torch.set_num_threads there bounds the
     # OpenMP and numba pools: without this, a 1-CPU trial ran 3.6x slower, its
@@ -95,23 +93,34 @@ def start_ray(spec: SweepSpec, address: Optional[str], temp_dir: Optional[str], 
     # Ctrl-C; in the driver's group the daemons died with it and the driver stalled
     # on the lost GCS. Ray still ends them with the driver (ray.shutdown, or the
     # kernel's parent-death signal it sets on Linux).
-    with _one_ray_start_at_a_time(), daemons_in_a_group_of_their_own():
-        ray_temp = ray_temp_dir(temp_dir)
-        ended = end_orphans(ray_temp)
+    base = _private_base(temp_dir)
+    ray_temp = str(base / "ray")
+    with one_start_at_a_time(base, say), daemons_in_a_group_of_their_own():
+        ended, left = end_orphans(ray_temp)
         if ended:
             notes.append(f"Ended {ended} Ray process(es) a killed icr-sweep left running (their driver is gone).")
+        notes += left
         port = _free_port(dashboard_host, dashboard_port)
         if port != dashboard_port:
             notes.append(f"Port {dashboard_port} is taken; the dashboard listens on {port} instead (--dashboard-port to choose).")
+        session = Session(base)  # before Ray starts: a driver killed during the start is known
         # Ray's processes listen on the machine's routable address (its GCS, raylet and
         # workers on every interface, its metrics endpoints without a token): on
         # loopback alone unless the dashboard is asked onto the network.
-        with node_on_loopback(is_loopback(dashboard_host)):
-            ctx = ray.init(
-                address="local", include_dashboard=True, dashboard_host=dashboard_host, dashboard_port=port,
-                num_cpus=num_cpus, **temp_dir_option(ray_temp), runtime_env=runtime_env,
-                job_config=job_config, log_to_driver=True,
-            )
+        try:
+            with node_on_loopback(is_loopback(dashboard_host)):
+                ctx = ray.init(
+                    address="local", include_dashboard=True, dashboard_host=dashboard_host, dashboard_port=port,
+                    num_cpus=num_cpus, **temp_dir_option(ray_temp), runtime_env=runtime_env,
+                    job_config=job_config, log_to_driver=True,
+                )
+        except Exception as e:
+            if port_taken(dashboard_host, port):  # free when chosen: another user's Ray, or another program, took it
+                raise ClusterError(f"Ray's dashboard did not start: port {port} on {dashboard_host}, free when this "
+                                   f"launch chose it, was taken meanwhile by another program ({type(e).__name__}). "
+                                   "Launch again, or choose a free port with --dashboard-port") from e
+            raise
+        session.started_ray(ctx.address_info.get("session_dir"))
     quiet_worker_exits()
     return ctx, notes
 
@@ -130,79 +139,20 @@ def ray_token_auth() -> bool:
     return os.environ.get("RAY_AUTH_MODE", "token").lower() == "token"
 
 
-def end_orphans(ray_temp: str) -> int:
-    """Ends the Ray processes of this user that belong to a session under `ray_temp`
-    whose driver is dead (a session is named ..._<pid of the process that started
-    it>): a driver killed with SIGKILL leaves Ray's dashboard and runtime-env agents
-    running, listening on their ports and ignoring SIGTERM. A process belongs to a
-    session where its command line or an open file names the session's folder (the
-    agents rename themselves, but keep their logs open). Returns how many it ended."""
-    dead = [str(s) for s in Path(ray_temp).glob("session_2*") if s.is_dir() and not _alive(int(s.name.rsplit("_", 1)[-1]))]
-    ended = 0
-    for pid in (int(p) for p in os.listdir("/proc") if dead and p.isdigit() and int(p) != os.getpid()):
-        try:
-            if os.stat(f"/proc/{pid}").st_uid != os.getuid():
-                continue
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-            if any(s in name for name in (cmdline, *_links(pid)) for s in dead):
-                os.kill(pid, signal.SIGKILL)
-                ended += 1
-        except (OSError, ValueError):  # gone meanwhile, or not ours to read
-            continue
-    return ended
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: alive
-        pass
-    return True
-
-
-def _links(pid: int) -> list[str]:
-    out = []
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        with contextlib.suppress(OSError):
-            out.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
-    return out
-
-
 def ray_temp_dir(temp_dir: Optional[str]) -> str:
     """Where the embedded Ray keeps its files (logs, sockets): `ray` inside a folder
     this user alone may enter, `temp_dir` or <tmp>/icr-sweep-<uid> (made 0700). Ray
     makes its own temp dir and each session 0777 and its logs 0644, again as each
     worker starts, so every local user read them (a runtime env's values
     included); it leaves the folder above alone."""
-    base = Path(temp_dir) if temp_dir else Path(tempfile.gettempdir()) / f"icr-sweep-{os.getuid()}"
-    made = not base.exists()
-    base.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if not temp_dir:
-        if base.stat().st_uid != os.getuid():
-            raise ClusterError(f"{base} belongs to another user; start with --temp-dir DIR, a folder of your own")
-        os.chmod(base, 0o700)
-    elif made:
-        os.chmod(base, 0o700)  # a folder we made: private whatever the umask
-    return str(base / "ray")
+    return str(_private_base(temp_dir) / "ray")
 
 
-START_LOCK = Path(tempfile.gettempdir()) / f"icr-sweep-ray-start-{os.getuid()}.lock"
-
-
-@contextlib.contextmanager
-def _one_ray_start_at_a_time():
-    """Holds a lock shared by this user's icr-sweep commands on this machine while
-    one starts an embedded Ray. The kernel releases it if the command dies."""
-    import fcntl
-
-    with open(START_LOCK, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+def _private_base(temp_dir: Optional[str]) -> Path:
+    try:
+        return private_base(temp_dir)
+    except PrivateFolderError as e:
+        raise ClusterError(str(e)) from None
 
 
 def _node_type_gpus(config: dict) -> dict[str, float]:

@@ -49,7 +49,7 @@ def _start_ray(opts: dict, spec):
     typer.echo("Starting a local Ray with its dashboard (a few seconds) ..." if opts["address"] is None
                else f"Attaching to the Ray cluster at {opts['address']} ...", err=True)
     try:
-        ctx, notes = cluster.start_ray(spec, **opts)
+        ctx, notes = cluster.start_ray(spec, **opts, say=lambda line: typer.echo(line, err=True))
         for note in notes:
             typer.secho(note, fg=typer.colors.YELLOW, err=True)
         url = getattr(ctx, "dashboard_url", None)

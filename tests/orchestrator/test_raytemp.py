@@ -1,0 +1,229 @@
+"""The embedded Ray's private folder, its start lock and the ending of what a killed
+driver left (issue 65, classes 2 and 5): only the Ray processes of a session a driver
+of this tool started, never a cluster started by hand or a process that merely names
+the folder; a start lock and a folder no other user can plant or hold.
+
+Ray's processes are stood in for by processes Ray would have made: renamed
+`ray::...` (its workers and agents), naming their session's folder."""
+
+import fcntl
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator import raytemp
+from orchestrator.raytemp import PrivateFolderError, Session, end_orphans, one_start_at_a_time, private_base
+
+
+def _session(base: Path, pid: int = 4242) -> Path:
+    session = base / "ray" / f"session_2026-11-28_10-00-00_000000_{pid}"
+    (session / "logs").mkdir(parents=True)
+    (session / "logs" / "raylet.out").write_text("raylet\n")
+    return session
+
+
+def _process(argv0: str, *args: str) -> subprocess.Popen:
+    """A process whose command line is `argv0 args...` (bash's exec -a), sleeping."""
+    script = f'exec -a "{argv0}" {sys.executable} -c "import time; time.sleep(120)" ' + " ".join(f'"{a}"' for a in args)
+    proc = subprocess.Popen(["bash", "-c", script])
+    deadline = time.time() + 10
+    while time.time() < deadline and argv0 not in Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode(errors="replace"):
+        time.sleep(0.05)
+    return proc
+
+
+def _killed_driver_record(base: Path, session: Path) -> dict:
+    """A driver of this tool that started a Ray in `base`, then died (a SIGKILL)."""
+    code = ("import sys; from pathlib import Path; from orchestrator.raytemp import Session; "
+            f"Session(Path({str(base)!r})).started_ray({str(session)!r})")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])
+    (record,) = (base / "sessions").glob("*.json")
+    import json
+
+    return json.loads(record.read_text())
+
+
+def _alive(proc: subprocess.Popen) -> bool:
+    return proc.poll() is None
+
+
+@pytest.fixture
+def procs():
+    started = []
+    yield started
+    for proc in started:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_cluster_started_by_hand_in_the_folder_is_never_ended(tmp_path, procs):
+    """Class 2a: `ray start --head --temp-dir <the tool's folder>/ray` by hand (its
+    starter exits at once, so no driver of it is alive): no record of this tool's
+    names its session, and none of its processes is touched."""
+    session = _session(tmp_path)
+    procs += [_process("ray::DashboardAgent", str(session)), _process("ray::IDLE", f"--session-dir={session}")]
+    assert end_orphans(str(tmp_path / "ray")) == (0, [])
+    assert all(_alive(p) for p in procs)
+
+
+def test_a_killed_drivers_ray_is_ended_and_a_users_tail_of_its_log_is_named_and_left(tmp_path, procs):
+    """Class 2b: the Ray processes a killed driver left are ended; the user's
+    `tail -f` of that session's raylet.out names the session too, but is no
+    process of that Ray: it is left, and named."""
+    session = _session(tmp_path)
+    _killed_driver_record(tmp_path, session)
+    ray_agent = _process("ray::DashboardAgent", str(session))
+    tail = subprocess.Popen(["tail", "-f", str(session / "logs" / "raylet.out")], stdout=subprocess.DEVNULL)
+    procs += [ray_agent, tail]
+    time.sleep(0.2)
+    ended, notes = end_orphans(str(tmp_path / "ray"))
+    assert ended == 1, notes
+    ray_agent.wait(timeout=10)
+    assert _alive(tail)
+    assert len(notes) == 1 and f"pid {tail.pid} (tail -f {session}" in notes[0], notes
+    assert "is not one of the Ray processes that icr-sweep started" in notes[0]
+
+
+def test_a_process_older_than_the_driver_is_not_taken_for_its_own(tmp_path, procs):
+    """A Ray process that was running before the recorded driver started cannot be
+    one that driver started: it is left, and named."""
+    session = _session(tmp_path)
+    older = _process("ray::IDLE", str(session))
+    procs.append(older)
+    time.sleep(0.05)
+    _killed_driver_record(tmp_path, session)
+    ended, notes = end_orphans(str(tmp_path / "ray"))
+    assert ended == 0 and _alive(older) and f"pid {older.pid}" in notes[0]
+
+
+def test_a_live_driver_and_a_reused_pid_are_told_apart(tmp_path, procs):
+    """A record whose driver runs is left alone; one whose pid now belongs to a
+    process started later (the pid reused) is a dead driver's."""
+    session = _session(tmp_path)
+    agent = _process("ray::DashboardAgent", str(session))
+    procs.append(agent)
+    record = Session(tmp_path)  # this process: a live driver
+    record.started_ray(str(session))
+    assert end_orphans(str(tmp_path / "ray")) == (0, []) and _alive(agent)
+    record.data["driver_start"] -= 1  # the same pid, started at another time: not that driver
+    record._write()
+    assert end_orphans(str(tmp_path / "ray"))[0] == 1
+    agent.wait(timeout=10)
+
+
+def test_a_driver_killed_while_ray_started_is_known_by_its_session_name(tmp_path, procs):
+    """A record written before Ray started, without its session: Ray names the
+    session after the process that started it (session_<date>_<pid>)."""
+    code = "from pathlib import Path; from orchestrator.raytemp import Session; import os; " \
+           f"Session(Path({str(tmp_path)!r})); print(os.getpid())"
+    pid = int(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
+                             cwd=Path(__file__).parents[2]).stdout)
+    session = _session(tmp_path, pid)
+    _session(tmp_path, pid + 1)  # another session, another starter
+    agent = _process("ray::IDLE", str(session))
+    procs.append(agent)
+    assert end_orphans(str(tmp_path / "ray"))[0] == 1
+    agent.wait(timeout=10)
+
+
+def test_foreign_entries_in_rays_folder_are_passed_over(tmp_path):
+    """Class 5e: a folder `session_..._123.bak`, or one with a 20-digit suffix, made
+    every launch fail (ValueError, OverflowError)."""
+    for name in ("session_2026-11-28_10-00-00_000000_123.bak", "session_2026-11-28_10-00-00_000000_" + "9" * 20):
+        (tmp_path / "ray" / name).mkdir(parents=True)
+    Session(tmp_path)
+    assert end_orphans(str(tmp_path / "ray")) == (0, [])
+
+
+def test_the_default_folder_must_be_the_users_own_folder(tmp_path, monkeypatch):
+    """Class 5c and 5d: <tmp>/icr-sweep-<uid> a link (to a folder of the user's, or
+    planted by another user), or a file: refused by name, and nothing is changed
+    where the link points."""
+    monkeypatch.setattr("tempfile.gettempdir", lambda: str(tmp_path))
+    base = tmp_path / f"icr-sweep-{os.getuid()}"
+    mine = tmp_path / "my-project"
+    mine.mkdir(mode=0o755)
+    os.symlink(mine, base)
+    if os.getuid() == 0:
+        os.lchown(base, 1234, 1234)  # planted by another user
+    with pytest.raises(PrivateFolderError, match=rf"{base} is a link \(to {mine}\)"):
+        private_base(None)
+    assert mine.stat().st_mode & 0o777 == 0o755 and list(mine.iterdir()) == []
+    base.unlink()
+    base.write_text("not a folder")
+    with pytest.raises(PrivateFolderError, match=rf"{base} is a file, not the private folder"):
+        private_base(None)
+    base.unlink()
+    assert private_base(None) == base and base.stat().st_mode & 0o777 == 0o700
+
+
+def test_the_start_lock_lies_in_the_private_folder_and_is_never_followed(tmp_path):
+    """Class 5a: the lock was a file in the shared temp folder, which another user
+    could make a link to a file of theirs (root then created what it named)."""
+    target = tmp_path / "elsewhere"
+    os.symlink(target, tmp_path / raytemp.START_LOCK)
+    with pytest.raises(OSError):
+        with one_start_at_a_time(tmp_path, print):
+            pass
+    assert not target.exists()
+
+
+def test_a_held_start_lock_is_waited_for_a_bounded_time_naming_its_holder(tmp_path):
+    """Class 5b: a start lock held elsewhere gave no output for 75 s; now the wait
+    says whose it is, and ends."""
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600); "
+        "os.write(fd, str(os.getpid()).encode()); fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); "
+        "time.sleep(60)"), str(tmp_path / raytemp.START_LOCK)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        said = []
+        started = time.monotonic()
+        with pytest.raises(PrivateFolderError, match=rf"another icr-sweep \(pid {holder.pid}\) has held .* for over 1 s"):
+            with one_start_at_a_time(tmp_path, said.append, wait_s=1):
+                pass
+        assert time.monotonic() - started < 5
+        assert said == [f"Waiting for another icr-sweep (pid {holder.pid}) to finish starting its Ray ..."]
+    finally:
+        holder.kill()
+        holder.wait()
+    with one_start_at_a_time(tmp_path, said.append, wait_s=1):  # released with its holder
+        fd = os.open(tmp_path / raytemp.START_LOCK, os.O_RDONLY)
+        with pytest.raises(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.close(fd)
+
+
+def test_a_dashboard_port_taken_while_ray_started_is_named(tmp_path, monkeypatch):
+    """Class 5f: two launches of different users (or TMPDIRs) at once; the loser
+    said "Ray did not start (Exception: The last 20 lines of .../dashboard.log)"."""
+    import ray
+    import yaml
+
+    from orchestrator import cluster
+    from orchestrator.spec import load_spec
+
+    spec_path = tmp_path / "s.yaml"
+    spec_path.write_text(yaml.safe_dump({"name": "s", "axes": {"archs": ["transformer"], "setups": ["cot"],
+                                                                "sizes": ["tiny"], "n": [5]}}))
+    taken = []
+
+    def other_user_takes_the_port(**kwargs):
+        s = socket.socket()
+        s.bind((kwargs["dashboard_host"], kwargs["dashboard_port"]))
+        taken.append(s)
+        raise Exception(f"The last 20 lines of {tmp_path}/ray/session_latest/logs/dashboard.log")
+
+    monkeypatch.setattr(ray, "init", other_user_takes_the_port)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(cluster.ClusterError) as e:
+        cluster.start_ray(load_spec(spec_path), None, str(tmp_path), "127.0.0.1", port, None)
+    assert f"port {port} on 127.0.0.1, free when this launch chose it, was taken meanwhile" in str(e.value)
+    taken[0].close()
