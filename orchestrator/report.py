@@ -12,7 +12,9 @@ from typing import Optional
 
 import pandas as pd
 
-from orchestrator.rundir import MLFLOW_FILE, OPTUNA_FILE, PLOT_FILES, REPORT_FILES, Run, check_report_dir, record_report
+from orchestrator.secrets import command, redact
+from orchestrator.rundir import (MLFLOW_FILE, OPTUNA_FILE, PLOT_FILES, REPORT_FILES, WANDB_FAILED, Run, check_report_dir,
+                                 record_report, small_text)
 from workloads.metrics import HEADLINE, METRICS, PLOTTED, SOLVED, rank_key
 from workloads.models import PRESETS, preset
 from workloads.models.config import SIZES
@@ -432,7 +434,7 @@ def open_commands(run: Run, run_dir: str, local: Path) -> list[str]:
     where = str(run_dir).rstrip("/")
     out = [f"a notebook: `from icr_sweep import load_run; load_run({where!r})`"]
     if tracking.get("tensorboard", True) and next(local.glob("*/events.out.tfevents.*"), None):
-        out.append(f"TensorBoard: `tensorboard --logdir {where}`")
+        out.append(f"TensorBoard: `{command('tensorboard', '--logdir', where)}`")
     mlflow = tracking.get("mlflow")
     if mlflow is not None:
         uri = mlflow.get("tracking_uri") or f"sqlite:///{where}/{MLFLOW_FILE}"
@@ -442,21 +444,25 @@ def open_commands(run: Run, run_dir: str, local: Path) -> list[str]:
         # column); these query parameters open the model-training view, every metric charted (issue 53).
         runs = (f", then http://127.0.0.1:5000/#/experiments/{number}/runs?workflowType=machine_learning"
                 "&compareRunsMode=CHART (its runs, charted)" if number else "")
-        out.append(f"MLflow: `{'mlflow ui --backend-store-uri ' + uri if not uri.startswith('http') else uri}`{runs} "
+        opens = redact(uri) if uri.startswith("http") else command("mlflow", "ui", "--backend-store-uri", uri)
+        out.append(f"MLflow: `{opens}`{runs} "
                    f"(experiment {experiment}; in MLflow 3's own views choose \"Model training\")")
     wandb = tracking.get("wandb")
     if wandb:
         if wandb.get("mode", "offline") == "offline":
             folder = f"{wandb.get('dir') or where}/wandb"
-            out.append(f"W&B (offline): `wandb sync {folder}/offline-run-*`, then the project {wandb['project']}; "
-                       f"here, without upload: `wandb beta leet {folder}`")
+            out.append(f"W&B (offline): `{command('wandb', 'sync', folder)}/offline-run-*`, then the project "
+                       f"{wandb['project']}; here, without upload: `{command('wandb', 'beta', 'leet', folder)}`")
         else:
             entity = f"{wandb['entity']}/" if wandb.get("entity") else ""
             out.append(f"W&B: https://wandb.ai/{entity}{wandb['project']} (group {wandb.get('group') or spec.get('name')})")
+        failed = small_text(local / WANDB_FAILED).strip()
+        if failed:
+            out[-1] += f"; W&B stopped logging some of its trials: {failed}"
     if search.get("method") == "optuna":
         storage = search.get("storage") or (f"sqlite:///{where}/{OPTUNA_FILE}" if (local / OPTUNA_FILE).exists() else None)
         if storage:
-            out.append(f"Optuna: `optuna-dashboard {storage}`")
+            out.append(f"Optuna: `{command('optuna-dashboard', storage)}`")
     return out
 
 

@@ -27,7 +27,7 @@ from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData
 from tensorboardX.summary import scalar
 
 from orchestrator.arrays import ARRAY_KEY, array_of, member_names
-from orchestrator.rundir import ERROR_FILE, TrialFiles, row_stored, small_text
+from orchestrator.rundir import ERROR_FILE, WANDB_FAILED, TrialFiles, row_stored, small_text
 from orchestrator.spec import SweepSpec
 from orchestrator.storage import answer_timeout, is_remote
 from orchestrator.unpromised import wandb_callback
@@ -258,9 +258,30 @@ def _finished(member: _Member) -> bool:
     return bool(rows) and bool(rows[-1].get("final_eval"))
 
 
+def wandb_failed(trial_dir: str, error: Exception) -> None:
+    """W&B's logging of a trial ended on `error` (in its logging actor: a server that
+    refuses the run, an init that timed out): said on the console once per sweep,
+    the first error kept in the run directory (WANDB_FAILED), which the console's
+    closing lines and the report read. The sweep goes on."""
+    from orchestrator.secrets import redact
+
+    text = redact(f"{type(error).__name__}: {str(error).strip().splitlines()[0][:300] if str(error).strip() else ''}")
+    try:
+        fd = os.open(Path(trial_dir).parent / WANDB_FAILED, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return  # said already
+    except OSError:
+        fd = None  # a remote run directory: said for each trial whose logging fails
+    if fd is not None:
+        with os.fdopen(fd, "w") as f:
+            f.write(text + "\n")
+    print(f"warning: W&B stopped logging {Path(trial_dir).name} ({text}); W&B will hold no more of this sweep's "
+          "trials that meet it. The sweep goes on; its results are in its run directory", file=sys.stderr, flush=True)
+
+
 @tracker
 class Wandb(wandb_callback(tracked_metrics, STEP, charts=("train/*", "val/*", "test/*"), trial_dir="trial_dir",
-                           config=resolved)):
+                           config=resolved, failed=wandb_failed)):
     """One W&B run per trial, named after it (its id too: an offline run's folder,
     offline-run-<time>-<trial>-<tune id>, is found by the trial's name), with the
     flat config; samples are every chart's step."""

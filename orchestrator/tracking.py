@@ -7,12 +7,10 @@ retries) or silently (exit 0, nothing uploaded). No Ray import."""
 import importlib.util
 import netrc
 import os
-import socket
-import urllib.error
-import urllib.request
 from typing import Optional
 from urllib.parse import urlsplit
 
+from orchestrator.secrets import NotAURL, ask, parts, redact, where_to
 from orchestrator.storage import answer_timeout
 
 WANDB_HOST = "https://api.wandb.ai"  # W&B's cloud; WANDB_BASE_URL names a server of one's own
@@ -39,8 +37,13 @@ def check_trackers(tracking, mlflow_uri: Optional[str]) -> None:
 
 
 def _check_wandb_online() -> None:
-    base = os.environ.get("WANDB_BASE_URL", WANDB_HOST)
-    host = urlsplit(base).hostname or base
+    raw = os.environ.get("WANDB_BASE_URL", WANDB_HOST)
+    try:
+        base, _ = parts(raw)  # user info in it is W&B's business, never this check's
+    except NotAURL as e:
+        raise TrackerError(f"tracking.wandb.mode online: WANDB_BASE_URL {e}; unset it for W&B's cloud, or name your "
+                           "W&B server") from None
+    host = urlsplit(base).hostname
     key = os.environ.get("WANDB_API_KEY") or _netrc_password(host)
     if not key:
         raise TrackerError(f"tracking.wandb.mode online: no W&B API key (WANDB_API_KEY is unset and ~/.netrc has no "
@@ -54,29 +57,34 @@ def _check_wandb_online() -> None:
 def _wandb_refuses(base: str, key: str) -> str:
     """'' when W&B's server at `base` takes `key`, else why not: one request that
     needs the key (its API's `viewer`, the key as HTTP basic auth, as wandb sends
-    it), within the wait. A key the server rejects (401, 403, or no viewer) would
-    let the sweep run and log nothing, the console ending with the run's URL."""
+    it), to that host alone (a redirect is not followed with the key), within the
+    wait. A key the server rejects (401, 403, or no viewer), a server that fails
+    (5xx) or that answers what W&B's API never does, would let the sweep run and
+    log nothing, the console ending with the run's URL."""
     import base64
     import json
 
-    request = urllib.request.Request(
-        base.rstrip("/") + "/graphql", data=json.dumps({"query": "query { viewer { id } }"}).encode(),
-        headers={"Content-Type": "application/json",
-                 "Authorization": "Basic " + base64.b64encode(f"api:{key}".encode()).decode()})
+    answer = ask(base.rstrip("/") + "/graphql", answer_timeout(),
+                 data=json.dumps({"query": "query { viewer { id } }"}).encode(),
+                 headers={"Content-Type": "application/json",
+                          "Authorization": "Basic " + base64.b64encode(f"api:{key}".encode()).decode()})
+    if isinstance(answer, str):
+        return answer
+    status, headers, body = answer
+    if 300 <= status < 400:
+        return (f"answered {where_to(status, headers, base)}; the key is not sent on there: set WANDB_BASE_URL to "
+                "the W&B server's own address")
+    if status in (401, 403):
+        return f"rejected the API key (HTTP {status})"
+    if status != 200:
+        return f"answered HTTP {status}: no W&B server that works now"
     try:
-        with urllib.request.urlopen(request, timeout=answer_timeout()) as answer:
-            body = answer.read(1 << 16)
-    except urllib.error.HTTPError as e:
-        return f"rejected the API key (HTTP {e.code})" if e.code in (401, 403) else ""
-    except (OSError, ValueError) as e:
-        return _why_unanswered(e)
-    try:
-        data = json.loads(body).get("data")
-    except (ValueError, AttributeError):
-        return ""  # an answer we cannot read: the server is there
-    if isinstance(data, dict) and "viewer" in data and data["viewer"] is None:
+        viewer = json.loads(body)["data"]["viewer"]
+    except (ValueError, KeyError, TypeError):
+        return "answered, but not as W&B's API does (no viewer in its reply): is it a W&B server?"
+    if viewer is None:
         return "rejected the API key (it knows no user of it)"
-    return ""
+    return "" if isinstance(viewer, dict) else "answered, but not as W&B's API does (its viewer is no user)"
 
 
 def _netrc_password(host: str) -> Optional[str]:
@@ -88,29 +96,35 @@ def _netrc_password(host: str) -> Optional[str]:
 
 
 def _check_mlflow(uri: str) -> None:
-    if urlsplit(uri).scheme in ("http", "https"):
-        problem = _unanswered(uri.rstrip("/") + "/health")
-        if problem:
-            raise TrackerError(f"tracking.mlflow.tracking_uri: {uri} {problem}; start the MLflow server "
-                               "(`mlflow server`), or drop tracking_uri to log into the run directory")
-
-
-def _unanswered(url: str) -> str:
-    """'' when `url`'s server answers a request within the wait, else what went
-    wrong. Any HTTP answer counts (a 401 or 404 is a server that is there); a
-    connection alone does not (a server may accept one and never answer)."""
+    if urlsplit(uri).scheme not in ("http", "https"):
+        return
     try:
-        try:
-            urllib.request.urlopen(url, timeout=answer_timeout()).close()
-        except urllib.error.HTTPError:
-            pass
-    except (OSError, ValueError) as e:
-        return _why_unanswered(e)
+        url, user = parts(uri)
+    except NotAURL as e:
+        raise TrackerError(f"tracking.mlflow.tracking_uri {e}") from None
+    problem = _mlflow_unanswered(url, user)
+    if problem:
+        raise TrackerError(f"tracking.mlflow.tracking_uri: {redact(uri)} {problem}; start the MLflow server "
+                           "(`mlflow server`), or drop tracking_uri to log into the run directory")
+
+
+def _mlflow_unanswered(url: str, user: Optional[tuple[str, str]]) -> str:
+    """'' when an MLflow server answers at `url` within the wait (its /health says
+    OK; a 401 or 403 without credentials is one that asks for MLflow's own), else
+    what it answered. Credentials given in the URI go as basic auth, to that host alone."""
+    import base64
+
+    headers = {"Authorization": "Basic " + base64.b64encode(":".join(user).encode()).decode()} if user else {}
+    answer = ask(url.rstrip("/") + "/health", answer_timeout(), headers=headers)
+    if isinstance(answer, str):
+        return answer
+    status, headers, body = answer
+    if 300 <= status < 400:
+        return f"answered {where_to(status, headers, url)} (not followed: name the server's own address)"
+    if status in (401, 403):
+        return f"refused the user and password given in it (HTTP {status})" if user else ""
+    if status != 200:
+        return f"answered HTTP {status} at /health: no MLflow server that works now"
+    if body.strip() != b"OK":
+        return "answered, but not as an MLflow server does (its /health says OK): is it one?"
     return ""
-
-
-def _why_unanswered(e: Exception) -> str:
-    reason = getattr(e, "reason", None) or e
-    if isinstance(reason, (socket.timeout, TimeoutError)):
-        return f"did not answer within {answer_timeout():g} s (ICR_STORAGE_TIMEOUT_S sets the wait)"
-    return f"cannot be reached ({reason})"

@@ -27,6 +27,7 @@ from orchestrator.rundir import (MLFLOW_FILE, PARAMS_FILE, RESULTS_FILE, STOP_FI
                                   read_results, set_aside_plan,
                                   restore_rows, set_aside_for_rebuild, sqlite_url, tune_statuses, write_plan,
                                   write_spec_record)
+from orchestrator.secrets import command
 from orchestrator.spec import SweepSpec
 from orchestrator.stopping import EARLY_STOP, STOP_WAIT_S, sigterm_as_ctrl_c, stop_if_asked_early
 from orchestrator.storage import answer_timeout, bounded_filesystem, is_remote, local_view, silent_for
@@ -129,7 +130,7 @@ class StorageWatch(tune.Callback):
     def stop(self, why: str) -> None:
         self.stopped = True
         print(f"The storage of {self.run_dir} stopped answering ({why}): the sweep stops, since no checkpoint can be "
-              f"stored. Once it answers again:\n  icr-sweep resume {self.run_dir}", file=sys.stderr, flush=True)
+              f"stored. Once it answers again:\n  {command('icr-sweep', 'resume', self.run_dir)}", file=sys.stderr, flush=True)
         self.tune_handler(signal.SIGINT, None)
 
 

@@ -296,7 +296,7 @@ def name_trial_actor(actor, name: Optional[str]) -> None:
 
 
 def wandb_callback(figures: Callable[[dict], dict], step: str, charts: tuple[str, ...], trial_dir: str,
-                   config: Callable[[dict], dict]):
+                   config: Callable[[dict], dict], failed: Callable[[str, Exception], None]):
     """Ray's WandbLoggerCallback class, opened where it has no public hook: its
     logging actor logs `figures(row)` with `step` as the step metric of every chart
     matching `charts` (W&B's define_metric) and adds `config(row)` to the run's
@@ -304,7 +304,9 @@ def wandb_callback(figures: Callable[[dict], dict], step: str, charts: tuple[str
     run's config entry `trial_dir` (the trial's directory in the run directory; Ray
     writes its temporary copy of it, which vanishes with the session), and ends
     W&B's service before the actor ends; `start_run(trial, **init)` starts one
-    trial's run with wandb.init's arguments as given."""
+    trial's run with wandb.init's arguments as given. Where wandb fails in the actor
+    (a server that refuses the run, W&B's init timing out), `failed(trial_dir, error)`
+    is told: Ray's actor would end with the error in its log alone."""
     from ray.air.integrations.wandb import WandbLoggerCallback, _WandbLoggingActor
 
     class Actor(_WandbLoggingActor):
@@ -315,6 +317,8 @@ def wandb_callback(figures: Callable[[dict], dict], step: str, charts: tuple[str
         def run(self):
             try:
                 return super().run()
+            except Exception as e:
+                failed(self._logdir, e)
             finally:
                 # W&B's service process otherwise ends with the actor's, before its exit
                 # hook tells it to: a ConnectionResetError traceback on a clean run.

@@ -23,9 +23,14 @@ def thread_pools():
         os.environ.pop(var, None) if value is None else os.environ.__setitem__(var, value)
 
 
+# What a working server answers: MLflow's health check, W&B's viewer of a known key.
+WORKING = {b"/health": b"OK", b"/graphql": b'{"data": {"viewer": {"id": "VXNlcjox"}}}'}
+
+
 def _serve_then_fall_silent(server, answers: int) -> None:
-    """Answers the first `answers` HTTP requests with 200 and `{}`; every later
-    connection is accepted and never answered (held open)."""
+    """Answers the first `answers` HTTP requests with 200, as a working MLflow or W&B
+    server would (WORKING, by path; `{}` elsewhere); every later connection is
+    accepted and never answered (held open)."""
     held = []
     while True:
         try:
@@ -34,9 +39,11 @@ def _serve_then_fall_silent(server, answers: int) -> None:
             return
         if answers > 0:
             answers -= 1
-            conn.recv(65536)
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n"
-                         b"Connection: close\r\n\r\n{}")
+            request = conn.recv(65536)
+            path = request.split(b" ")[1].split(b"?")[0] if request.count(b" ") >= 2 else b"/"
+            body = WORKING.get(path, b"{}")
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                         b"Connection: close\r\n\r\n%s" % (len(body), body))
             conn.close()
         else:
             held.append(conn)

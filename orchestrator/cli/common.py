@@ -94,7 +94,9 @@ def _root(
 
 
 def fail(message: str) -> None:
-    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+    from orchestrator.secrets import redact  # a URL's password is never printed
+
+    typer.secho(f"error: {redact(message)}", fg=typer.colors.RED, err=True)
     raise typer.Exit(2)
 
 

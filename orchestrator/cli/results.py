@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 
 from orchestrator.cli.common import RUN_DIR, ListFormat, app, fail, print_table, run_location
+from orchestrator.secrets import command
 from workloads.metrics import SOLVED
 from workloads.tasks import TASKS
 
@@ -145,7 +146,7 @@ def write_and_print_report(run_dir: str, out: Optional[Path] = None, solved: flo
                     raise
                 # A full disk: the trials' files can still be read; what is left, and how to go on, is said.
                 typer.secho(f"The report cannot be written into {run_dir}: the disk is full. Free some space, then "
-                            f"`icr-sweep report {run_dir}` writes it.", fg=typer.colors.RED, err=True)
+                            f"`{command('icr-sweep', 'report', run_dir)}` writes it.", fg=typer.colors.RED, err=True)
                 return trials
             files = report_files(local)
             opened = open_commands(run, run_dir, local)

@@ -9,6 +9,7 @@ import typer
 
 from orchestrator.cli.common import RUN_DIR, app, fail, run_location, spec_or_exit
 from orchestrator.cli.plan import local_gpus
+from orchestrator.secrets import command
 
 
 def _ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus):
@@ -88,7 +89,8 @@ def _finish(run_dir: str) -> None:
     silent = is_remote(run_dir) and silent_for(run_dir)
     if silent:  # the report would be read from there and written there: one bounded request says so first
         typer.secho(f"The report waits: the storage does not answer ({silent}). The trials' checkpoints there are "
-                    f"intact; once it answers again:\n  icr-sweep resume {run_dir}", fg=typer.colors.YELLOW, err=True)
+                    f"intact; once it answers again:\n  {command('icr-sweep', 'resume', run_dir)}",
+                    fg=typer.colors.YELLOW, err=True)
         raise typer.Exit(130)
     if is_remote(run_dir):  # no driver lock there: status learns from this that no trial runs now
         try:
@@ -101,14 +103,15 @@ def _finish(run_dir: str) -> None:
             trials = write_and_print_report(run_dir)
     except KeyboardInterrupt:
         typer.secho(f"Stopped while the report was written; the trials' files are intact. Write the report with:\n"
-                    f"  icr-sweep report {run_dir}\n`icr-sweep status {run_dir}` says whether trials are left to "
-                    f"run (then: icr-sweep resume {run_dir}).", fg=typer.colors.YELLOW, err=True)
+                    f"  {command('icr-sweep', 'report', run_dir)}\n`{command('icr-sweep', 'status', run_dir)}` says whether "
+                    f"trials are left to run (then: {command('icr-sweep', 'resume', run_dir)}).",
+                    fg=typer.colors.YELLOW, err=True)
         raise typer.Exit(130) from None
     left = trials[trials["state"].isin(["pending", "interrupted", "running"])]
     if len(left):
         counts = ", ".join(f"{v} {k}" for k, v in sorted(left["state"].value_counts().items()))
         typer.secho(f"The sweep stopped with {len(left)} of {len(trials)} trials unfinished ({counts}). "
-                    f"Continue it with:\n  icr-sweep resume {run_dir}", fg=typer.colors.YELLOW, err=True)
+                    f"Continue it with:\n  {command('icr-sweep', 'resume', run_dir)}", fg=typer.colors.YELLOW, err=True)
         raise typer.Exit(130)
     if say_failed(trials):
         typer.echo(advice_for_failures(trials[trials["state"] == "error"], run_dir), err=True)
@@ -134,9 +137,10 @@ def advice_for_failures(failed, run_dir: str) -> str:
                      "trial array, resources.fuse, it leaves failed: its array trains on without it).")
     if room.any():
         lines.append(f"{room.sum()} trial(s) found no room for a checkpoint: free space on the storage, then:\n"
-                     f"  icr-sweep resume {run_dir}")
+                     f"  {command('icr-sweep', 'resume', run_dir)}")
     if (~(room | at_once | diverged)).any():
-        lines.append(f"Retry {'the others' if lines else 'them'} from their checkpoints with:\n  icr-sweep resume {run_dir}")
+        lines.append(f"Retry {'the others' if lines else 'them'} from their checkpoints with:\n  "
+                     f"{command('icr-sweep', 'resume', run_dir)}")
     return "\n".join(lines)
 
 
@@ -248,7 +252,7 @@ def launch(
 
     def _launch(sweep):
         if sweep.holds_sweep(run_dir):
-            fail(f"{run_dir} already holds a sweep; continue it with `icr-sweep resume {run_dir}`, "
+            fail(f"{run_dir} already holds a sweep; continue it with `{command('icr-sweep', 'resume', run_dir)}`, "
                   "or pick another name or --storage")
         _check_optuna_storage(s, run_dir)
         _check_room(s, run_dir, num_cpus, attached=address is not None)

@@ -8,7 +8,8 @@ from orchestrator.rundir.guard import (Footprint, RunDirError, RunLock, check_la
                                        claim_trial_dir, driver_is_live, record_report, report_owned)
 from orchestrator.rundir.layout import (EARLIER_RESULTS, ERROR_FILE, FAILS_AGAIN, LOCK_FILE, MLFLOW_FILE, OPTUNA_FILE, PARAMS_FILE,
                                         PLAN_FILE, PLOT_FILES, REPORT_FILES, RESULTS_FILE, SPEC_FILE, STOP_FILE,
-                                        TRIAL_LOCK_FILE, is_trial_dir, small_text, sqlite_url, trial_names, trials_home)
+                                        TRIAL_LOCK_FILE, WANDB_FAILED, is_trial_dir, small_text, sqlite_url, trial_names,
+                                        trials_home)
 from orchestrator.rundir.records import (RecordError, driver_ended, read_plan, record_driver_end, set_aside_for_rebuild,
                                          set_aside_plan, spec_location,
                                          spec_record, tune_statuses,
@@ -25,4 +26,5 @@ __all__ = ["EARLIER_RESULTS", "ERROR_FILE", "FAILS_AGAIN", "Footprint", "LOCK_FI
            "read_results", "read_run", "record_driver_end", "record_report", "repair_results", "report_owned", "restore_rows",
            "row_stored", "set_aside_for_rebuild", "set_aside_plan", "small_text", "spec_location", "spec_record", "sqlite_url",
            "stored_rows",
-           "trial_names", "trials_home", "tune_statuses", "tune_trial_dirs", "tune_trials", "write_plan", "write_spec_record"]
+           "trial_names", "trials_home", "tune_statuses", "tune_trial_dirs", "tune_trials", "WANDB_FAILED", "write_plan",
+           "write_spec_record"]

@@ -22,6 +22,7 @@
         report.md, results.csv, best.csv, *.png   the report (`icr-sweep report` writes it anew)
         .icr-report.json              the names the report wrote: only those are ever replaced or removed
         .icr-driver.json              a remote run's: the driver that ended, and Tune's state it left (no lock there)
+        .icr-wandb-failed             the first error that ended W&B's logging of a trial: the console said it once
 
 A launch or a `train` writes only into a folder that holds none of these names, or
 that is already a run of this tool (guard.py): nothing of a user's is overwritten.
@@ -52,6 +53,7 @@ FAILS_AGAIN = ".icr-fails-again"
 
 REPORT_MANIFEST = ".icr-report.json"
 DRIVER_FILE = ".icr-driver.json"
+WANDB_FAILED = ".icr-wandb-failed"  # the first error of W&B's logging in this run: said once, and in the report
 PLOT_FILES = tuple(f"{METRICS[m].plot}_*.png" for m in PLOTTED) + ("frontier.png", "frontier_robust.png")
 REPORT_FILES = ("report.md", "results.csv", "best.csv", "frontier.csv", "frontier_robust.csv", *PLOT_FILES)
 
@@ -64,7 +66,7 @@ BEFORE_ANY_TRIAL = (LOCK_FILE, SPEC_FILE, PLAN_FILE, STOP_FILE, OPTUNA_FILE, MLF
 # Every name a launch writes at the top of its run directory, then or later (trials'
 # directories aside): a folder holding any of them is refused unless it is a run of this tool.
 LAUNCH_WRITES = BEFORE_ANY_TRIAL + (f"{TUNE_STATE}.damaged*", f"{PLAN_FILE}.damaged*", REPORT_MANIFEST, DRIVER_FILE,
-                                     *REPORT_FILES)
+                                     WANDB_FAILED, *REPORT_FILES)
 # The folders a launch makes at the top of its run directory: its trackers' (W&B's
 # offline runs), its trials' (named by workloads/naming.py) and its arrays'.
 TRACKER_FOLDERS = ("wandb",)
