@@ -27,7 +27,7 @@ from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData
 from tensorboardX.summary import scalar
 
 from orchestrator.arrays import ARRAY_KEY, array_of, member_names
-from orchestrator.rundir import ERROR_FILE, WANDB_FAILED, TrialFiles, row_stored, small_text
+from orchestrator.rundir import ERROR_FILE, STARTED_OVER, WANDB_FAILED, TrialFiles, row_stored, small_text
 from orchestrator.spec import SweepSpec
 from orchestrator.storage import answer_timeout, is_remote
 from orchestrator.unpromised import wandb_callback
@@ -537,6 +537,8 @@ class TrialFilesCallback(JsonLoggerCallback):
     def log_trial_result(self, iteration: int, trial, result: dict) -> None:
         if trial not in self.files:
             self.log_trial_start(trial)
+        if result.get(STARTED_OVER):  # its first row since it started over from sample 0 (orchestrator/worker.py)
+            self.files[trial].set_aside_for_start_over()
         self.files[trial].append(result)
 
     def log_trial_end(self, trial, failed: bool = False) -> None:

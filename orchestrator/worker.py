@@ -16,7 +16,8 @@ import pyarrow.fs
 from ray import tune
 
 from orchestrator.arrays import array_of, member_names
-from orchestrator.rundir import ERROR_FILE, FAILS_AGAIN, STOP_FILE, catch_up, stored_rows
+from orchestrator.rundir import (ERROR_FILE, FAILS_AGAIN, STARTED_OVER, STARTED_OVER_FILE, STOP_FILE, catch_up,
+                                 stored_rows)
 from orchestrator.stopping import StopRequests
 from orchestrator.unpromised import mix_into_trials, name_trial_actor
 from workloads.checkpoint import CheckpointError, first_intact
@@ -46,10 +47,13 @@ def trainable_fn(config: dict) -> None:
     trial = TrialConfig.model_validate(config["trial"])
     _fails_again(storage)
     with tempfile.TemporaryDirectory(prefix="icr-trial-") as work:
-        resume = first_intact(_checkpoints(work, storage), trial, say=_say)
+        tried = _Counted(_checkpoints(work, storage))
+        resume = first_intact(tried, trial, say=_say)
+        over = {} if resume is not None else _starts_over(storage, trial.name, tried.count)
 
         def report(metrics: dict, checkpoint_dir: Optional[Path]) -> None:
-            flat = _flat(metrics, gpus)
+            flat = {**_flat(metrics, gpus), **over}
+            over.clear()  # the first row alone: the driver sets the earlier rows aside before writing it
             tune.report(flat, checkpoint=tune.Checkpoint.from_directory(str(checkpoint_dir)) if checkpoint_dir else None)
 
         def on_resume(rows: list[dict]) -> None:
@@ -107,7 +111,7 @@ def _array_trial(array: dict, storage, gpus: float) -> None:
     errors: dict[str, str] = {}
 
     def report(rows: dict, checkpoint_dir: Optional[Path]) -> None:
-        flat = {name: _flat(row, gpus) for name, row in rows.items()}
+        flat = {name: {**_flat(row, gpus), **over.pop(name, {})} for name, row in rows.items()}
         head = next(iter(flat.values()), {})
         tune.report({**head, "members": flat, "member_errors": dict(errors)},
                     checkpoint=tune.Checkpoint.from_directory(str(checkpoint_dir)) if checkpoint_dir else None)
@@ -118,13 +122,43 @@ def _array_trial(array: dict, storage, gpus: float) -> None:
                  say=lambda line: _say(f"icr-sweep: {name}: {line}"))
 
     with tempfile.TemporaryDirectory(prefix="icr-array-") as work:
-        resume = first_intact(_checkpoints(work, storage), configs, say=_say, names=names)
+        tried = _Counted(_checkpoints(work, storage))
+        resume = first_intact(tried, configs, say=_say, names=names)
+        over = {} if resume is not None else {
+            name: _starts_over(_member_storage(storage, name), name, tried.count) for name in names}
         room, asked = _on_local_storage(storage)
         hooks = ArrayHooks(report=report, stop=asked, stop_ends=False, on_resume=on_resume,
                            fail=lambda name, error: errors.__setitem__(name, f"{type(error).__name__}: {error}"))
         run_array(configs, hooks, Checkpoints(dir=Path(work) / "checkpoint", resume_from=resume, room_in=room), names)
     if errors:  # failures after the last report (every member failed)
         tune.report({"members": {}, "member_errors": errors})
+
+
+class _Counted:
+    """An iterable that counts the items taken from it (the checkpoints tried)."""
+
+    def __init__(self, items):
+        self.items, self.count = items, 0
+
+    def __iter__(self):
+        for item in self.items:
+            self.count += 1
+            yield item
+
+
+def _starts_over(storage, name: str, tried: int) -> dict:
+    """A trial about to train from sample 0 although its results had reached further
+    (its checkpoints deleted, or none readable): says so, and returns the mark its
+    first row carries (STARTED_OVER: the samples reached), at which the driver sets
+    its earlier rows aside (result.json would otherwise hold the first rows twice);
+    {} for a trial that had no rows."""
+    reached = max((int(row.get("samples") or 0) for row in _stored_rows(storage)), default=0)
+    if not reached:
+        return {}
+    why = "no checkpoint of it is left" if not tried else f"none of its {tried} checkpoint(s) can be read"
+    _say(f"icr-sweep: {name}: STARTING OVER from sample 0: {why}, though its results had reached {reached:,} "
+         f"samples; those rows are set aside ({STARTED_OVER_FILE}), not repeated")
+    return {STARTED_OVER: reached}
 
 
 def _member_storage(storage, name: str):
@@ -175,7 +209,7 @@ class _TrialActor:
     finished by a stop or a full disk) is passed over as a damaged one is:
     Tune failed the trial for good ("does not exist on storage anymore"); the
     trial now starts without it and `_checkpoints` finds the newest intact one in
-    its directory."""
+    its directory, or none: then it starts over, saying so (`_starts_over`)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -185,7 +219,7 @@ class _TrialActor:
         checkpoint = getattr(checkpoint_path, "checkpoint", None)
         if checkpoint is not None and _missing(checkpoint):
             print(f"icr-sweep: {self.trial_name}: the checkpoint Tune restores, {checkpoint.path}, is gone from "
-                  "storage; continuing from the newest intact checkpoint in its directory", file=sys.stderr, flush=True)
+                  "storage; looking for another in its directory", file=sys.stderr, flush=True)
             return None
         return super().restore(checkpoint_path, *args, **kwargs)
 

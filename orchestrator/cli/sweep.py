@@ -389,8 +389,9 @@ def resume(
     num_cpus: Optional[int] = RAY_OPTIONS["num_cpus"],
 ):
     """Continue an interrupted sweep: finished trials stay, the rest continue from their checkpoints."""
-    from orchestrator.rundir import RunDirError, check_storage, spec_location
+    from orchestrator.rundir import RunDirError, blocked_files, check_storage, spec_location
     from orchestrator.spec import SpecError, run_spec
+    from orchestrator.storage import is_remote
 
     run = run_location(run_dir)
     try:
@@ -405,6 +406,10 @@ def resume(
         check_storage(run, flag="place: copy the run directory somewhere writable and resume the copy")
     except RunDirError as e:
         fail(str(e))
+    blocked = [] if is_remote(run) else blocked_files(run)
+    if blocked:  # the driver would stop at its first write there, and every resume again
+        fail("; ".join(blocked[:5]) + (f"; and {len(blocked) - 5} more" if len(blocked) > 5 else "")
+             + ". Move each away (a trial's results are restored from its checkpoints), then resume")
     _check_trackers(s, run)
     opts = _ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus)
 

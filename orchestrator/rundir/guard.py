@@ -16,7 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from orchestrator.rundir.layout import (BEFORE_ANY_TRIAL, LAUNCH_WRITES, LOCK_FILE, PARAMS_FILE, REPORT_FILES,
+from orchestrator.rundir.layout import (BEFORE_ANY_TRIAL, EARLIER_RESULTS, LAUNCH_WRITES, LOCK_FILE, PARAMS_FILE, PLAN_FILE,
+                                        REPORT_FILES,
                                         REPORT_MANIFEST, RESULTS_FILE, SPEC_FILE, TRIAL_LOCK_FILE, TRIAL_WRITES,
                                         launch_folder, named_like, sweep_above)
 from orchestrator.storage import RunDirError, check_remote, is_remote
@@ -223,7 +224,12 @@ class RunLock:
 
     def __enter__(self) -> "RunLock":
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:  # a directory of that name, say: one line, not a traceback
+            what = "a directory, not" if e.errno == errno.EISDIR else f"unusable ({e.strerror}) as"
+            raise RunDirError(f"{self.path} is {what} the lock file icr-sweep keeps there; move it away, then run "
+                              "the same command again") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
@@ -245,6 +251,20 @@ class RunLock:
         if self._fd is not None:
             os.close(self._fd)  # closing releases the flock
             self._fd = None
+
+
+def blocked_files(run_dir: str | Path) -> list[str]:
+    """The files of a local run directory that icr-sweep writes into but that are not
+    files (a directory, a socket): a driver stopped at the first write there, and
+    every resume again (issue 65, class 6). Each with what it holds."""
+    run_dir = Path(run_dir)
+    kept = {RESULTS_FILE: "results", PARAMS_FILE: "config", EARLIER_RESULTS: "earlier results"}
+    found = [(run_dir / name, f"the sweep's {what}") for name, what in ((SPEC_FILE, "spec record"),
+                                                                         (PLAN_FILE, "plan"))]
+    for trial in sorted(p for p in run_dir.iterdir() if p.is_dir() and not p.is_symlink()):
+        found += [(trial / name, f"the trial's {what}") for name, what in kept.items()]
+    return [f"{path} is not a file (it holds {what})" for path, what in found
+            if (path.exists() or path.is_symlink()) and not path.is_file()]
 
 
 def driver_is_live(run_dir: str | Path) -> bool:

@@ -12,6 +12,8 @@
             result.json               one JSON row per report, appended
             result-before-rebuild.json  its rows from before the sweep was rebuilt (read first)
             result-damaged*.json      a result.json as it was before a repair
+            result-before-start-over*.json  its rows from before it started over from sample 0 (its
+                                      checkpoints gone): kept, never read as its results
             error.txt                 Tune's record of the error that ended it
             .icr-fails-again          a failure any retry repeats (a loss not finite before any update):
                                       Tune's retries end at once; resume clears it
@@ -48,6 +50,8 @@ RESULTS_FILE = "result.json"
 EARLIER_RESULTS = "result-before-rebuild.json"
 DAMAGED_RESULTS = "result-damaged.json"
 DAMAGED_GLOB = "result-damaged*.json"  # the first repair's, then result-damaged-2.json, ...
+STARTED_OVER_FILE = "result-before-start-over.json"  # rows of a trial that started over from 0 (never read as its own)
+STARTED_OVER = "started_over"  # a row's mark: its trial started over from 0, its earlier rows reached this many samples
 ERROR_FILE = "error.txt"
 FAILS_AGAIN = ".icr-fails-again"
 
@@ -81,7 +85,8 @@ def launch_folder(name: str) -> bool:
 
 
 # Every name `train --out` (and `report` of that trial) writes into a trial's directory.
-TRIAL_WRITES = (PARAMS_FILE, RESULTS_FILE, "result.tmp", EARLIER_RESULTS, DAMAGED_GLOB, ERROR_FILE, FAILS_AGAIN,
+TRIAL_WRITES = (PARAMS_FILE, RESULTS_FILE, "result.tmp", EARLIER_RESULTS, DAMAGED_GLOB, "result-before-start-over*.json",
+                ERROR_FILE, FAILS_AGAIN,
                 STOP_FILE, "checkpoint", "checkpoint_*", REPORT_MANIFEST, *REPORT_FILES)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from orchestrator.rundir.layout import (DAMAGED_GLOB, DAMAGED_RESULTS, EARLIER_RESULTS, FAILS_AGAIN, PARAMS_FILE, RESULTS_FILE,
-                                        free_path)
+                                        STARTED_OVER_FILE, free_path)
 from orchestrator.rundir.records import tune_statuses
 from orchestrator.storage import is_remote
 from workloads.metrics import METRICS, PROGRESS
@@ -43,6 +43,14 @@ class TrialFiles:
     def start_afresh(self) -> None:
         """Drops the rows of a start that never checkpointed: the next rows begin anew."""
         self.results.unlink(missing_ok=True)
+
+    def set_aside_for_start_over(self) -> None:
+        """The rows of a trial that starts over from sample 0 (its checkpoints gone),
+        those from before a rebuild too, moved to STARTED_OVER_FILE (a free name): the
+        trial's results are its new rows alone, and none is written twice."""
+        for path in (self.dir / EARLIER_RESULTS, self.results):
+            if path.is_file():
+                os.replace(path, free_path(self.dir, STARTED_OVER_FILE))
 
     def append(self, row: dict) -> None:
         with open(self.results, "a") as f:

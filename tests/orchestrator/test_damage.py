@@ -1,0 +1,137 @@
+"""A run directory damaged by hand (issue 65, class 6): a trial or array whose
+checkpoints are gone says it starts over and never writes a row twice; a lock or a
+result.json that is a directory is named before Ray starts, never a traceback or a
+resume that asks for another resume."""
+
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from orchestrator.cli import app
+from orchestrator.rundir import STARTED_OVER_FILE, load_trials, parse_rows, read_results
+from tests.orchestrator.e2e import SWEEPS, cli, free_port, results_so_far
+
+ROOT = Path(__file__).parents[2]
+STORED = ROOT / "tests" / "fixtures" / "stored_run" / "istree_micro"
+runner = CliRunner()
+
+
+def _stored_copy(tmp_path) -> Path:
+    run = tmp_path / "runs" / "istree_micro"
+    shutil.copytree(STORED, run)
+    return run
+
+
+def test_a_lock_file_that_is_a_directory_is_named_not_a_traceback(tmp_path):
+    run = _stored_copy(tmp_path)
+    (run / ".icr-sweep.lock").mkdir()
+    result = runner.invoke(app, ["resume", str(run)])
+    assert result.exit_code == 2, result.output
+    assert f"{run}/.icr-sweep.lock is a directory, not the lock file icr-sweep keeps there" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_result_json_that_is_a_directory_is_named_before_ray_starts(tmp_path, monkeypatch):
+    """The resume stopped with "Interrupted" at the trial's first row, and asked for
+    another resume, which did the same."""
+    from orchestrator.cli import sweep as cli_sweep
+
+    run = _stored_copy(tmp_path)
+    trial = run / "mamba-cot-tiny-n5-lr1e-2-s0"
+    (trial / "result.json").rename(trial / "result.json.kept")
+    (trial / "result.json").mkdir()
+    monkeypatch.setattr(cli_sweep, "_start_ray", lambda opts, spec: pytest.fail("Ray started"))
+    result = runner.invoke(app, ["resume", str(run)])
+    assert result.exit_code == 2, result.output
+    assert f"{trial}/result.json is not a file (it holds the trial's results)" in result.output, result.output
+    assert "Move each away" in result.output
+
+
+def test_a_trial_without_a_checkpoint_but_with_rows_starts_over_saying_so(tmp_path, capsys):
+    """A lone trial whose checkpoints were deleted restarted from 0 without a word
+    (the worker's side: orchestrator/worker.py); the driver then sets its earlier
+    rows aside at its first row (trackers.TrialFilesCallback), so none is written
+    twice."""
+    import pyarrow.fs
+
+    from orchestrator.rundir import STARTED_OVER, TrialFiles
+    from orchestrator.trackers import TrialFilesCallback
+    from orchestrator.worker import _starts_over
+
+    trial = tmp_path / "transformer-cot-tiny-n5-lr3e-3-s0"
+    files = TrialFiles(trial)
+    files.write_config({"trial": {}})
+    for samples in (1024, 2048):
+        files.append({"samples": samples, "evaluated": True, "train_loss": 1.0})
+    mark = _starts_over((pyarrow.fs.LocalFileSystem(), str(trial)), trial.name, tried=0)
+    assert mark == {STARTED_OVER: 2048}
+    said = capsys.readouterr().err
+    assert (f"icr-sweep: {trial.name}: STARTING OVER from sample 0: no checkpoint of it is left, though its results "
+            "had reached 2,048 samples; those rows are set aside") in said, said
+    assert _starts_over((pyarrow.fs.LocalFileSystem(), str(tmp_path / "new")), "new", tried=0) == {}
+
+    class Trial:
+        local_path = str(trial)
+        config = {"trial": {}}
+        checkpoint = None
+
+        def init_local_path(self):
+            pass
+
+    callback = TrialFilesCallback()
+    callback.files[Trial] = TrialFiles(trial)
+    callback.log_trial_result(1, Trial, {"samples": 1024, "evaluated": True, "train_loss": 2.0, **mark})
+    callback.log_trial_result(2, Trial, {"samples": 2048, "evaluated": True, "train_loss": 1.5})
+    assert [r["train_loss"] for r in parse_rows((trial / "result.json").read_text())] == [2.0, 1.5]
+    assert [r["samples"] for r in parse_rows((trial / STARTED_OVER_FILE).read_text())] == [1024, 2048]
+    assert [r["train_loss"] for r in read_results(trial)] == [2.0, 1.5]
+
+
+@pytest.mark.slow
+def test_an_array_whose_checkpoints_are_gone_starts_over_saying_so_and_writes_no_row_twice(tmp_path, ray_temp):
+    """The reproduction: an interrupted array whose array-<first>/ folder is deleted
+    trained its members again from 0, their result.json holding the first rows
+    twice, with a message that it continued "from the newest intact checkpoint"."""
+    spec = yaml.safe_load((SWEEPS / "istree_micro.yaml").read_text())
+    spec.update(name="damaged", axes=dict(archs=["transformer"], setups=["cot"], sizes=["tiny"], n=[5], seeds=[0, 1]))
+    spec["training"].update(samples=6144, length_groups=1)
+    spec["resources"].update(fuse=2)
+    spec_path, storage = tmp_path / "damaged.yaml", tmp_path / "runs"
+    spec_path.write_text(yaml.safe_dump(spec))
+    run = storage / "damaged"
+    members = ["transformer-cot-tiny-n5-lr3e-3-s0", "transformer-cot-tiny-n5-lr3e-3-s1"]
+    proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=free_port()),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None:
+        if all(sum(bool(r.get("evaluated")) for r in results_so_far(run / m)) >= 2 for m in members):
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 130, out[-3000:]
+    assert (load_trials(run).set_index("trial")["state"] == "interrupted").all(), out[-3000:]
+    (array,) = run.glob("array-*")
+    shutil.rmtree(array)
+    before = {m: max(r["samples"] for r in read_results(run / m)) for m in members}
+    result = subprocess.run(cli("resume", str(run), ray_temp=ray_temp, port=free_port()), capture_output=True,
+                            text=True, timeout=900)
+    console = result.stdout + result.stderr
+    assert result.returncode == 0, console[-3000:]
+    assert "continuing from the newest intact checkpoint" not in console
+    for m in members:
+        assert f"{m}: STARTING OVER from sample 0" in console and f"reached {before[m]:,} samples" in console, \
+            (m, console[-3000:])
+        rows = parse_rows((run / m / "result.json").read_text())
+        evaluated = [r["samples"] for r in rows if r.get("evaluated", True)]
+        assert evaluated == sorted(set(evaluated)), (m, evaluated)  # no row twice
+        assert [r["samples"] for r in read_results(run / m) if r.get("evaluated", True)] == list(range(1024, 6145, 1024))
+        kept = parse_rows((run / m / STARTED_OVER_FILE).read_text())
+        assert max(r["samples"] for r in kept) == before[m]  # the earlier rows, set aside
+    assert (load_trials(run)["state"] == "finished").all()
