@@ -13,6 +13,7 @@ same way:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -27,7 +28,8 @@ from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData
 from tensorboardX.summary import scalar
 
 from orchestrator.arrays import ARRAY_KEY, array_of, member_names
-from orchestrator.rundir import ERROR_FILE, STARTED_OVER, WANDB_FAILED, TrialFiles, row_stored, small_text
+from orchestrator.rundir import (ERROR_FILE, MEMBER_FAILED, STARTED_OVER, WANDB_FAILED, TrialFiles, row_stored,
+                                 small_text)
 from orchestrator.spec import SweepSpec
 from orchestrator.storage import answer_timeout, is_remote
 from orchestrator.unpromised import wandb_callback
@@ -143,6 +145,24 @@ class _Member:
     def checkpoint(self):
         return self.array_trial.checkpoint
 
+    def stored(self, name: str) -> bool:
+        """Whether the member's directory in the sweep's storage holds `name` (Tune's
+        local path is a staging folder of the Ray session, which a resume starts bare)."""
+        import pyarrow.fs
+
+        fs, path = self.storage.storage_filesystem, f"{self.storage.trial_fs_path}/{name}"
+        try:
+            return fs.get_file_info(path).type != pyarrow.fs.FileType.NotFound
+        except OSError:
+            return Path(self.local_path, name).exists()
+
+    def unstore(self, name: str) -> None:
+        """Removes `name` from the member's directory, in its staging folder and in storage."""
+        Path(self.local_path, name).unlink(missing_ok=True)
+        if self.stored(name):
+            with contextlib.suppress(OSError):
+                self.storage.storage_filesystem.delete_file(f"{self.storage.trial_fs_path}/{name}")
+
     def init_local_path(self) -> None:
         Path(self.local_path).mkdir(parents=True, exist_ok=True)
 
@@ -192,10 +212,12 @@ class Members:
     """Mixed in before a logger callback (`per_member`): an array's Tune trial is
     logged as its members, each as the trial it is (its start, rows and end; a
     member that failed ends there, FAILED, while the array trains on, and the
-    callback's `member_failed(member, error)`, where it has one, hears it first), so
-    that every tracker and the run directory show K ordinary trials. A lone trial
-    passes through. A member that failed before (its error.txt) is not started
-    again."""
+    callback's `member_failed(member, error, own)`, where it has one, hears it
+    first: `own` where the member failed on its own arithmetic, not with its whole
+    array), so that every tracker and the run directory show K ordinary trials. A
+    lone trial passes through. A member that failed on its own before is not
+    started again; one that failed with its array (a worker killed, a full disk) is,
+    as a lone trial is retried."""
 
     def _members(self, trial) -> list[_Member]:
         cache = self.__dict__.setdefault("_member_cache", {})
@@ -213,7 +235,8 @@ class Members:
         if array_of(trial.config) is None:
             return super().log_trial_start(trial)
         for member in self._members(trial):
-            if not Path(member.local_path, ERROR_FILE).exists():
+            if not member.stored(MEMBER_FAILED):
+                member.unstore(ERROR_FILE)  # its array's error, not its own: retried with its array
                 self._live().add((member.name, trial.trial_id))
                 super().log_trial_start(member)
 
@@ -225,7 +248,7 @@ class Members:
             super().log_trial_result(iteration, members[name], {**row, "config": members[name].config,
                                                                 TRAINING_ITERATION: result.get(TRAINING_ITERATION)})
         for name, error in result.get("member_errors", {}).items():
-            self._end(members[name], trial, error)
+            self._end(members[name], trial, error, own=True)
 
     def log_trial_save(self, trial) -> None:
         if array_of(trial.config) is None:
@@ -236,18 +259,18 @@ class Members:
             return super().log_trial_end(trial, failed)
         error = small_text(Path(trial.local_path, ERROR_FILE)).strip() or f"its array, {trial}, failed"
         for member in self._members(trial):
-            if failed and not _finished(member):
-                self._end(member, trial, error)
+            if failed and not _finished(member) and not member.stored(MEMBER_FAILED):
+                self._end(member, trial, error, own=False)
             elif (member.name, trial.trial_id) in self._live():
                 self._live().discard((member.name, trial.trial_id))
                 super().log_trial_end(member, False)
         self.__dict__.get("_member_cache", {}).pop(trial, None)
 
-    def _end(self, member: _Member, trial, error: str) -> None:
+    def _end(self, member: _Member, trial, error: str, own: bool) -> None:
         """A member's failure: kept (member_failed), and its run ended FAILED where it was started."""
         hook = getattr(self, "member_failed", None)
         if hook is not None:
-            hook(member, error)
+            hook(member, error, own)
         if (member.name, trial.trial_id) in self._live():
             self._live().discard((member.name, trial.trial_id))
             super().log_trial_end(member, True)
@@ -544,8 +567,11 @@ class TrialFilesCallback(JsonLoggerCallback):
     def log_trial_end(self, trial, failed: bool = False) -> None:
         self.files.pop(trial, None)
 
-    def member_failed(self, member: _Member, error: str) -> None:
+    def member_failed(self, member: _Member, error: str, own: bool) -> None:
+        Path(member.local_path).mkdir(parents=True, exist_ok=True)
         Path(member.local_path, ERROR_FILE).write_text(error + "\n")
+        if own:  # its own arithmetic: any retry repeats it, so a resume leaves it failed
+            Path(member.local_path, MEMBER_FAILED).write_text(error + "\n")
 
     def update_config(self, trial, config: dict) -> None:
         trial.init_local_path()

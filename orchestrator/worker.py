@@ -16,7 +16,7 @@ import pyarrow.fs
 from ray import tune
 
 from orchestrator.arrays import array_of, member_names
-from orchestrator.rundir import (ERROR_FILE, FAILS_AGAIN, STARTED_OVER, STARTED_OVER_FILE, STOP_FILE, catch_up,
+from orchestrator.rundir import (FAILS_AGAIN, MEMBER_FAILED, STARTED_OVER, STARTED_OVER_FILE, STOP_FILE, catch_up,
                                  stored_rows)
 from orchestrator.stopping import StopRequests
 from orchestrator.unpromised import mix_into_trials, name_trial_actor
@@ -100,11 +100,11 @@ def _array_trial(array: dict, storage, gpus: float) -> None:
     failures since the last report under `member_errors` (the trackers' callbacks
     write each member's files from them: trackers.Members)."""
     members = dict(zip(member_names(array), (TrialConfig.model_validate(m) for m in array["members"])))
-    failed = [name for name in members if _trial_file(_member_storage(storage, name), ERROR_FILE) is not None]
-    for name in failed:  # a member that failed stays failed: its retry repeats it
+    failed = [name for name in members if _trial_file(_member_storage(storage, name), MEMBER_FAILED) is not None]
+    for name in failed:  # a member that failed on its own stays failed: its retry repeats it
         del members[name]
     if failed:
-        _say(f"icr-sweep: {array['name']}: {', '.join(failed)} failed before; the others train on")
+        _say(f"icr-sweep: {array['name']}: {', '.join(failed)} failed before, on their own loss; the others train on")
     if not members:
         return
     names, configs = list(members), list(members.values())

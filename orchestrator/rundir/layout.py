@@ -17,6 +17,9 @@
             error.txt                 Tune's record of the error that ended it
             .icr-fails-again          a failure any retry repeats (a loss not finite before any update):
                                       Tune's retries end at once; resume clears it
+            .icr-member-failed        a member of an array whose own loss went non-finite: its array trains
+                                      on without it, and a resume leaves it failed (a member whose error.txt
+                                      is its array's, a worker killed or a full disk, is retried with it)
             checkpoint_*/             its checkpoints
         array-<first member>/         a trial array's Tune trial (resources.fuse > 1: orchestrator/arrays.py):
             checkpoint_*/<member>/    its checkpoints, a member's in a folder named after it (its trial
@@ -54,6 +57,7 @@ STARTED_OVER_FILE = "result-before-start-over.json"  # rows of a trial that star
 STARTED_OVER = "started_over"  # a row's mark: its trial started over from 0, its earlier rows reached this many samples
 ERROR_FILE = "error.txt"
 FAILS_AGAIN = ".icr-fails-again"
+MEMBER_FAILED = ".icr-member-failed"  # a member of an array that failed on its own arithmetic: it stays failed
 
 REPORT_MANIFEST = ".icr-report.json"
 DRIVER_FILE = ".icr-driver.json"
@@ -86,7 +90,7 @@ def launch_folder(name: str) -> bool:
 
 # Every name `train --out` (and `report` of that trial) writes into a trial's directory.
 TRIAL_WRITES = (PARAMS_FILE, RESULTS_FILE, "result.tmp", EARLIER_RESULTS, DAMAGED_GLOB, "result-before-start-over*.json",
-                ERROR_FILE, FAILS_AGAIN,
+                ERROR_FILE, FAILS_AGAIN, MEMBER_FAILED,
                 STOP_FILE, "checkpoint", "checkpoint_*", REPORT_MANIFEST, *REPORT_FILES)
 
 

@@ -135,3 +135,65 @@ def test_an_array_whose_checkpoints_are_gone_starts_over_saying_so_and_writes_no
         kept = parse_rows((run / m / STARTED_OVER_FILE).read_text())
         assert max(r["samples"] for r in kept) == before[m]  # the earlier rows, set aside
     assert (load_trials(run)["state"] == "finished").all()
+
+
+@pytest.mark.slow
+def test_an_array_whose_worker_was_killed_is_retried_by_resume(tmp_path, ray_temp):
+    """Issue 65, class 7: an array's worker killed (max_failures: 0) left every member
+    an error.txt; resume said they "failed before", trained nothing, exited 1, and
+    advised another resume. A member's own failure stays; its array's is retried."""
+    import os
+
+    spec = yaml.safe_load((SWEEPS / "istree_micro.yaml").read_text())
+    spec.update(name="crashed", axes=dict(archs=["transformer"], setups=["cot"], sizes=["tiny"], n=[5], seeds=[0, 1]))
+    spec["training"].update(samples=12288, length_groups=1)
+    spec["resources"].update(fuse=2, max_failures=0)
+    spec_path, storage = tmp_path / "crashed.yaml", tmp_path / "runs"
+    spec_path.write_text(yaml.safe_dump(spec))
+    run = storage / "crashed"
+    members = ["transformer-cot-tiny-n5-lr3e-3-s0", "transformer-cot-tiny-n5-lr3e-3-s1"]
+    proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=free_port()),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    deadline, killed = time.time() + 600, None
+    while time.time() < deadline and proc.poll() is None and killed is None:
+        if all(any(r.get("evaluated") for r in results_so_far(run / m)) for m in members):
+            for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+                try:  # the array's worker: Tune runs a trial in a working directory named after it
+                    if os.readlink(f"/proc/{pid}/cwd").endswith("/array-transformer-cot-tiny-n5-lr3e-3-s0"):
+                        os.kill(int(pid), signal.SIGKILL)
+                        killed = pid
+                except OSError:
+                    continue
+        time.sleep(0.1)
+    out, _ = proc.communicate(timeout=300)
+    assert killed and proc.returncode == 1, out[-3000:]
+    states = load_trials(run).set_index("trial")["state"]
+    assert (states == "error").all(), states
+    assert "Retry them from their checkpoints with:" in out, out[-3000:]
+    result = subprocess.run(cli("resume", str(run), ray_temp=ray_temp, port=free_port()), capture_output=True,
+                            text=True, timeout=900)
+    console = result.stdout + result.stderr
+    assert result.returncode == 0 and "failed before" not in console, console[-3000:]
+    assert (load_trials(run)["state"] == "finished").all()
+    for m in members:
+        assert [r["samples"] for r in read_results(run / m) if r.get("evaluated", True)] == list(range(1024, 12289, 1024))
+        assert not (run / m / "error.txt").exists()
+
+
+def test_a_members_own_failure_is_marked_to_stay_and_its_arrays_is_not(tmp_path):
+    """What resume reads (orchestrator/worker.py, trackers.Members): a member whose
+    own loss went non-finite stays failed; one that failed with its array is retried."""
+    from types import SimpleNamespace
+
+    import pyarrow.fs
+
+    from orchestrator.rundir import ERROR_FILE, MEMBER_FAILED
+    from orchestrator.trackers import TrialFilesCallback
+
+    callback = TrialFilesCallback()
+    for name, own in (("diverged", True), ("crashed", False)):
+        member = SimpleNamespace(local_path=str(tmp_path / name), storage=SimpleNamespace(
+            storage_filesystem=pyarrow.fs.LocalFileSystem(), trial_fs_path=str(tmp_path / name)))
+        callback.member_failed(member, f"{name}: the error", own=own)
+        assert (tmp_path / name / ERROR_FILE).read_text() == f"{name}: the error\n"
+        assert (tmp_path / name / MEMBER_FAILED).exists() == own
