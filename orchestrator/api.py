@@ -41,15 +41,27 @@ def _opened(run_dir: str | Path):
     from orchestrator.storage import is_remote, local_view
 
     location = str(run_dir)
+    if not location.strip():
+        raise ValueError(f"load_run({run_dir!r}): name a run directory (a path such as runs/istree_micro, or a URI)")
     remote = is_remote(location)
     if not remote:
-        location = str(Path(location.removeprefix("file://")).resolve())
+        location = str(Path(location.removeprefix("file://")).expanduser().resolve())
         if Path(location).exists() and not Path(location).is_dir():
             raise NotADirectoryError(f"{run_dir} is a file, not a run directory (a sweep's is <storage>/<name>)")
         if not Path(location).is_dir():
-            raise FileNotFoundError(f"{run_dir}: no such run directory")
+            raise FileNotFoundError(f"{run_dir}: no such run directory" + (f" ({location})" if location != run_dir else ""))
+        if not _holds_a_run(Path(location)):
+            raise FileNotFoundError(f"{run_dir} holds no run of icr-sweep (no icr-sweep.json, no trial's params.json or "
+                                    "result.json); a sweep's run directory is <storage>/<name>")
     with local_view(location) as local:
         yield Path(local), location.rstrip("/").rsplit("/", 1)[-1], not remote
+
+
+def _holds_a_run(path: Path) -> bool:
+    """A sweep's run directory, a trial's (train --out), or a folder of trials."""
+    from orchestrator.rundir import PARAMS_FILE, RESULTS_FILE, SPEC_FILE, trial_names
+
+    return any((path / name).is_file() for name in (SPEC_FILE, PARAMS_FILE, RESULTS_FILE)) or bool(trial_names(path))
 
 
 def _ordered(df: pd.DataFrame, sweep: str) -> pd.DataFrame:

@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 from typing import Optional
 
-from orchestrator.rundir.layout import ARRAY_PREFIX  # an array's directory: array-<its first member's name>
 from workloads.config import TrialConfig
+from workloads.naming import ARRAY_PREFIX  # an array's directory: array-<its first member's name>
 
 ARRAY_KEY = "array"  # a Tune config's key for an array (a lone trial's is "trial")
 MOST_MEMBERS = 16  # auto's cap: the largest array the device check measures (bench/gpu_check.sh)

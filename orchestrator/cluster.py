@@ -10,7 +10,7 @@ from typing import Callable, Optional
 import ray
 
 from orchestrator.packing import gpu_shares
-from orchestrator.raytemp import PrivateFolderError, Session, end_orphans, one_start_at_a_time, private_base
+from orchestrator.privatedir import PrivateFolderError, Session, end_orphans, one_start_at_a_time, private_base
 from orchestrator.spec import SweepSpec
 from orchestrator.unpromised import (autoscaler_node_groups, daemons_in_a_group_of_their_own, node_on_loopback,
                                      quiet_worker_exits, temp_dir_option, workers_inherit_env)

@@ -4,7 +4,14 @@ config, the spec's grid, `train`, `plan` and the Optuna studies.
 A trial: [task-]arch-setup[-task fields]-size[-model fields]-n<n>-lr<lr>-s<seed>,
 transformer-cot-0.5M-n32-lr1e-3-s0 or mqar-mamba-vanilla-seqlen64-tiny-dstate4-n8-lr3e-4-s0
 (the paper's task, istree, is not prefixed). Its cell is the same without the
-task and the learning rate: the trials that only the rate tells apart."""
+task and the learning rate: the trials that only the rate tells apart. A trial
+array (orchestrator/arrays.py) is named after its first member: array-<its name>."""
+
+import re
+
+ARRAY_PREFIX = "array-"
+# What trial_name writes: ...-n<n>-lr<rate>-s<seed> (a run directory's trial folders are named so)
+TRIAL_NAME = re.compile(r".+-n\d+-lr[0-9.e+-]+-s\d+")
 
 
 def field_label(fields: dict) -> str:

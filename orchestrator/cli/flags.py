@@ -81,7 +81,10 @@ def model_dims(arch: str, size: str, dims: list[str]) -> dict[str, int]:
     try:
         base.variant(fields)
     except ValidationError as e:
-        fail(f"--dim: {e.errors()[0]['msg'].removeprefix('Value error, ')}")
+        err = e.errors()[0]
+        field = next((str(part) for part in reversed(err["loc"]) if str(part) in fields), None)
+        said = f"--dim {field}={fields[field]}" if field else "--dim"
+        fail(f"{said}: {err['msg'].removeprefix('Value error, ')}")
     except ValueError as e:
         fail(f"--dim: {e}")
     return fields

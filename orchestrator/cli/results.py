@@ -27,16 +27,38 @@ def _read_run(run_dir: str):
 
 
 def _require_local_run(run_dir: str) -> None:
-    """Refuses a local path that does not exist or is not a directory, by name."""
+    """Refuses a local path that does not exist or is not a directory, by name; and a
+    remote folder that holds no run (a storage root: its runs named), before it is
+    copied (a storage root's every run was, to show nothing)."""
     from orchestrator.storage import is_remote
 
     if is_remote(run_dir):
+        _require_remote_run(run_dir)
         return
     path = Path(run_dir)
     if not path.exists():
         fail(f"{run_dir}: no such run directory (a sweep's is <storage>/<name>, e.g. runs/istree_smoke)")
     if not path.is_dir():
         fail(f"{run_dir}: not a directory; a sweep's run directory is <storage>/<name>, e.g. runs/istree_smoke")
+
+
+def _require_remote_run(run_dir: str) -> None:
+    from orchestrator.rundir import PARAMS_FILE, SPEC_FILE, RunDirError
+    from orchestrator.storage import names_in, read_file
+
+    base = run_dir.rstrip("/")
+    try:
+        if any(read_file(f"{base}/{name}") is not None for name in (SPEC_FILE, PARAMS_FILE)):
+            return
+        names = sorted(names_in(base))
+        runs = [name for name in names[:50] if read_file(f"{base}/{name}/{SPEC_FILE}") is not None]
+    except (OSError, ValueError, RunDirError) as e:  # no such bucket, no access, no answer: one line naming it
+        fail(f"{run_dir}: cannot be read ({str(e).splitlines()[0] if str(e) else type(e).__name__})")
+    if runs:
+        fail(f"{run_dir} is a storage folder holding the runs {', '.join(runs[:6])}{', ...' if len(runs) > 6 else ''}; "
+             f"name one: {base}/{runs[0]}")
+    fail(f"{run_dir} holds no run of icr-sweep (no {SPEC_FILE} there, nor in a folder at its top"
+         + (f"; it holds {', '.join(names[:6])}" if names else ", which is empty") + ")")
 
 
 @app.command("status")

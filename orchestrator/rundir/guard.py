@@ -38,6 +38,11 @@ def claim_trial_dir(out: str, config: dict, name: str) -> None:
         where = "is" if sweep == path else f"lies inside {sweep}, which is"
         raise RunDirError(f"--out {out} {where} a sweep's run directory (launched by `icr-sweep launch`); a trial "
                           "of `train` needs a directory of its own outside any sweep")
+    sweeps = sorted(p.parent.name for name in (SPEC_FILE, LOCK_FILE) for p in path.glob(f"*/{name}"))
+    if sweeps:
+        shown = ", ".join(sorted(set(sweeps))[:6]) + (", ..." if len(set(sweeps)) > 6 else "")
+        raise RunDirError(f"--out {out} holds the sweeps {shown} (a storage folder); give this trial a directory of "
+                          "its own, e.g. --out runs/my-trial")
     trials = sorted(p.parent.name for p in path.glob(f"*/{PARAMS_FILE}"))
     if trials:
         raise RunDirError(f"--out {out} holds the directories of other trials ({', '.join(trials[:3])}"

@@ -33,12 +33,12 @@ A launch or a `train` writes only into a folder that holds none of these names, 
 that is already a run of this tool (guard.py): nothing of a user's is overwritten.
 """
 
-import re
 from pathlib import Path
 from typing import Optional
 
 from orchestrator.storage import is_remote
 from workloads.metrics import METRICS, PLOTTED
+from workloads.naming import ARRAY_PREFIX, TRIAL_NAME
 
 LOCK_FILE = ".icr-sweep.lock"
 TRIAL_LOCK_FILE = ".icr-sweep-train.lock"  # `train --out`'s, in its trial directory
@@ -78,8 +78,6 @@ LAUNCH_WRITES = BEFORE_ANY_TRIAL + (f"{TUNE_STATE}.damaged*", f"{PLAN_FILE}.dama
 # The folders a launch makes at the top of its run directory: its trackers' (W&B's
 # offline runs), its trials' (named by workloads/naming.py) and its arrays'.
 TRACKER_FOLDERS = ("wandb",)
-TRIAL_NAME = re.compile(r".+-n\d+-lr[0-9.e+-]+-s\d+")
-ARRAY_PREFIX = "array-"  # an array's directory: array-<its first member's name> (orchestrator/arrays.py)
 
 
 def launch_folder(name: str) -> bool:
@@ -99,12 +97,26 @@ def is_trial_dir(path: Path) -> bool:
     return (Path(path) / PARAMS_FILE).is_file()
 
 
-def small_text(path: Path) -> str:
-    """A small text file of a trial (its error, say): "" where it is absent or cannot be read."""
+SMALL_TEXT_BYTES = 1 << 16
+
+
+def small_text(path: Path, limit: int = SMALL_TEXT_BYTES) -> str:
+    """A small text file of a trial (its error, say), its last `limit` bytes at most
+    (an error file of 85 MB made `status --format json` print all of it): "" where
+    it is absent or cannot be read."""
     try:
-        return Path(path).read_text(errors="replace")
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - limit))
+            return f.read().decode(errors="replace")
     except OSError:
         return ""
+
+
+def one_line(text: str, limit: int = 1000) -> str:
+    """A message of a trial's file for a table or JSON: at most `limit` characters."""
+    return text if len(text) <= limit else f"{text[:limit]} ... ({len(text) - limit:,} more characters)"
 
 
 def trials_home(path: Path) -> Path:

@@ -12,7 +12,8 @@ from typing import Callable, Optional
 import pandas as pd
 
 from orchestrator.rundir.guard import driver_is_live
-from orchestrator.rundir.layout import ERROR_FILE, PARAMS_FILE, PLAN_FILE, SPEC_FILE, is_trial_dir, small_text, trial_names
+from orchestrator.rundir.layout import (ERROR_FILE, PARAMS_FILE, PLAN_FILE, SPEC_FILE, is_trial_dir, one_line, small_text,
+                                        trial_names)
 from orchestrator.rundir.records import RecordError, driver_ended, read_plan, spec_record, tune_trials
 from orchestrator.rundir.rows import METRIC_KEYS, trial_rows
 from workloads.config import TRIAL_IDS
@@ -95,7 +96,7 @@ def _state(status: str | None, results: list[dict], trial_dir: Path, live: bool)
     error_file = trial_dir / ERROR_FILE
     if status == "ERROR" or (status is None and not live and error_file.exists() and not results[-1:]):
         lines = [ln for ln in small_text(error_file).splitlines() if ln.strip()]
-        return "error", lines[-1] if lines else "failed (no error file)"
+        return "error", one_line(lines[-1]) if lines else "failed (no error file)"
     if results and results[-1].get("final_eval"):
         return "finished", ""
     if live:
@@ -154,7 +155,7 @@ def _trials(run_dir: Path, planned: dict[str, dict] | None, locked: bool,
         if state == "finished" and config:
             problems.append(_learnt_nothing(config, metrics.get("val_loss")))
         flat = pd.json_normalize(config, sep=".").iloc[0].to_dict() if config else {}
-        rows.append({"trial": name, "state": state, **metrics, "error": "; ".join(filter(None, [error, *problems])), **flat})
+        rows.append({"trial": name, "state": state, **metrics, "error": one_line("; ".join(filter(None, [error, *problems])), 2000), **flat})
     table = _as_table(rows, problem)
     table.attrs["recorded"] = sorted(statuses)  # the trials Tune recorded: an Optuna run's own (_mark_unplanned)
     return table, kept_rows, configs

@@ -39,9 +39,30 @@ def _allowed_keys(loc) -> list[str]:
     return list(model.model_fields)
 
 
+SCALARS = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false"}
+
+
+def _scalar_unions(errors: list[dict]) -> list[dict]:
+    """Pydantic says of a value that fits none of a union of scalars (a task
+    parameter: int, float or str) one error per branch, each at loc + [branch]: one
+    error instead, naming the value and every kind the field takes."""
+    out, merged = [], {}
+    for err in errors:
+        loc = tuple(err["loc"])
+        if loc and loc[-1] in SCALARS and err["type"] != "missing":
+            key = (loc[:-1], repr(err.get("input")))
+            if key not in merged:
+                merged[key] = dict(err, loc=loc[:-1], type="scalar_union", kinds=[])
+                out.append(merged[key])
+            merged[key]["kinds"].append(SCALARS[loc[-1]])
+            continue
+        out.append(err)
+    return out
+
+
 def format_errors(error: ValidationError, source: str) -> str:
     lines = []
-    for err in error.errors():
+    for err in _scalar_unions(error.errors()):
         loc = [p for p in err["loc"] if not (isinstance(p, str) and "[" in p)]  # drop union branch tags
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
@@ -52,6 +73,10 @@ def format_errors(error: ValidationError, source: str) -> str:
             field, sep, rest = msg.partition(": ")
             if sep and loc == ["axes"] and field in AxesSpec.model_fields:  # a check of axes against the task
                 loc, msg = ["axes", field], rest
+        elif err["type"] == "scalar_union":
+            msg = f"one value, {' or '.join(err['kinds'])}, got {err['input']!r}"
+            if loc[:1] == ["task_params"] and isinstance(err["input"], list) and len(loc) == 2:
+                msg += f"; to sweep it, give it as axes.task.{loc[1]}: {err['input']!r}"
         elif err["type"] == "model_type":  # a section given as something else ("lr: 1e-3")
             keys = _allowed_keys(loc + ["?"])
             msg = (f"a mapping{' of ' + ', '.join(keys) if keys else ''}, got {err['input']!r}"
@@ -122,6 +147,8 @@ class _SpecLoader(yaml.SafeLoader):
 def load_spec(path: Path | str) -> SweepSpec:
     """Reads and validates a YAML spec; raises SpecError with every problem found."""
     path = Path(path)
+    if path.is_dir():
+        raise SpecError(f"{path} is a directory, not a spec file: name a YAML spec such as sweeps/istree_grid.yaml")
     if not path.is_file():
         raise SpecError(f"{path}: no such spec file")
     size = path.stat().st_size

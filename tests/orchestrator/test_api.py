@@ -1,6 +1,7 @@
 """`from icr_sweep import load_run`: a run's trials and every evaluation as a DataFrame."""
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -9,6 +10,8 @@ from icr_sweep import best, load_run
 from orchestrator.report import write_report
 from orchestrator.rundir import read_run
 from tests.orchestrator.test_report import accuracy, fake_run
+
+STORED = Path(__file__).parents[2] / "tests" / "fixtures" / "stored_run" / "istree_micro"
 
 
 def test_load_run_gives_every_evaluation_of_finished_interrupted_and_failed_trials(tmp_path):
@@ -91,8 +94,14 @@ def test_best_is_the_reports_table_per_cell(tmp_path):
 
 
 def test_best_of_a_run_with_no_trial_results_is_an_empty_table(tmp_path):
+    """A run launched whose trials have not reported yet: its spec record alone."""
+    import shutil
+
     (tmp_path / "empty").mkdir()
+    shutil.copy(STORED / "icr-sweep.json", tmp_path / "empty")
     assert best(tmp_path / "empty").empty
+    with pytest.raises(FileNotFoundError, match="holds no run of icr-sweep"):  # a folder that is no run (issue 65)
+        best(tmp_path)
 
 
 def test_the_variants_of_an_arch_are_told_apart_by_their_model(tmp_path):

@@ -225,3 +225,22 @@ def read_file_with(env: dict, uri: str) -> str:
     """A file of the paused store's, read in a process with its environment."""
     code = f"from orchestrator.storage import read_file; print(read_file({uri!r}).decode())"
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60).stdout
+
+
+def test_status_of_a_storage_root_names_its_runs_without_copying_them(s3, tmp_path):
+    """Issue 65, class 9: `status s3://bucket/prefix` of a folder holding runs
+    copied every run down to say "no trials yet"."""
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    for run in ("alpha", "beta"):
+        s3.put_object(Bucket=BUCKET, Key=f"roots/{run}/icr-sweep.json", Body=b"{}")
+    s3.put_object(Bucket=BUCKET, Key="roots/notes.txt", Body=b"mine")
+    result = CliRunner().invoke(app, ["status", f"s3://{BUCKET}/roots"])
+    assert result.exit_code == 2, result.output
+    assert (f"s3://{BUCKET}/roots is a storage folder holding the runs alpha, beta; name one: "
+            f"s3://{BUCKET}/roots/alpha") in result.output, result.output
+    s3.put_object(Bucket=BUCKET, Key="empty-ish/notes.txt", Body=b"mine")
+    result = CliRunner().invoke(app, ["status", f"s3://{BUCKET}/empty-ish"])
+    assert result.exit_code == 2 and "holds no run of icr-sweep" in result.output and "notes.txt" in result.output

@@ -228,9 +228,9 @@ def _links(pid: int) -> list[str]:
 def _rays(argv: list[str], pid: int) -> bool:
     """Whether a process is one of Ray's own: renamed by Ray (`ray::...`), or running a
     program of Ray's package (its daemons, agents, workers)."""
-    import ray
+    import importlib.util
 
-    package = str(Path(ray.__file__).parent)
+    package = importlib.util.find_spec("ray").submodule_search_locations[0]  # Ray's installed package
     if argv and argv[0].startswith("ray::"):
         return True
     try:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import raytemp
-from orchestrator.raytemp import PrivateFolderError, Session, end_orphans, one_start_at_a_time, private_base
+from orchestrator import privatedir
+from orchestrator.privatedir import PrivateFolderError, Session, end_orphans, one_start_at_a_time, private_base
 
 
 def _session(base: Path, pid: int = 4242) -> Path:
@@ -39,7 +39,7 @@ def _process(argv0: str, *args: str) -> subprocess.Popen:
 
 def _killed_driver_record(base: Path, session: Path) -> dict:
     """A driver of this tool that started a Ray in `base`, then died (a SIGKILL)."""
-    code = ("import sys; from pathlib import Path; from orchestrator.raytemp import Session; "
+    code = ("import sys; from pathlib import Path; from orchestrator.privatedir import Session; "
             f"Session(Path({str(base)!r})).started_ray({str(session)!r})")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])
     (record,) = (base / "sessions").glob("*.json")
@@ -119,7 +119,7 @@ def test_a_live_driver_and_a_reused_pid_are_told_apart(tmp_path, procs):
 def test_a_driver_killed_while_ray_started_is_known_by_its_session_name(tmp_path, procs):
     """A record written before Ray started, without its session: Ray names the
     session after the process that started it (session_<date>_<pid>)."""
-    code = "from pathlib import Path; from orchestrator.raytemp import Session; import os; " \
+    code = "from pathlib import Path; from orchestrator.privatedir import Session; import os; " \
            f"Session(Path({str(tmp_path)!r})); print(os.getpid())"
     pid = int(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
                              cwd=Path(__file__).parents[2]).stdout)
@@ -166,7 +166,7 @@ def test_the_start_lock_lies_in_the_private_folder_and_is_never_followed(tmp_pat
     """Class 5a: the lock was a file in the shared temp folder, which another user
     could make a link to a file of theirs (root then created what it named)."""
     target = tmp_path / "elsewhere"
-    os.symlink(target, tmp_path / raytemp.START_LOCK)
+    os.symlink(target, tmp_path / privatedir.START_LOCK)
     with pytest.raises(OSError):
         with one_start_at_a_time(tmp_path, print):
             pass
@@ -179,7 +179,7 @@ def test_a_held_start_lock_is_waited_for_a_bounded_time_naming_its_holder(tmp_pa
     holder = subprocess.Popen([sys.executable, "-c", (
         "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600); "
         "os.write(fd, str(os.getpid()).encode()); fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); "
-        "time.sleep(60)"), str(tmp_path / raytemp.START_LOCK)], stdout=subprocess.PIPE, text=True)
+        "time.sleep(60)"), str(tmp_path / privatedir.START_LOCK)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
         said = []
@@ -193,7 +193,7 @@ def test_a_held_start_lock_is_waited_for_a_bounded_time_naming_its_holder(tmp_pa
         holder.kill()
         holder.wait()
     with one_start_at_a_time(tmp_path, said.append, wait_s=1):  # released with its holder
-        fd = os.open(tmp_path / raytemp.START_LOCK, os.O_RDONLY)
+        fd = os.open(tmp_path / privatedir.START_LOCK, os.O_RDONLY)
         with pytest.raises(OSError):
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.close(fd)
