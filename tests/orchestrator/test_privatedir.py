@@ -8,6 +8,7 @@ Ray's processes are stood in for by processes Ray would have made: renamed
 
 import fcntl
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -227,3 +228,36 @@ def test_a_dashboard_port_taken_while_ray_started_is_named(tmp_path, monkeypatch
         cluster.start_ray(load_spec(spec_path), None, str(tmp_path), "127.0.0.1", port, None)
     assert f"port {port} on 127.0.0.1, free when this launch chose it, was taken meanwhile" in str(e.value)
     taken[0].close()
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root, to act as a second user")
+def test_another_user_can_neither_plant_nor_hold_the_start_lock(monkeypatch):
+    """Class 5a and 5b with a second user: the lock lies in this user's private
+    folder (0700), which another user cannot enter to make a link there or to take
+    a lock on the file; in the shared temp folder itself, they can (the control)."""
+    import tempfile
+
+    python = shutil.which("python3", path="/usr/bin:/bin")  # one another user may run (not root's own)
+    if python is None:
+        pytest.skip("no system python3 for the second user")
+    shared = Path(tempfile.mkdtemp(dir="/tmp", prefix="icr-shared-"))  # its parents open to every user, as /tmp's
+    try:
+        os.chmod(shared, 0o1777)
+        monkeypatch.setattr("tempfile.gettempdir", lambda: str(shared))
+        base = private_base(None)
+        with one_start_at_a_time(base, print):
+            pass
+        probe = ("import fcntl, os, sys\n"
+                 "lock, shared = sys.argv[1:]\n"
+                 "for attempt in (lambda: os.symlink('/etc/passwd', lock + '.planted'),\n"
+                 "                lambda: fcntl.flock(os.open(lock, os.O_RDONLY), fcntl.LOCK_SH),\n"
+                 "                lambda: os.symlink('/etc/passwd', os.path.join(shared, 'planted'))):\n"
+                 "    try:\n"
+                 "        attempt(); print('done')\n"
+                 "    except PermissionError:\n"
+                 "        print('refused')\n")
+        out = subprocess.run([python, "-c", probe, str(base / privatedir.START_LOCK), str(shared)], user=1234,
+                             group=1234, capture_output=True, text=True, check=True, cwd="/")
+        assert out.stdout.split() == ["refused", "refused", "done"], out
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
