@@ -22,6 +22,27 @@ STORED = ROOT / "tests" / "fixtures" / "stored_run" / "istree_micro"
 runner = CliRunner()
 
 
+MEMBERS = ["transformer-cot-tiny-n5-lr3e-3-s0", "transformer-cot-tiny-n5-lr3e-3-s1"]
+
+
+def _array_launched(tmp_path, ray_temp, name: str, samples: int, until, **resources):
+    """Launches an array of the two MEMBERS (tiny, n=5, fuse 2) and waits until
+    `until(run)` (True ends the wait); returns the driver's process and the run."""
+    spec = yaml.safe_load((SWEEPS / "istree_micro.yaml").read_text())
+    spec.update(name=name, axes=dict(archs=["transformer"], setups=["cot"], sizes=["tiny"], n=[5], seeds=[0, 1]))
+    spec["training"].update(samples=samples, length_groups=1)
+    spec["resources"].update(fuse=2, **resources)
+    spec_path, storage = tmp_path / f"{name}.yaml", tmp_path / "runs"
+    spec_path.write_text(yaml.safe_dump(spec))
+    run = storage / name
+    proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=free_port()),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None and not until(run):
+        time.sleep(0.1)
+    return proc, run
+
+
 def _stored_copy(tmp_path) -> Path:
     run = tmp_path / "runs" / "istree_micro"
     shutil.copytree(STORED, run)
@@ -98,21 +119,9 @@ def test_an_array_whose_checkpoints_are_gone_starts_over_saying_so_and_writes_no
     """The reproduction: an interrupted array whose array-<first>/ folder is deleted
     trained its members again from 0, their result.json holding the first rows
     twice, with a message that it continued "from the newest intact checkpoint"."""
-    spec = yaml.safe_load((SWEEPS / "istree_micro.yaml").read_text())
-    spec.update(name="damaged", axes=dict(archs=["transformer"], setups=["cot"], sizes=["tiny"], n=[5], seeds=[0, 1]))
-    spec["training"].update(samples=6144, length_groups=1)
-    spec["resources"].update(fuse=2)
-    spec_path, storage = tmp_path / "damaged.yaml", tmp_path / "runs"
-    spec_path.write_text(yaml.safe_dump(spec))
-    run = storage / "damaged"
-    members = ["transformer-cot-tiny-n5-lr3e-3-s0", "transformer-cot-tiny-n5-lr3e-3-s1"]
-    proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=free_port()),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    deadline = time.time() + 600
-    while time.time() < deadline and proc.poll() is None:
-        if all(sum(bool(r.get("evaluated")) for r in results_so_far(run / m)) >= 2 for m in members):
-            break
-        time.sleep(0.1)
+    members = MEMBERS
+    proc, run = _array_launched(tmp_path, ray_temp, "damaged", 6144, lambda run: all(
+        sum(bool(r.get("evaluated")) for r in results_so_far(run / m)) >= 2 for m in members))
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 130, out[-3000:]
@@ -144,27 +153,21 @@ def test_an_array_whose_worker_was_killed_is_retried_by_resume(tmp_path, ray_tem
     advised another resume. A member's own failure stays; its array's is retried."""
     import os
 
-    spec = yaml.safe_load((SWEEPS / "istree_micro.yaml").read_text())
-    spec.update(name="crashed", axes=dict(archs=["transformer"], setups=["cot"], sizes=["tiny"], n=[5], seeds=[0, 1]))
-    spec["training"].update(samples=12288, length_groups=1)
-    spec["resources"].update(fuse=2, max_failures=0)
-    spec_path, storage = tmp_path / "crashed.yaml", tmp_path / "runs"
-    spec_path.write_text(yaml.safe_dump(spec))
-    run = storage / "crashed"
-    members = ["transformer-cot-tiny-n5-lr3e-3-s0", "transformer-cot-tiny-n5-lr3e-3-s1"]
-    proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=free_port()),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    deadline, killed = time.time() + 600, None
-    while time.time() < deadline and proc.poll() is None and killed is None:
-        if all(any(r.get("evaluated") for r in results_so_far(run / m)) for m in members):
-            for pid in (p for p in os.listdir("/proc") if p.isdigit()):
-                try:  # the array's worker: Tune runs a trial in a working directory named after it
-                    if os.readlink(f"/proc/{pid}/cwd").endswith("/array-transformer-cot-tiny-n5-lr3e-3-s0"):
-                        os.kill(int(pid), signal.SIGKILL)
-                        killed = pid
-                except OSError:
-                    continue
-        time.sleep(0.1)
+    members, killed = MEMBERS, []
+
+    def kill_the_array(run) -> bool:
+        if not all(any(r.get("evaluated") for r in results_so_far(run / m)) for m in members):
+            return False
+        for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+            try:  # the array's worker: Tune runs a trial in a working directory named after it
+                if os.readlink(f"/proc/{pid}/cwd").endswith("/array-transformer-cot-tiny-n5-lr3e-3-s0"):
+                    os.kill(int(pid), signal.SIGKILL)
+                    killed.append(pid)
+            except OSError:
+                continue
+        return bool(killed)
+
+    proc, run = _array_launched(tmp_path, ray_temp, "crashed", 12288, kill_the_array, max_failures=0)
     out, _ = proc.communicate(timeout=300)
     assert killed and proc.returncode == 1, out[-3000:]
     states = load_trials(run).set_index("trial")["state"]

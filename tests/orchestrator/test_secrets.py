@@ -2,7 +2,6 @@
 what is not the service, within a bounded time; every command printed is quoted
 for the shell (issue 65, classes 3, 4 and 8)."""
 
-import http.server
 import shlex
 import socket
 import threading
@@ -15,50 +14,10 @@ from typer.testing import CliRunner
 
 from orchestrator.cli import app
 from orchestrator.secrets import command, redact
+from tests.orchestrator.conftest import replies
 
 SWEEPS = Path(__file__).parents[2] / "sweeps"
 KEY = "k" * 40
-
-
-@pytest.fixture
-def server():
-    """An HTTP server on 127.0.0.1 whose every request `answer(handler)` answers;
-    each request is kept (path, headers) in the returned list."""
-    servers = []
-
-    def make(answer) -> tuple[str, list]:
-        seen = []
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                seen.append((self.path, dict(self.headers)))
-                answer(self)
-
-            do_GET = do_POST
-
-            def log_message(self, *args):
-                pass
-
-        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=srv.serve_forever, daemon=True).start()
-        servers.append(srv)
-        return f"http://127.0.0.1:{srv.server_address[1]}", seen
-
-    yield make
-    for srv in servers:
-        srv.shutdown()
-
-
-def replies(status: int, body: bytes = b"", **headers):
-    def answer(handler):
-        handler.send_response(status)
-        for name, value in headers.items():
-            handler.send_header(name.replace("_", "-"), value)
-        handler.send_header("Content-Length", str(len(body)))
-        handler.end_headers()
-        handler.wfile.write(body)
-    return answer
 
 
 def _launch(tmp_path, monkeypatch, tracking: dict, env: dict, search: dict | None = None):
@@ -76,12 +35,12 @@ def _launch(tmp_path, monkeypatch, tracking: dict, env: dict, search: dict | Non
     return CliRunner().invoke(app, ["launch", str(tmp_path / "t.yaml"), "--storage", str(tmp_path / "runs")])
 
 
-def test_the_wandb_key_is_never_sent_to_the_host_a_redirect_names(tmp_path, monkeypatch, server):
+def test_the_wandb_key_is_never_sent_to_the_host_a_redirect_names(tmp_path, monkeypatch, http_server):
     """Class 3a: a W&B host answering the key check with a 302 to another host: the
     key was sent there as basic auth."""
-    elsewhere, seen_there = server(replies(200, b'{"data": {"viewer": {"id": "x"}}}'))
+    elsewhere, seen_there = http_server(replies(200, b'{"data": {"viewer": {"id": "x"}}}'))
     other = elsewhere.replace("127.0.0.1", "localhost")  # another host name
-    base, _ = server(replies(302, Location=f"{other}/graphql"))
+    base, _ = http_server(replies(302, Location=f"{other}/graphql"))
     result = _launch(tmp_path, monkeypatch, dict(wandb=dict(project="p", mode="online")),
                      {"WANDB_API_KEY": KEY, "WANDB_BASE_URL": base})
     assert result.exit_code == 2, result.output
@@ -95,9 +54,9 @@ def test_the_wandb_key_is_never_sent_to_the_host_a_redirect_names(tmp_path, monk
     (replies(500, b"oops"), "answered HTTP 500: no W&B server that works now"),
     (replies(501, b""), "answered HTTP 501: no W&B server that works now"),
 ])
-def test_a_wandb_host_that_is_not_a_working_wandb_server_is_refused(tmp_path, monkeypatch, server, answer, said):
+def test_a_wandb_host_that_is_not_a_working_wandb_server_is_refused(tmp_path, monkeypatch, http_server, answer, said):
     """Class 4: garbage and 500 passed the check."""
-    base, _ = server(answer)
+    base, _ = http_server(answer)
     result = _launch(tmp_path, monkeypatch, dict(wandb=dict(project="p", mode="online")),
                      {"WANDB_API_KEY": KEY, "WANDB_BASE_URL": base})
     assert result.exit_code == 2 and f"tracking.wandb.mode online: {base} {said}" in result.output, result.output
@@ -146,10 +105,10 @@ def test_a_wandb_base_url_that_is_no_url_is_named(tmp_path, monkeypatch, url):
 
 
 def test_a_password_in_a_tracking_uri_is_sent_to_its_host_as_basic_auth_and_never_printed(tmp_path, monkeypatch,
-                                                                                          server):
+                                                                                          http_server):
     """Class 3b: `tracking_uri: http://user:PASSWORD@...` was printed in clear, with
     the wrong cause ("Name or service not known") for a server that answers."""
-    base, seen = server(replies(200, b"OK"))
+    base, seen = http_server(replies(200, b"OK"))
     uri = base.replace("http://", "http://alice:S3CRET-pw@")
     from orchestrator.tracking import check_trackers
     from orchestrator.spec.sections import TrackingSpec
@@ -162,23 +121,23 @@ def test_a_password_in_a_tracking_uri_is_sent_to_its_host_as_basic_auth_and_neve
     assert "S3CRET" not in result.output
 
 
-def test_an_mlflow_server_that_refuses_the_credentials_or_fails_is_named(tmp_path, monkeypatch, server):
+def test_an_mlflow_server_that_refuses_the_credentials_or_fails_is_named(tmp_path, monkeypatch, http_server):
     for answer, said in ((replies(401), "refused the user and password given in it (HTTP 401)"),
                          (replies(503, b"down"), "answered HTTP 503 at /health"),
                          (replies(200, b"<html>"), "not as an MLflow server does")):
-        base, _ = server(answer)
+        base, _ = http_server(answer)
         result = _launch(tmp_path, monkeypatch,
                          dict(mlflow=dict(tracking_uri=base.replace("http://", "http://bob:hunter2@"))), {})
         assert result.exit_code == 2 and said in result.output and "hunter2" not in result.output, result.output
 
 
-def test_passwords_in_an_optuna_storage_and_a_wandb_base_url_are_never_printed(tmp_path, monkeypatch, server):
+def test_passwords_in_an_optuna_storage_and_a_wandb_base_url_are_never_printed(tmp_path, monkeypatch, http_server):
     result = _launch(tmp_path, monkeypatch, {}, {},
                      search=dict(method="optuna", num_samples=2,
                                  storage="postgresql://optuna:T0PSECRET@127.0.0.1:1/studies"))
     assert result.exit_code == 2 and "search.storage" in result.output, result.output
     assert "T0PSECRET" not in result.output and "optuna:***@127.0.0.1:1" in result.output
-    base, seen = server(replies(401))
+    base, seen = http_server(replies(401))
     result = _launch(tmp_path, monkeypatch, dict(wandb=dict(project="p", mode="online")),
                      {"WANDB_API_KEY": KEY, "WANDB_BASE_URL": base.replace("http://", "http://me:PA55WORD@")})
     assert result.exit_code == 2 and "rejected the API key" in result.output and "PA55WORD" not in result.output

@@ -402,36 +402,11 @@ def test_trackers_that_stop_answering_mid_sweep_cost_their_logging_never_the_run
 
 
 @pytest.fixture
-def wandb_server():
-    """A W&B API on 127.0.0.1 answering every request as `answer(status, body)` says."""
-    import http.server
-    import threading
+def wandb_server(http_server):
+    """A W&B API on 127.0.0.1 answering every request with `status` and `body`."""
+    from tests.orchestrator.conftest import replies
 
-    servers = []
-
-    def make(status: int, body: bytes) -> str:
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            do_GET = do_POST
-
-            def log_message(self, *args):
-                pass
-
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}"
-
-    yield make
-    for server in servers:
-        server.shutdown()
+    return lambda status, body: http_server(replies(status, body, Content_Type="application/json"))[0]
 
 
 @pytest.mark.parametrize("status, body, said", [
