@@ -10,7 +10,8 @@ from typing import Callable, Optional
 import ray
 
 from orchestrator.packing import gpu_shares
-from orchestrator.privatedir import PrivateFolderError, Session, end_orphans, one_start_at_a_time, private_base
+from orchestrator.privatedir import (PrivateFolderError, Session, end_orphans, one_start_at_a_time, private_base,
+                                     start_lock_folder)
 from orchestrator.spec import SweepSpec
 from orchestrator.unpromised import (autoscaler_node_groups, daemons_in_a_group_of_their_own, node_on_loopback,
                                      quiet_worker_exits, temp_dir_option, workers_inherit_env)
@@ -95,7 +96,7 @@ def start_ray(spec: SweepSpec, address: Optional[str], temp_dir: Optional[str], 
     # kernel's parent-death signal it sets on Linux).
     base = _private_base(temp_dir)
     ray_temp = str(base / "ray")
-    with one_start_at_a_time(base, say), daemons_in_a_group_of_their_own():
+    with one_start_at_a_time(_checked(start_lock_folder, temp_dir), say), daemons_in_a_group_of_their_own():
         ended, left = end_orphans(ray_temp)
         if ended:
             notes.append(f"Ended {ended} Ray process(es) a killed icr-sweep left running (their driver is gone).")
@@ -149,8 +150,12 @@ def ray_temp_dir(temp_dir: Optional[str]) -> str:
 
 
 def _private_base(temp_dir: Optional[str]) -> Path:
+    return _checked(private_base, temp_dir)
+
+
+def _checked(folder: Callable[[Optional[str]], Path], temp_dir: Optional[str]) -> Path:
     try:
-        return private_base(temp_dir)
+        return folder(temp_dir)
     except PrivateFolderError as e:
         raise ClusterError(str(e)) from None
 

@@ -3,7 +3,8 @@ started in it: what `start_ray` needs to end only what it started.
 
     <tmp>/icr-sweep-<uid>/  (or --temp-dir DIR)   this user's alone: 0700, never a link
         ray/                     Ray's own temp dir: its sessions, logs and sockets
-        ray-start.lock           one embedded Ray start at a time for this folder
+        ray-start.lock           one embedded Ray start at a time for this user (the default
+                                 folder's, whatever --temp-dir says: start_lock_folder)
         sessions/<pid>-<start>.json   a driver of this tool that started a Ray here: its pid,
                                  the time it started (clock ticks since boot) and the boot,
                                  and, once Ray is up, its session's folder
@@ -69,6 +70,19 @@ def private_base(temp_dir: Optional[str]) -> Path:
     finally:
         os.close(fd)
     return base
+
+
+def start_lock_folder(temp_dir: Optional[str]) -> Path:
+    """Where the start lock lies: this user's default private folder, whatever
+    --temp-dir says, so that two starts of the same user with other temp dirs still
+    choose their dashboard ports one after the other; the given temp dir only where
+    the default folder cannot be used (a link or a file planted there)."""
+    try:
+        return private_base(None)
+    except PrivateFolderError:
+        if not temp_dir:
+            raise
+        return private_base(temp_dir)
 
 
 @contextlib.contextmanager

@@ -219,7 +219,8 @@ class _TrialActor:
         checkpoint = getattr(checkpoint_path, "checkpoint", None)
         if checkpoint is not None and _missing(checkpoint):
             print(f"icr-sweep: {self.trial_name}: the checkpoint Tune restores, {checkpoint.path}, is gone from "
-                  "storage; looking for another in its directory", file=sys.stderr, flush=True)
+                  "storage; continuing from the newest intact checkpoint in its directory, where one is left (where "
+                  "none is, it starts over, and says so)", file=sys.stderr, flush=True)
             return None
         return super().restore(checkpoint_path, *args, **kwargs)
 

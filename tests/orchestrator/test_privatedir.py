@@ -261,3 +261,19 @@ def test_another_user_can_neither_plant_nor_hold_the_start_lock(monkeypatch):
         assert out.stdout.split() == ["refused", "refused", "done"], out
     finally:
         shutil.rmtree(shared, ignore_errors=True)
+
+
+def test_starts_with_other_temp_dirs_share_one_start_lock(tmp_path, monkeypatch):
+    """Two launches of one user with other --temp-dir choose their dashboard ports
+    one after the other (the lock is the default folder's); only where that folder
+    cannot be used does a --temp-dir take its own."""
+    from orchestrator.privatedir import start_lock_folder
+
+    monkeypatch.setattr("tempfile.gettempdir", lambda: str(tmp_path))
+    default = tmp_path / f"icr-sweep-{os.getuid()}"
+    assert start_lock_folder(str(tmp_path / "a")) == start_lock_folder(str(tmp_path / "b")) == default
+    default.rmdir()
+    default.write_text("planted")
+    assert start_lock_folder(str(tmp_path / "a")) == tmp_path / "a"
+    with pytest.raises(PrivateFolderError):
+        start_lock_folder(None)
