@@ -21,6 +21,7 @@ named and left."""
 import contextlib
 import errno
 import fcntl
+import functools
 import json
 import os
 import signal
@@ -239,12 +240,18 @@ def _links(pid: int) -> list[str]:
     return out
 
 
+@functools.cache
+def _ray_package() -> str:
+    """Where Ray's installed package lies (found once, not per process looked at)."""
+    import importlib.util
+
+    return importlib.util.find_spec("ray").submodule_search_locations[0]
+
+
 def _rays(argv: list[str], pid: int) -> bool:
     """Whether a process is one of Ray's own: renamed by Ray (`ray::...`), or running a
     program of Ray's package (its daemons, agents, workers)."""
-    import importlib.util
-
-    package = importlib.util.find_spec("ray").submodule_search_locations[0]  # Ray's installed package
+    package = _ray_package()
     if argv and argv[0].startswith("ray::"):
         return True
     try:

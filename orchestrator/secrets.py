@@ -82,9 +82,7 @@ def ask(url: str, timeout: float, data: Optional[bytes] = None, headers: Optiona
     worker = threading.Thread(target=run, daemon=True)
     worker.start()
     worker.join(timeout)
-    if not outcome:
-        return f"did not answer within {timeout:g} s (ICR_STORAGE_TIMEOUT_S sets the wait)"
-    return outcome[0]
+    return outcome[0] if outcome else _silent(timeout)
 
 
 def _why(e: Exception, timeout: float) -> str:
@@ -92,8 +90,12 @@ def _why(e: Exception, timeout: float) -> str:
 
     reason = getattr(e, "reason", None) or e
     if isinstance(reason, (socket.timeout, TimeoutError)):
-        return f"did not answer within {timeout:g} s (ICR_STORAGE_TIMEOUT_S sets the wait)"
+        return _silent(timeout)
     return f"cannot be reached ({redact(str(reason))})"
+
+
+def _silent(timeout: float) -> str:
+    return f"did not answer within {timeout:g} s (ICR_STORAGE_TIMEOUT_S sets the wait)"
 
 
 def where_to(status: int, headers: dict, base: str) -> str:

@@ -18,7 +18,7 @@ def _read_run(run_dir: str):
     from orchestrator.rundir import RunDirError
     from orchestrator.storage import is_remote, local_view
 
-    _require_local_run(run_dir)
+    _require_run(run_dir)
     try:
         with local_view(run_dir) as local:
             return read_stored(local, locked=not is_remote(run_dir))
@@ -26,7 +26,7 @@ def _read_run(run_dir: str):
         fail(f"{run_dir}: cannot be read ({e})")
 
 
-def _require_local_run(run_dir: str) -> None:
+def _require_run(run_dir: str) -> None:
     """Refuses a local path that does not exist or is not a directory, by name; and a
     remote folder that holds no run (a storage root: its runs named), before it is
     copied (a storage root's every run was, to show nothing)."""
@@ -154,7 +154,7 @@ def write_and_print_report(run_dir: str, out: Optional[Path] = None, solved: flo
     from orchestrator.storage import is_remote, local_view, upload
 
     remote = is_remote(run_dir)
-    _require_local_run(run_dir)
+    _require_run(run_dir)
     try:
         with local_view(run_dir) as local:
             run = read_stored(local, locked=not remote)

@@ -155,7 +155,8 @@ def _trials(run_dir: Path, planned: dict[str, dict] | None, locked: bool,
         if state == "finished" and config:
             problems.append(_learnt_nothing(config, metrics.get("val_loss")))
         flat = pd.json_normalize(config, sep=".").iloc[0].to_dict() if config else {}
-        rows.append({"trial": name, "state": state, **metrics, "error": one_line("; ".join(filter(None, [error, *problems])), 2000), **flat})
+        said = one_line("; ".join(filter(None, [error, *problems])), 2000)
+        rows.append({"trial": name, "state": state, **metrics, "error": said, **flat})
     table = _as_table(rows, problem)
     table.attrs["recorded"] = sorted(statuses)  # the trials Tune recorded: an Optuna run's own (_mark_unplanned)
     return table, kept_rows, configs
