@@ -600,20 +600,29 @@ def _robust_section(robust: str, solved: float) -> list[str]:
 
 
 LEGEND = ("*shown* / *refuted*: a comparison beyond its threshold by more than its noise margin (two standard "
-          "errors of its counts), for or against the claim; *within noise*: neither; *seeds disagree*: the mean over "
-          "seeds and a seed on its own read differently; *by the mean only*: the seeds agree, but no seed alone has "
-          "the samples to show it; *above guessing*: exact match above what guessing scores (the answer alone 0.5, a "
-          "trace 0), as a share of what guessing leaves, (exact match - chance) / (1 - chance), so that setups with "
-          "different chance compare. Rules: docs/findings.md.")
+          "errors: the counts' sampling error and, on the mean over seeds, the spread between the seeds), for or "
+          "against the claim; *within noise*: neither; *seeds disagree*: one seed shows it and another refutes it; "
+          "*by the mean only*: the seeds agree, but no seed alone has the samples to show it; *within the spread "
+          "between seeds*: each seed alone shows it, but the seeds differ by as much; *holds*: a check at an n "
+          "between the end points, which can only refute; *left out*: its cells can show the claim neither way (every "
+          "cell at guessing level or at the ceiling, or outside the cells the claim speaks of), with their numbers; "
+          "*above guessing*: exact match above what guessing scores (the answer alone 0.5, a trace 0), as a share of "
+          "what guessing leaves, (exact match - chance) / (1 - chance), so that setups with different chance "
+          "compare. Rules: docs/findings.md.")
 
 
 def findings_rows(found: list[str]) -> list[tuple[str, str, str, str]]:
-    """(verdict, seeds, claim, its decisive numbers in a sentence) of each findings line."""
+    """(verdict, seeds, claim, the numbers that decided it) of each findings line: the
+    comparison the findings engine says decided its head (a refuted one for Not
+    reproduced, the weakest shown one for Reproduced, the open or missing one else);
+    for a line of plain text, its first comparison."""
     rows = []
     for text in found:
         m = _VERDICT.match(text)
         if m and not m.group(1).startswith("At guessing"):
-            rows.append((m.group(1), m.group(2).strip(), m.group(3), _decisive(text[m.start(3):], m.group(1))))
+            decisive = getattr(text, "decisive", None)
+            rows.append((m.group(1), m.group(2).strip(), m.group(3),
+                         decisive if decisive is not None else _decisive(text[m.start(3):], m.group(1))))
     return rows
 
 
@@ -652,8 +661,9 @@ def _findings_summary(found: list[str]) -> list[str]:
     notes = [text for text in found if not text.startswith("- ")]  # what the findings read
     return ["## What this run shows of the paper's findings", "",
             "Decided by the rules of docs/findings.md (teacher-forced exact match; models compared at equal size, on "
-            "counts of samples with a noise margin, on the mean over seeds and on each seed; a line reads Reproduced "
-            "only where every model it names was compared). Each line's every comparison: "
+            "counts of samples with a noise margin that counts the spread between seeds, on the mean over seeds and "
+            "on each seed; a line reads Reproduced only where every model it names has a comparison shown and none "
+            "is refuted; each row gives the comparison that decided it). Each line's every comparison: "
             "[Why each verdict](#why-each-verdict).", "", *notes, "",
             "| verdict | finding | the numbers that decide it |", "|---|---|---|",
             *[f"| {head}{' ' + seeds if seeds else ''} | {claim} | {numbers} |" for head, seeds, claim, numbers in rows],

@@ -516,7 +516,7 @@ def test_an_istree_report_says_what_it_shows_of_the_papers_findings_and_what_is_
     text, _ = write_report(read_run(run, locked=False), run)
     assert "## What this run shows of the paper's findings" in text
     # fake_run sweeps the Transformer and Mamba with CoT only: what needs more is said to be untestable.
-    assert "- **Not testable here**: with retrieval Mamba comes close" in text
+    assert "- **Not testable here**: with retrieval Mamba closes its gap" in text
     assert "- **Not testable here**: the hybrid tracks the Transformer" in text
     # Models are compared at equal size, each named with its count; the report lists them.
     assert "mamba 0.5M (523,328 params) against transformer 0.5M (525,376 params)" in text
@@ -875,11 +875,11 @@ def test_the_report_opens_with_its_findings_and_the_console_prints_a_summary(tmp
     summary = text.split("## What this run shows")[1].split("## Figures")[0]
     assert "| verdict | finding | the numbers that decide it |" in summary and "*within noise*" in summary
     # Each row of the summary gives the line's numbers in a sentence: a line that cannot be tested, what it needs.
-    assert "| Not testable here | the hybrid tracks the Transformer of the same size | needs the hybrid and the " \
-           "Transformer at a shared n |" in summary
+    assert "| Not testable here | the hybrid tracks the Transformer of the same size | needs the hybrid, the " \
+           "Transformer and Mamba of their size at a shared n |" in summary
     assert "- **" not in summary  # each line's full reasoning is below, under "Why each verdict"
     why = text.split("## Why each verdict")[1]
-    assert "- **Not testable here**: with retrieval Mamba comes close" in why
+    assert "- **Not testable here**: with retrieval Mamba closes its gap" in why
     out = result.output
     assert out.count("Open this run in:") == 1 and "|---" not in out and "## " not in out, out
     assert "  Not testable here: the hybrid tracks the Transformer of the same size" in out

@@ -19,8 +19,6 @@ import json
 import math
 from pathlib import Path
 
-import pytest
-
 STORED = Path(__file__).parents[1] / "fixtures" / "lone_trial_rows.json"
 RTOL = 1e-5
 COMPARED = ("train_loss", "val_loss", "val_token_accuracy")

@@ -162,10 +162,18 @@ class TaskBase:
     uses_retriever: bool  # whether generation calls retrieve_rows after end_search_id
     end_search_id: int  # with a retriever: the token after which the retriever writes
 
-    @staticmethod
-    def findings(best) -> list[str]:
+    # The task's known results as claims the findings engine decides (workloads/tasks/findings.py:
+    # Falls, Improves, Repairs, StateDecides), each over the run's models at equal size.
+    claims: ClassVar[tuple] = ()
+
+    @classmethod
+    def findings(cls, best) -> list[str]:
         """Markdown lines for the report: what the run shows of the task's known results."""
-        return []
+        if not cls.claims:
+            return []
+        from workloads.tasks.findings import findings
+
+        return findings(best, cls.claims, cls.exact_match_chance)
 
     @staticmethod
     def label_text(label) -> str:

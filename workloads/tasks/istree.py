@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal, Sequence
 
 from pydantic import Field
 
-from workloads.tasks._istree_findings import CHANCE
+from workloads.tasks._istree_findings import CHANCE, CLAIMS
 from workloads.tasks.base import Batch, TaskBase, TaskConfigBase
 from workloads.tasks.registry import register
 
@@ -73,12 +73,15 @@ class IsTreeTask(TaskBase):
     def label_text(label) -> str:
         return "tree" if label else "not a tree"
 
-    @staticmethod
-    def findings(best) -> list[str]:
-        """The paper's findings as this sweep shows them (the report's paragraph)."""
-        from workloads.tasks._istree_findings import at_guessing, findings
+    claims = CLAIMS  # the paper's findings, (a) to (f): docs/findings.md
 
-        lines = findings(best)
+    @classmethod
+    def findings(cls, best) -> list[str]:
+        """The paper's findings as this sweep shows them (the report's paragraph), then
+        the cells at guessing level."""
+        from workloads.tasks._istree_findings import at_guessing
+
+        lines = super().findings(best)
         guessing = at_guessing(best)
         if guessing:
             lines.append("- **At guessing level** (a model that guesses the answer scores this): " + "; ".join(guessing) + ".")

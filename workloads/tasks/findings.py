@@ -1,0 +1,815 @@
+"""The findings engine: one place that decides every claim a task declares about a
+run, from the report's per-cell table (best.csv), by the rules of docs/findings.md.
+
+A claim is data: a few kinds of directed comparison (`Falls`, `Improves`,
+`Repairs`, `StateDecides`), each naming the architectures it compares, the cells,
+its statistic, threshold and direction (a task's module lists its claims:
+`workloads/tasks/_istree_findings.py`). The engine expands each into comparisons
+between models of equal size (parameter counts within 1.2x) and decides each:
+
+- on counts of samples, never rounded floats, against the threshold with a noise
+  margin of two standard errors that counts the validation set's sampling error
+  and, on the mean over seeds, the spread between the seeds (training noise);
+- on the mean over the seeds its cells share and on each seed alone: shown or
+  refuted only where every view says so;
+- where its cells can show the claim neither way (every cell at guessing level,
+  every cell at the ceiling, outside the cells the claim speaks of) it leaves the
+  comparison out, with the cells' numbers; a refutation is never left out, unless
+  the cell whose move the claim needs was pinned at a bound.
+
+A line reads Reproduced where every comparison left in is shown and every model the
+claim names has one, Not reproduced where one is refuted, Not decided otherwise; its
+summary names the comparison that decided it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
+
+from workloads.metrics import SOLVED as SOLVED_LEVEL
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+SOLVED = Fraction(str(SOLVED_LEVEL))  # exact match at which a model solves a cell
+SAME_SIZE = Fraction(6, 5)  # parameter counts within this ratio: the paper's presets differ by at most 1.19x
+Z = 2.0  # the noise margin in standard errors
+
+SEEDS_COLUMN = "val_exact_match_by_seed"  # best_by_cell: each seed's exact match, "/"-joined in seed order
+HELD_OUT_SEEDS_COLUMN = "test_exact_match_by_seed"  # best_by_cell: each seed's held-out exact match at the cell's rate
+SEED_IDS_COLUMN = "seed_ids"  # best_by_cell: those seeds, "/"-joined
+POOLED = "pooled"  # the seed id of a cell that gives only the mean of several seeds
+
+ARCH_WORDS = {"transformer": "the Transformer", "mamba": "Mamba", "hybrid": "the hybrid"}
+
+
+def arch_words(arch: str) -> str:
+    return ARCH_WORDS.get(arch, arch)
+
+
+# ---------------------------------------------------------------- the table
+
+
+@dataclass(frozen=True)
+class Model:
+    arch: str
+    size: str
+    params: Optional[int]  # trainable parameters (None: not known)
+    state: Optional[int]  # recurrent state floats
+
+    def __str__(self) -> str:
+        return f"{self.arch} {self.size} ({self.params:,} params)" if self.params else f"{self.arch} {self.size}"
+
+
+def same_size(a: Model, b: Model) -> bool:
+    """Whether two models' parameter counts are within SAME_SIZE of each other."""
+    if not a.params or not b.params:
+        return False
+    return Fraction(max(a.params, b.params), min(a.params, b.params)) <= SAME_SIZE
+
+
+@dataclass(frozen=True)
+class Cell:
+    model: Model
+    setup: str
+    n: int
+    right: dict  # seed -> samples right under teacher forcing
+    total: int  # samples per seed
+    still: str  # where its training loss was still falling: "0.943 -> 0.271", else ""
+    chance: Fraction = Fraction(0)  # exact match of a model that guesses
+
+    @property
+    def name(self) -> str:
+        return f"{self.model.arch} {self.setup} {self.model.size} n={self.n}"
+
+
+def rate(cell: Cell, view: tuple) -> tuple[Fraction, int]:
+    """A cell's exact match under a view (its counts over the view's seeds) and the
+    samples behind it."""
+    total = cell.total * len(view)
+    return Fraction(sum(cell.right[s] for s in view), total), total
+
+
+def em(cell: Cell, view: tuple) -> str:
+    return f"{float(rate(cell, view)[0]):.3f}"
+
+
+class Table:
+    """The report's best-per-cell table as cells with counts per seed, and what it
+    read: each cell's held-out exact match where its rate was chosen among several
+    on validation (the chosen rate's validation value is biased upwards by the
+    choice), validation where one rate was tried or no held-out value exists."""
+
+    def __init__(self, best: pd.DataFrame, chance: dict):
+        self.cells: dict[tuple, Cell] = {}
+        self.unknown_size = "val_samples" not in best or best["val_samples"].isna().any()
+        self.missing: list[tuple[str, str]] = []  # (setup, cell) without a finite value: left out of every comparison
+        self.held_out: list[str] = []  # cells read on the held-out set
+        self.biased: list[str] = []  # cells whose rate was chosen among several, read on validation (no held-out value)
+        for _, r in best.iterrows():
+            model = Model(r["arch"], str(r["size"]), _int(r.get("params")), _int(r.get("state_floats")))
+            name = f"{model.arch} {r['setup']} {model.size} n={int(r['n'])}"
+            values, seeds, source = _by_seed(r)
+            if not all(math.isfinite(v) for v in values):
+                self.missing.append((r["setup"], f"{name} ({', '.join(f'seed {s}: {v:g}' for s, v in zip(seeds, values))})"))
+                continue
+            {"held-out": self.held_out, "biased": self.biased}.get(source, []).append(name)
+            total = (_int(r.get("val_samples")) or 1) * ((_int(r["seeds"]) or 1) if seeds == [POOLED] else 1)
+            still = r.get("still_training")
+            self.cells[(model.arch, model.size, r["setup"], int(r["n"]))] = Cell(
+                model, r["setup"], int(r["n"]), {s: round(v * total) for s, v in zip(seeds, values)}, total,
+                still if isinstance(still, str) else "", Fraction(str(chance.get(r["setup"], 0.0))))
+
+    def models(self, arch: str) -> list[Model]:
+        return sorted({c.model for c in self.cells.values() if c.model.arch == arch}, key=lambda m: (m.params or 0, m.size))
+
+    def archs(self) -> list[str]:
+        return sorted({c.model.arch for c in self.cells.values()})
+
+    def get(self, model: Model, setup: str, n: int) -> Optional[Cell]:
+        return self.cells.get((model.arch, model.size, setup, n))
+
+    def ns(self, setup: str, *models: Model) -> list[int]:
+        """The n that every one of `models` has in `setup`."""
+        shared = None
+        for m in models:
+            got = {n for (a, s, st, n) in self.cells if (a, s, st) == (m.arch, m.size, setup)}
+            shared = got if shared is None else shared & got
+        return sorted(shared or [])
+
+    def setups(self) -> set[str]:
+        return {c.setup for c in self.cells.values()}
+
+    def pairs(self, a: str, b: str) -> tuple[list[tuple[Model, Model]], list[str]]:
+        """The (A, B) models of archs a and b at equal size, and, where a pair of one
+        base size is not, why (both counts and their ratio)."""
+        pairs, unequal = [], []
+        for x in self.models(a):
+            for y in self.models(b):
+                if same_size(x, y):
+                    pairs.append((x, y))
+                elif x.size.split("-")[0] == y.size.split("-")[0]:
+                    ratio = (f"{max(x.params, y.params) / min(x.params, y.params):.2f}x apart" if x.params and y.params
+                             else "parameter counts unknown")
+                    unequal.append(f"{x} against {y}: {ratio}")
+        return pairs, unequal
+
+    def read_notes(self) -> list[str]:
+        """What the findings read, and which cells they could not (plain-text lines)."""
+        parts = []
+        if self.held_out:
+            parts.append(f"the held-out exact match of the {len(self.held_out)} cell(s) whose learning rate was chosen "
+                         "among several on validation (at the rate chosen: its validation value is biased upwards by "
+                         "the choice)")
+        if self.biased:
+            parts.append(f"validation exact match, biased upwards by the choice, of the {len(self.biased)} cell(s) "
+                         f"whose rate was chosen among several but which have no held-out value ({'; '.join(self.biased)})")
+        read = ("Read: " + "; ".join(parts) + "; validation exact match elsewhere (one rate tried)." if parts else
+                "Read: validation exact match (no cell's rate was chosen among several).")
+        missing = ([f"Left out of every comparison, having no finite exact match: {'; '.join(c for _, c in self.missing)}."]
+                   if self.missing else [])
+        return [read, *missing]
+
+
+def _by_seed(r) -> tuple[list[float], list[str], str]:
+    """Each seed's exact match, the seeds' ids (POOLED where the table gives only the
+    mean of several seeds), and where they were read: "held-out", "biased" (a rate
+    chosen among several, no held-out value) or "validation"."""
+    ids = str(r[SEED_IDS_COLUMN]).split("/") if isinstance(r.get(SEED_IDS_COLUMN), str) else None
+    chosen = (_int(r.get("rates")) or 1) > 1
+    held = r.get(HELD_OUT_SEEDS_COLUMN)
+    if chosen and isinstance(held, str):
+        values = [float(v) for v in held.split("/")]
+        if all(math.isfinite(v) for v in values):
+            return values, ids or [str(s) for s in range(len(values))], "held-out"
+    source = "biased" if chosen else "validation"
+    if isinstance(r.get(SEEDS_COLUMN), str):
+        values = [float(v) for v in r[SEEDS_COLUMN].split("/")]
+        return values, ids or [str(s) for s in range(len(values))], source
+    seeds = _int(r.get("seeds")) or 1
+    return [float(r["val_exact_match"])], ["0" if seeds == 1 else POOLED], source
+
+
+def _int(value) -> Optional[int]:
+    return None if value is None or value != value else int(value)
+
+
+# ---------------------------------------------------------------- statistics
+
+
+class Stat:
+    """A signed sum of cells' exact match, plus a constant: sum(c * k/N) + const."""
+
+    def __init__(self, terms: list[tuple[Fraction, Cell]], const: Fraction = Fraction(0)):
+        self.terms, self.const = terms, const
+
+    def value(self, view: tuple) -> Fraction:
+        return sum((c * rate(cell, view)[0] for c, cell in self.terms), self.const)
+
+    def margin(self, view: tuple, spread: bool = True) -> float:
+        """Z standard errors. A cell's variance is its sampling variance (Agresti-Caffo:
+        never zero at 0 or 1) and, on the mean over several seeds, at least the spread
+        between them: the training noise the run measures (`spread` False: sampling
+        alone, for where a cell sits, at a bound or not)."""
+        var = 0.0
+        for c, cell in self.terms:
+            k, total = rate(cell, view)
+            p = (float(k) * total + 1) / (total + 2)
+            sampling = p * (1 - p) / total
+            if spread and len(view) > 1:
+                rates = [cell.right[s] / cell.total for s in view]
+                mean = sum(rates) / len(rates)
+                sampling = max(sampling, sum((x - mean) ** 2 for x in rates) / (len(rates) - 1) / len(rates))
+            var += float(c) ** 2 * sampling
+        return Z * math.sqrt(var)
+
+    def __add__(self, other: Stat) -> Stat:
+        return Stat(self.terms + other.terms, self.const + other.const)
+
+    def __sub__(self, other: Stat) -> Stat:
+        return Stat(self.terms + [(-c, cell) for c, cell in other.terms], self.const - other.const)
+
+
+def one(cell: Cell) -> Stat:
+    return Stat([(Fraction(1), cell)])
+
+
+def skill(cell: Cell) -> Stat:
+    """Exact match above chance as a share of what chance leaves: one scale for an
+    answer guessed at 0.5 and a trace never guessed (0)."""
+    c = cell.chance
+    return Stat([(1 / (1 - c), cell)], -c / (1 - c))
+
+
+@dataclass
+class Test:
+    """A statistic against a threshold: shown (True) where it exceeds it by more than
+    its margin, refuted (False) where it falls short by more, None within noise.
+    `says`: the statistic in words, with {} for its value; `fails`: what a condition
+    that is not shown means (for a condition of a comparison)."""
+
+    stat: Stat
+    threshold: Fraction
+    says: str
+    fails: str = ""
+    spread: bool = True  # the margin counts the spread between seeds (False: where a cell sits)
+
+    def against(self, view: tuple) -> Optional[bool]:
+        gap, margin = self.stat.value(view) - self.threshold, self.stat.margin(view, self.spread)
+        return True if gap > margin else False if gap < -margin else None
+
+    def slack(self, view: tuple) -> float:
+        """How far beyond its margin the statistic clears the threshold (negative: short)."""
+        return float(self.stat.value(view) - self.threshold) - self.stat.margin(view)
+
+    def describe(self, view: tuple) -> str:
+        return (f"{self.says.format(f'{float(self.stat.value(view)):.3f}')} ({float(self.threshold):g} claimed, margin "
+                f"{self.stat.margin(view):.3f})")
+
+
+def solves(cell: Cell, fails: str = "") -> Test:
+    return Test(one(cell), SOLVED, f"{cell.name} {{}}",
+                fails or f"{arch_words(cell.model.arch)} does not solve {cell.setup} n={cell.n} ({cell.model})")
+
+
+def off_floor(cell: Cell, view: tuple) -> bool:
+    """Whether the cell's samples put it above guessing (a bound: where it sits, by
+    sampling alone; a cell whose seeds straddle a bound is at neither)."""
+    return Test(one(cell), cell.chance, "", spread=False).against(view) is True
+
+
+def at_ceiling(cell: Cell, view: tuple) -> bool:
+    return Test(one(cell), Fraction(1), "", spread=False).against(view) is not False
+
+
+class AnyOf:
+    """A condition that holds where one of its tests is shown."""
+
+    def __init__(self, tests: list[Test], fails: str):
+        self.tests, self.fails = tests, fails
+
+    def against(self, view: tuple) -> Optional[bool]:
+        got = [t.against(view) for t in self.tests]
+        return True if True in got else False if got and all(g is False for g in got) else None
+
+
+# ---------------------------------------------------------------- comparisons
+
+SHOWN, REFUTED, NOISE, OUT, HOLDS = "shown", "refuted", "within noise", "left out", "holds"
+
+
+@dataclass
+class Comparison:
+    """One directed comparison of a claim. `claim`: shown where its statistic clears
+    the threshold. `within`: where the claim speaks at all (outside, the comparison is
+    left out, a refutation too). `where`: where it can show the claim (outside, it
+    shows nothing: left out unless refuted). `capped`: (cell, "floor" or "ceiling"),
+    the cells whose move the claim needs: pinned at that bound, they could not make
+    it, so a refutation is not conclusive. `check`: it can refute, never show (an n
+    between the end points). `names`: the models or archs of the claim it speaks for."""
+
+    label: str
+    cells: list[Cell]
+    claim: Test
+    numbers: Callable[[tuple], str]
+    within: Sequence = ()
+    where: Sequence = ()
+    capped: Sequence[tuple[Cell, str]] = ()
+    check: bool = False
+    names: tuple[str, ...] = ()
+
+    @property
+    def seeds(self) -> tuple:
+        shared = set.intersection(*(set(c.right) for c in self.cells)) if self.cells else set()
+        return tuple(sorted(shared, key=lambda s: (0, int(s)) if s.isdigit() else (1, s)))
+
+
+@dataclass
+class Decision:
+    comparison: Comparison
+    kind: str
+    text: str  # the cells' numbers, the statistic and what decided it
+    mixed: bool = False  # the views disagreed: undecided
+    slack: float = 0.0  # on the mean: how far beyond the margin the claim was cleared (negative: short)
+
+    @property
+    def said(self) -> str:
+        return self.text if self.mixed else f"{self.text} [{self.kind}]"
+
+
+def _view(comp: Comparison, view: tuple) -> tuple[str, str]:
+    """A comparison's outcome under one view of the seeds, and why where it is left out."""
+    if all(not off_floor(c, view) for c in comp.cells):
+        return OUT, "every cell at guessing level"
+    if all(at_ceiling(c, view) for c in comp.cells):
+        return OUT, "every cell at the ceiling"
+    for cond in comp.within:
+        if cond.against(view) is not True:
+            return OUT, cond.fails
+    claim = comp.claim.against(view)
+    if claim is False:
+        pinned = [f"{c.name} at {bound}" for c, bound in comp.capped
+                  if (bound == "floor" and not off_floor(c, view)) or (bound == "ceiling" and at_ceiling(c, view))]
+        if not pinned:
+            return REFUTED, ""
+        return OUT, f"{', '.join(pinned)}: the move the claim needs was not possible there"
+    for cond in comp.where:
+        if cond.against(view) is not True:
+            return OUT, cond.fails
+    if comp.check:
+        return HOLDS, ""
+    return (SHOWN if claim else NOISE), ""
+
+
+def decide(comp: Comparison) -> Decision:
+    """The outcome on the mean of the shared seeds, kept where each seed alone agrees;
+    else undecided, saying what each view read."""
+    seeds = comp.seeds
+    if not seeds:
+        return Decision(comp, OUT, f"{comp.label} (its cells share no seed)")
+    text = f"{comp.label}: {comp.numbers(seeds)}: {comp.claim.describe(seeds)}"
+    kind, why = _view(comp, seeds)
+    slack = comp.claim.slack(seeds)
+    if kind == OUT:
+        return Decision(comp, OUT, f"{text}; {why}", slack=slack)
+    if len(seeds) < 2:
+        return Decision(comp, kind, text, slack=slack)
+    each = [(s, *_view(comp, (s,))) for s in seeds]
+    if all(k == kind for _, k, _ in each):
+        return Decision(comp, kind, text, slack=slack)
+    return Decision(comp, HOLDS if comp.check and REFUTED not in [k for _, k, _ in each] else NOISE,
+                    f"{text} [{_readings(kind, each)}]", mixed=True, slack=slack)
+
+
+def _readings(mean: str, each: list[tuple[str, str, str]]) -> str:
+    """What the views read where they differ, in words true of them."""
+    kinds = {k for _, k, _ in each} | {mean}
+    by = {k: [s for s, got, _ in each if got == k] for k in (SHOWN, REFUTED, NOISE, OUT, HOLDS)}
+    alone = "; ".join(f"seed {s} alone {k}" + (f" ({why})" if why else "") for s, k, why in each if k != mean)
+    if SHOWN in kinds and REFUTED in kinds:
+        return f"seeds disagree: mean {mean}; " + "; ".join(f"seed {s}: {k}" for s, k, _ in each)
+    if mean in (SHOWN, REFUTED):
+        agree = by[mean]
+        return (f"{mean} by the mean and by seed {', '.join(agree)}; {alone}" if agree
+                else f"{mean} by the mean only, no seed alone shows it: {alone}")
+    if mean == NOISE and each and all(k in (SHOWN, REFUTED) for _, k, _ in each):
+        return f"each seed alone {each[0][1]}, the mean within the spread between seeds"
+    return f"the mean {mean}; {alone}"
+
+
+# ---------------------------------------------------------------- claims and their lines
+
+
+@dataclass
+class Claim:
+    """A claim expanded on a run: its comparisons, each model it names with why it has
+    none ("" where it has), what a run needs to test it, the pairs of unequal size,
+    and, for a question rather than a claim (the state ablation), its own heads."""
+
+    name: str
+    comparisons: list[Comparison]
+    named: dict = field(default_factory=dict)
+    needs: str = ""
+    unequal: list[str] = field(default_factory=list)
+    paired: bool = True
+    setups: tuple[str, ...] = ()  # the setups it reads: its line names their cells that have no value
+    heads: Optional[dict] = None
+
+
+class Line(str):
+    """A findings line (Markdown) that knows its parts: head, seeds, the claim, and the
+    comparison that decided the head, in a sentence (the report's summary row)."""
+
+    head: str
+    seeds: str
+    claim: str
+    decisive: str
+
+    def __new__(cls, text: str, head: str, seeds: str, claim: str, decisive: str):
+        line = super().__new__(cls, text)
+        line.head, line.seeds, line.claim, line.decisive = head, seeds, claim, decisive
+        return line
+
+    def prefixed(self, prefix: str) -> Line:
+        return Line(self.replace("- **", f"- {prefix} **", 1), self.head, self.seeds, self.claim, self.decisive)
+
+
+HEADS = {True: "Reproduced", False: "Not reproduced", None: "Not decided"}
+
+
+def _judge(kept: list[Decision], uncovered: list[str]) -> tuple[object, Optional[Decision]]:
+    """A claim's verdict over its decided comparisons, and the one that decided it:
+    refuted where one is (the one furthest beyond its margin); shown where every one is
+    and every named model has one (the weakest); else not decided (the first open one)."""
+    refuted = [d for d in kept if d.kind == REFUTED]
+    if refuted:
+        return False, min(refuted, key=lambda d: d.slack)
+    open_ = [d for d in kept if d.kind == NOISE]
+    shown = [d for d in kept if d.kind == SHOWN]
+    if shown and not open_ and not uncovered:
+        return True, min(shown, key=lambda d: d.slack)
+    return None, (open_[0] if open_ else None)
+
+
+def _judge_question(kept: list[Decision], uncovered: list[str]) -> tuple[object, Optional[Decision]]:
+    """A question's answer (the state ablation): yes where every comparison that agrees
+    across seeds is shown, no where none is, "some" in between; a comparison whose views
+    disagree decides nothing."""
+    clear = [d for d in kept if not d.mixed]
+    if not clear:
+        return None, (kept[0] if kept else None)
+    shown = [d for d in clear if d.kind == SHOWN]
+    if len(shown) == len(clear):
+        return True, min(shown, key=lambda d: d.slack)
+    other = next(d for d in clear if d.kind != SHOWN)
+    return (False if not shown else "some"), other
+
+
+def line(claim: Claim, missing: list[tuple[str, str]] = ()) -> Line:
+    """The Markdown line of a claim on a run: its head, the seeds its comparisons read,
+    every comparison decided, each model it could not compare and why, those left out
+    with their numbers, the deciding cells still training, the cells it could not read."""
+    heads = claim.heads or HEADS
+    unread = [cell for setup, cell in missing if setup in claim.setups]
+    tail = f" Not read, having no finite exact match: {'; '.join(unread)}." if unread else ""
+    if not claim.comparisons:
+        if claim.unequal and not claim.paired:
+            head, why = "Not testable at equal size", (f"parameter counts more than {float(SAME_SIZE):g}x apart: "
+                                                        + "; ".join(claim.unequal))
+        else:
+            head, why = heads.get("untestable", "Not testable here"), claim.needs
+        return Line(f"- **{head}**: {claim.name} ({why})." + tail, head, "", claim.name, why)
+    decisions = [decide(c) for c in claim.comparisons]
+    kept = [d for d in decisions if d.kind != OUT]
+    uncovered = _uncovered(claim, decisions)
+    outcome, decisive = (_judge_question if claim.heads else _judge)(kept, uncovered)
+    head, seeds = heads[outcome], _seeds(claim.comparisons)
+    never = (" Never compared, so the claim about every one it names is not shown: " + "; ".join(uncovered) + "."
+             if uncovered else "")
+    left = [d.text for d in decisions if d.kind == OUT]
+    if kept:
+        text = f"- **{head}**{seeds}: {claim.name}. " + "; ".join(d.said for d in kept) + "." + never
+        text += " Left out, as their cells can show it neither way: " + "; ".join(left) + "." if left else ""
+    else:
+        text = f"- **{head}**{seeds}: {claim.name}. No comparison here can show it either way: " + "; ".join(left) + "."
+        text += never
+    training = sorted({f"{cell.name} (loss {cell.still})" for d in kept for cell in d.comparison.cells if cell.still})
+    if training:
+        text += " Still training at the last evaluation, so more samples may change this: " + "; ".join(training) + "."
+    said = decisive.said if decisive else (f"never compared: {'; '.join(uncovered)}" if uncovered
+                                           else f"no comparison can show it: {left[0]}" if left else "")
+    return Line(text + tail, head, seeds.strip(), claim.name, said)
+
+
+def _uncovered(claim: Claim, decisions: list[Decision]) -> list[str]:
+    """Each model the claim names without a shown comparison, where it has none decided,
+    with why: never compared, or each of its comparisons left out."""
+    out = []
+    for label, why in claim.named.items():
+        own = [d for d in decisions if label in d.comparison.names]
+        if any(d.kind == SHOWN for d in own) or any(d.kind in (NOISE, REFUTED) for d in own):
+            continue
+        out.append(f"{label} ({why or 'each of its comparisons left out'})")
+    return out
+
+
+def _seeds(comparisons: list[Comparison]) -> str:
+    """" on 2 seeds", " (the mean over seeds only)", " (1 seed)", and where other cells
+    have more, which cells have one only (a seed still running, failed or never run)."""
+    seeds = min((c.seeds for c in comparisons), key=len)
+    if seeds == (POOLED,):
+        return " (the mean over seeds only)"
+    if len(seeds) > 1:
+        return f" on {len(seeds)} seeds"
+    cells = {cell.name: cell for c in comparisons for cell in c.cells}
+    if max(len(cell.right) for cell in cells.values()) < 2:
+        return " (1 seed)"
+    alone = sorted(name for name, cell in cells.items() if len(cell.right) < 2)
+    return f" (1 seed: {', '.join(alone)} {'has' if len(alone) == 1 else 'have'} no other finished seed)"
+
+
+# ---------------------------------------------------------------- the kinds of claim
+
+
+def _ns(ns: Sequence[int]) -> str:
+    return " / ".join(map(str, ns))
+
+
+@dataclass(frozen=True)
+class Falls:
+    """In each of `setups`, `subject`'s exact match falls as n grows, by `more_by` more
+    than that of each arch of `against` of its size (from the smallest n they share to
+    the largest), and by `more_by` itself: measured from a cell it solves; at no n
+    between does it fall less than the other, nor rise from one n to the next."""
+
+    name: str  # with {setup}
+    setups: tuple[str, ...]
+    subject: str
+    against: tuple[str, ...]
+    more_by: dict  # setup -> the threshold
+
+    def expand(self, table: Table) -> list[Claim]:
+        return [self._setup(table, setup) for setup in self.setups]
+
+    def _setup(self, table: Table, setup: str) -> Claim:
+        name = self.name.format(setup=setup, more_by=f"{float(self.more_by[setup]):g}")
+        if setup not in table.setups():
+            return Claim(name, [], needs=f"this run has no {setup} trials")
+        comparisons, named, unequal, paired, falls = [], {}, [], False, {}
+        for other in self.against:
+            pairs, apart = table.pairs(self.subject, other)
+            unequal += apart
+            own = []
+            for s, c in pairs:
+                paired = True
+                ns = table.ns(setup, s, c)
+                if len(ns) >= 2:
+                    own += self._against(table, setup, s, c, ns)
+                    falls[(s, tuple(ns))] = None
+            comparisons += own
+            named[arch_words(other)] = "" if own else _why_no_pair(table, self.subject, other, pairs, apart,
+                                                                   f"no two n with {setup} shared with a "
+                                                                   f"{arch_words(self.subject)} of its size")
+        for s, ns in falls:
+            comparisons += self._own(table, setup, s, list(ns))
+        return Claim(name, comparisons, named, f"needs {arch_words(self.subject)} and "
+                     f"{' or '.join(map(arch_words, self.against))} with {setup} at two or more n", unequal, paired,
+                     (setup,))
+
+    def _against(self, table: Table, setup: str, s: Model, c: Model, ns: list[int]) -> list[Comparison]:
+        ss, cs = [table.get(s, setup, n) for n in ns], [table.get(c, setup, n) for n in ns]
+        words, other = arch_words(self.subject), arch_words(c.arch)
+
+        def numbers(view):
+            return (f"{words} {' / '.join(em(x, view) for x in ss)} at n={_ns(ns)}, {other} "
+                    f"{' / '.join(em(x, view) for x in cs)}")
+
+        def fall(j: int) -> Stat:
+            return (one(ss[0]) - one(ss[j])) - (one(cs[0]) - one(cs[j]))
+
+        solved = solves(ss[0], f"{words} does not solve n={ns[0]}, so it has no n to fall from")
+        out = [Comparison(f"{s} against {c}", ss + cs, Test(fall(-1), self.more_by[setup], f"{words} falls {{}} more"),
+                          numbers, where=[solved], capped=[(ss[-1], "floor")], names=(other,))]
+        for j in range(1, len(ns) - 1):  # an n between: Mamba must not fall less than the other there
+            out.append(Comparison(f"{s} against {c} at n={ns[j]}", ss + cs,
+                                  Test(fall(j), Fraction(0), f"by n={ns[j]} {words} falls {{}} more"), numbers,
+                                  capped=[(ss[j], "floor")], check=True, names=(other,)))
+        return out
+
+    def _own(self, table: Table, setup: str, s: Model, ns: list[int]) -> list[Comparison]:
+        """The subject's own fall from the smallest n to the largest, and no rise between."""
+        ss, words = [table.get(s, setup, n) for n in ns], arch_words(self.subject)
+
+        def numbers(view):
+            return f"{words} {' / '.join(em(x, view) for x in ss)} at n={_ns(ns)}"
+
+        solved = solves(ss[0], f"{words} does not solve n={ns[0]}, so it has no n to fall from")
+        out = [Comparison(f"{s} itself", ss, Test(one(ss[0]) - one(ss[-1]), self.more_by[setup],
+                                                  f"it falls {{}} from n={ns[0]} to n={ns[-1]}"),
+                          numbers, where=[solved], capped=[(ss[-1], "floor")])]
+        for a, b, na, nb in (zip(ss, ss[1:], ns, ns[1:]) if len(ns) > 2 else ()):  # with two n, the fall above
+            out.append(Comparison(f"{s} from n={na} to n={nb}", [a, b], Test(one(a) - one(b), Fraction(0),
+                                  f"it falls {{}} from n={na} to n={nb}"), numbers, check=True))
+        return out
+
+
+def _why_no_pair(table: Table, a: str, b: str, pairs: list, apart: list[str], no_n: str) -> str:
+    """Why arch b has no comparison with arch a."""
+    if not table.models(b):
+        return f"no {b} in this run"
+    if not table.models(a):
+        return f"no {a} in this run"
+    if apart and not pairs:
+        return f"none of {arch_words(a)}'s size: {'; '.join(apart)}"
+    return no_n if pairs else f"none of a {arch_words(a)}'s size"
+
+
+@dataclass(frozen=True)
+class Improves:
+    """`after` improves every architecture over `before` (the run's and `archs`): per
+    model and n, its skill (exact match above guessing, as a share of what guessing
+    leaves) is higher."""
+
+    name: str
+    before: str
+    after: str
+    archs: tuple[str, ...]
+    words: dict  # setup -> its name in a line
+
+    def expand(self, table: Table) -> list[Claim]:
+        comparisons, named = [], {}
+        for arch in sorted(set(table.archs()) | set(self.archs)):
+            own = []
+            for model in table.models(arch):
+                for n in sorted(set(table.ns(self.before, model)) & set(table.ns(self.after, model))):
+                    own.append(self._gain(model, table.get(model, self.before, n), table.get(model, self.after, n)))
+            comparisons += own
+            named[arch_words(arch)] = "" if own else ("absent from this run" if not table.models(arch) else
+                                                      f"no n with both {self.words[self.before]} and "
+                                                      f"{self.words[self.after]}")
+        return [Claim(self.name, comparisons, named, f"needs {self.words[self.before]} and {self.words[self.after]} "
+                      "at a shared n", setups=(self.before, self.after))]
+
+    def _gain(self, model: Model, a: Cell, b: Cell) -> Comparison:
+        before, after = self.words[self.before], self.words[self.after]
+
+        def numbers(view):
+            text = f"{after} {em(b, view)} against {em(a, view)} with {before}"
+            if a.chance != b.chance:
+                text += (f" (above guessing: {float(skill(b).value(view)):.3f} against "
+                         f"{float(skill(a).value(view)):.3f})")
+            return text
+
+        return Comparison(f"{model} n={a.n}", [a, b], Test(skill(b) - skill(a), Fraction(0), f"a gain of {{}}"),
+                          numbers, capped=[(b, "ceiling")], names=(arch_words(model.arch),))
+
+
+@dataclass(frozen=True)
+class Repairs:
+    """Where `lagging` lags `reference` (of its size) by at least `close` beyond the
+    margin in a cell of a gap setup (a material gap), `fixer` in the same n of the
+    matching fix setup narrows the gap and ends at most `close` below the reference.
+    `setups`: (gap setup, fix setup) pairs; the fixer is the lagging model itself where
+    they are the same arch (retrieval repairing Mamba), else every fixer of the
+    reference's size (the hybrid). Its closeness is checked in every cell: a fixer far
+    below the reference refutes wherever it is."""
+
+    name: str
+    lagging: str
+    fixer: str
+    reference: str
+    setups: tuple[tuple[str, str], ...]
+    close: Fraction
+
+    def expand(self, table: Table) -> list[Claim]:
+        pairs, unequal = table.pairs(self.fixer, self.reference)
+        comparisons = []
+        for f, r in pairs:
+            laggers = [f] if self.fixer == self.lagging else [m for m in table.models(self.lagging) if same_size(m, r)]
+            for gap_setup, fix_setup in self.setups:
+                lagged = set().union(*(table.ns(gap_setup, m, r) for m in laggers))  # a gap to read
+                for n in sorted(set(table.ns(fix_setup, f, r)) & lagged):
+                    comparisons += self._cell(table, f, r, laggers, gap_setup, fix_setup, n)
+        words, ref, lag = arch_words(self.fixer), arch_words(self.reference), arch_words(self.lagging)
+        gap, fix = " and ".join(sorted({g for g, _ in self.setups})), " and ".join(sorted({f for _, f in self.setups}))
+        needs = (f"needs {words}, {ref} and {lag} of their size at a shared n" if self.fixer != self.lagging
+                 else f"needs {words} and {ref} with {gap} (the gap) and with {fix} at a shared n")
+        why = _why_no_pair(table, self.reference, self.fixer, pairs, unequal, needs.replace("needs ", "no n: needs "))
+        return [Claim(self.name, comparisons, {words: "" if comparisons else why}, needs, unequal, bool(pairs),
+                      tuple(sorted({s for pair in self.setups for s in pair})))]
+
+    def _cell(self, table: Table, f: Model, r: Model, laggers: list[Model], gap_setup: str, fix_setup: str,
+              n: int) -> list[Comparison]:
+        ff, rf, rg = table.get(f, fix_setup, n), table.get(r, fix_setup, n), table.get(r, gap_setup, n)
+        gaps = [(m, table.get(m, gap_setup, n)) for m in laggers]
+        gaps = [(m, lg) for m, lg in gaps if lg is not None and rg is not None]
+        lag, ref, fix = arch_words(self.lagging), arch_words(self.reference), arch_words(self.fixer)
+        where = f"{fix_setup} n={n}" if gap_setup == fix_setup else f"n={n}"
+
+        def numbers(view, gaps=gaps):
+            text = f"{fix} {em(ff, view)}, {ref} {em(rf, view)}"
+            if gap_setup != fix_setup:
+                text = f"with {fix_setup} {text}; with {gap_setup} " + ", ".join(
+                    f"{lag} {em(lg, view)}, {ref} {em(rg, view)}" for _, lg in gaps)
+            elif self.fixer != self.lagging:
+                text += "".join(f", {m} {em(lg, view)}" for m, lg in gaps)
+            return text
+
+        material = [Test(one(rg) - one(lg), self.close, "", f"no material gap to close ({lag} lags {ref} with "
+                         f"{gap_setup} by less than {float(self.close):g} beyond the margin)") for _, lg in gaps]
+        solved = solves(rf, f"{ref} does not solve {fix_setup} n={n}: two unsolved models being close is not "
+                            "closing a gap")
+        cells = list({id(c): c for c in [ff, rf, rg, *(lg for _, lg in gaps)]}.values())
+        label = f"{f} against {r}, {where}"
+        out = [Comparison(label, cells, Test(one(ff) - one(rf), -self.close, f"{fix} ends {{}} from {ref}"), numbers,
+                          where=[AnyOf(material, material[0].fails if material else
+                                       f"no {lag} of {ref}'s size to show a gap"), solved],
+                          capped=[(ff, "ceiling")], names=(fix,))]
+        for m, lg in gaps:
+            gap, after = one(rg) - one(lg), one(rf) - one(ff)
+            out.append(Comparison(f"{label}, {m}'s gap" if self.fixer != self.lagging else f"{label}, its gap",
+                                  list({id(c): c for c in [ff, rf, lg, rg]}.values()),
+                                  Test(gap - after, Fraction(0), f"the gap narrows by {{}}"),
+                                  lambda view, own=[(m, lg)]: numbers(view, own),
+                                  within=[material[[x for x, _ in gaps].index(m)]], where=[solved],
+                                  capped=[(ff, "ceiling")],
+                                  names=(fix,)))
+        return out
+
+
+@dataclass(frozen=True)
+class StateDecides:
+    """A question, not a claim: in each of `setups`, does the size of `arch`'s recurrent
+    state decide its gap to `reference`? Per pair of `arch` models of equal size whose
+    states differ `ratio`-fold or more, at each n where either lags the reference of
+    their size (a gap to explain): is the smaller state below the larger?"""
+
+    name: str  # with {setup}
+    setups: tuple[str, ...]
+    arch: str
+    reference: str
+    ratio: int
+    heads: dict
+
+    def expand(self, table: Table) -> list[Claim]:
+        ms = table.models(self.arch)
+        pairs = [(s, l) for s in ms for l in ms if s.state and l.state and l.state >= self.ratio * s.state
+                 and same_size(s, l)]
+        if not pairs:
+            return [Claim(self.name.format(setup="every setup").replace("every setup: ", ""), [], needs=(
+                f"needs two {arch_words(self.arch)} models within {float(SAME_SIZE):g}x in parameters whose states "
+                f"differ {self.ratio}x or more"), heads=self.heads)]
+        claims = []
+        for setup in [s for s in self.setups if s in table.setups()]:
+            comparisons = []
+            for small, large in pairs:
+                refs = [t for t in table.models(self.reference) if same_size(t, small) and same_size(t, large)]
+                for n in table.ns(setup, small, large):
+                    tcs = [c for c in (table.get(t, setup, n) for t in refs) if c is not None]
+                    comparisons.append(self._pair(table.get(small, setup, n), table.get(large, setup, n), tcs))
+            if comparisons:
+                claims.append(Claim(self.name.format(setup=setup), comparisons, setups=(setup,), heads=self.heads))
+        return claims
+
+    def _pair(self, s: Cell, l: Cell, tcs: list[Cell]) -> Comparison:
+        def numbers(view):
+            text = (f"{s.model.size} ({s.model.state:,} state floats, {s.model.params:,} params) {em(s, view)}, "
+                    f"{l.model.size} ({l.model.state:,} floats, {l.model.params:,} params) {em(l, view)}"
+                    + "".join(f", {arch_words(t.model.arch)} {em(t, view)}" for t in tcs))
+            left = min((one(t) - one(l)).value(view) for t in tcs) if tcs else None
+            if left is not None:
+                text += "; the larger state still " + (f"lags it by {float(left):.3f}" if left > 0 else "reaches it")
+            varied = ", ".join(sorted(f for f in set(s.model.size.split("-")[1:]) ^ set(l.model.size.split("-")[1:])
+                                      if not f.startswith("dstate")))
+            return text + (f"; the two differ in more than the state: {varied}" if varied else "")
+
+        gap = AnyOf([Test(one(t) - one(x), Fraction(0), "") for t in tcs for x in (s, l)],
+                    f"neither lags {arch_words(self.reference)} here: no gap to explain" if tcs
+                    else f"no {arch_words(self.reference)} of the same size to show a gap")
+        return Comparison(f"{s.setup} n={s.n}: {s.model} against {l.model}", [s, l, *tcs],
+                          Test(one(l) - one(s), Fraction(0), "the larger state above the smaller by {}"), numbers,
+                          within=[gap])
+
+
+def findings(best: pd.DataFrame, claims: Sequence, chance: dict) -> list[str]:
+    """The report's lines on a run: what it read, then one line per claim expanded on
+    it. A run with task axes (setups like cot-familyrandom) is decided per task
+    variant, its lines prefixed with it."""
+    out = []
+    labels = best["setup"].astype(str).str.partition("-")
+    for variant in sorted(set(labels[2])):
+        part = best[labels[2] == variant].assign(setup=labels[0][labels[2] == variant])
+        lines = _lines(Table(part, chance), claims)
+        out += [x.prefixed(f"[{variant}]") if isinstance(x, Line) else x for x in lines] if variant else lines
+    return out
+
+
+def _lines(table: Table, claims: Sequence) -> list[str]:
+    if table.unknown_size:
+        text = ("the claims (the validation set's size is not known, so no comparison can be given its noise margin; "
+                "`icr-sweep report` of this run with today's version records it)")
+        return [Line(f"- **Not decided**: {text}.", "Not decided", "", "the claims", text)]
+    return table.read_notes() + [line(claim, table.missing) for declared in claims for claim in declared.expand(table)]
