@@ -49,8 +49,8 @@ STATE_HEADS = {True: "State ablation: the state's size decided the gap",
                "untestable": "State ablation: not testable here"}
 
 CLAIMS = (
-    Falls("{setup}: Mamba's exact match falls as n grows, more than the Transformer's and the hybrid's of the same "
-          "size (by >= {more_by} more from the smallest n to the largest)",
+    Falls("{setup}: Mamba's exact match falls as n grows, {far}more than the Transformer's and the hybrid's of the "
+          "same size (by >= {more_by} more from the smallest n to the largest)",
           SETUPS, "mamba", ("transformer", "hybrid"), FALL_MORE_BY),
     Improves("CoT improves every architecture (its exact match above the answer alone's, each as a share of what "
              "guessing leaves)", "vanilla", "cot", PAPER_ARCHS, SETUP_WORDS),

@@ -334,6 +334,7 @@ class Decision:
     text: str  # the cells' numbers, the statistic and what decided it
     mixed: bool = False  # the views disagreed: undecided
     slack: float = 0.0  # on the mean: how far beyond the margin the claim was cleared (negative: short)
+    why: str = ""  # why it was left out
 
     @property
     def said(self) -> str:
@@ -369,12 +370,12 @@ def decide(comp: Comparison) -> Decision:
     else undecided, saying what each view read."""
     seeds = comp.seeds
     if not seeds:
-        return Decision(comp, OUT, f"{comp.label} (its cells share no seed)")
+        return Decision(comp, OUT, f"{comp.label} (its cells share no seed)", why="its cells share no seed")
     text = f"{comp.label}: {comp.numbers(seeds)}: {comp.claim.describe(seeds)}"
     kind, why = _view(comp, seeds)
     slack = comp.claim.slack(seeds)
     if kind == OUT:
-        return Decision(comp, OUT, f"{text}; {why}", slack=slack)
+        return Decision(comp, OUT, f"{text}; {why}", slack=slack, why=why)
     if len(seeds) < 2:
         return Decision(comp, kind, text, slack=slack)
     each = [(s, *_view(comp, (s,))) for s in seeds]
@@ -487,8 +488,7 @@ def line(claim: Claim, missing: list[tuple[str, str]] = ()) -> Line:
     uncovered = _uncovered(claim, decisions)
     outcome, decisive = (_judge_question if claim.heads else _judge)(kept, uncovered)
     head, seeds = heads[outcome], _seeds(claim.comparisons)
-    never = (" Never compared, so the claim about every one it names is not shown: " + "; ".join(uncovered) + "."
-             if uncovered else "")
+    never = " Not shown for every model it names: " + "; ".join(uncovered) + "." if uncovered else ""
     left = [d.text for d in decisions if d.kind == OUT]
     if kept:
         text = f"- **{head}**{seeds}: {claim.name}. " + "; ".join(d.said for d in kept) + "." + never
@@ -499,20 +499,22 @@ def line(claim: Claim, missing: list[tuple[str, str]] = ()) -> Line:
     training = sorted({f"{cell.name} (loss {cell.still})" for d in kept for cell in d.comparison.cells if cell.still})
     if training:
         text += " Still training at the last evaluation, so more samples may change this: " + "; ".join(training) + "."
-    said = decisive.said if decisive else (f"never compared: {'; '.join(uncovered)}" if uncovered
+    said = decisive.said if decisive else (f"not shown for every model it names: {'; '.join(uncovered)}" if uncovered
                                            else f"no comparison can show it: {left[0]}" if left else "")
     return Line(text + tail, head, seeds.strip(), claim.name, said)
 
 
 def _uncovered(claim: Claim, decisions: list[Decision]) -> list[str]:
-    """Each model the claim names without a shown comparison, where it has none decided,
-    with why: never compared, or each of its comparisons left out."""
+    """Each model the claim names without a comparison decided, with why: never
+    compared (and why), or each of its comparisons left out (and why)."""
     out = []
     for label, why in claim.named.items():
         own = [d for d in decisions if label in d.comparison.names]
-        if any(d.kind == SHOWN for d in own) or any(d.kind in (NOISE, REFUTED) for d in own):
+        if any(d.kind in (SHOWN, NOISE, REFUTED) for d in own):
             continue
-        out.append(f"{label} ({why or 'each of its comparisons left out'})")
+        reasons = list(dict.fromkeys(d.why for d in own if d.kind == OUT))
+        out.append(f"{label} (each of its comparisons left out: {'; '.join(reasons)})" if reasons
+                   else f"{label} (never compared: {why or 'no comparison'})")
     return out
 
 
@@ -545,7 +547,7 @@ class Falls:
     the largest), and by `more_by` itself: measured from a cell it solves; at no n
     between does it fall less than the other, nor rise from one n to the next."""
 
-    name: str  # with {setup}
+    name: str  # with {setup}, {more_by} and {far} ("far " where more_by > 0)
     setups: tuple[str, ...]
     subject: str
     against: tuple[str, ...]
@@ -555,7 +557,8 @@ class Falls:
         return [self._setup(table, setup) for setup in self.setups]
 
     def _setup(self, table: Table, setup: str) -> Claim:
-        name = self.name.format(setup=setup, more_by=f"{float(self.more_by[setup]):g}")
+        name = self.name.format(setup=setup, more_by=f"{float(self.more_by[setup]):g}",
+                                far="far " if self.more_by[setup] > 0 else "")
         if setup not in table.setups():
             return Claim(name, [], needs=f"this run has no {setup} trials")
         comparisons, named, unequal, paired, falls = [], {}, [], False, {}

@@ -321,24 +321,26 @@ def test_a_claim_about_named_models_is_not_decided_on_a_subset_of_them():
     best = best[~((best["arch"] == "transformer") & (best["setup"] == "vanilla") & (best["n"] == 6))]
     text = line(findings(best), "vanilla:")
     assert head(text) == "Not decided", text
-    assert "Never compared" in text and "the Transformer (no two n with vanilla shared" in text, text
+    assert "Not shown for every model it names: the Transformer (never compared: no two n with vanilla shared" \
+        in text, text
     assert "[shown]" in text  # the hybrid's comparison is there, and shows it
     # A comparator absent from the run, or only at another size, is named the same way.
     text = line(findings(two_seeds(hybrid_vanilla=None, hybrid_cot=None, hybrid_retrieval=None)), "cot:")
-    assert head(text) == "Not decided" and "the hybrid (no hybrid in this run)" in text, text
+    assert head(text) == "Not decided" and "the hybrid (never compared: no hybrid in this run)" in text, text
     text = line(findings(two_seeds(hybrid_retrieval=None, hybrid_cot=None, hybrid_vanilla=None)), "CoT improves")
-    assert head(text) == "Not decided" and "the hybrid (absent from this run)" in text, text
+    assert head(text) == "Not decided" and "the hybrid (never compared: absent from this run)" in text, text
     best = two_seeds()
     best.loc[best["arch"] == "hybrid", ["size", "params"]] = ["tiny-dmodel16", 10144]
     text = line(findings(best), "cot:")
-    assert head(text) == "Not decided" and "the hybrid (none of Mamba's size" in text and "2.95x apart" in text, text
+    assert head(text) == "Not decided" and "the hybrid (never compared: none of Mamba's size" in text, text
+    assert "2.95x apart" in text, text
 
 
 def test_a_guard_never_drops_a_counterexample():
     # Class B: CoT gave Mamba nothing (both at guessing) and "CoT improves every architecture" read Reproduced.
     text = line(findings(two_seeds(mamba_vanilla=(0.5, 0.5), mamba_cot=(0.0, 0.0))), "CoT improves")
     assert head(text) == "Not decided" and "every cell at guessing level" in text, text
-    assert "Mamba (each of its comparisons left out)" in text, text
+    assert "Mamba (each of its comparisons left out: every cell at guessing level)" in text, text
     # At the ceiling: left out where CoT stays there; where it falls below it, a counterexample that
     # refutes (issue 61: before, it was kept "within noise" and could never refute).
     ceiling = dict(transformer_vanilla=(1.0, 1.0), transformer_cot=(1.0, 1.0))
@@ -440,6 +442,29 @@ def test_run_7s_findings_under_the_engine():
                      "cot: does the size": "State ablation: the state's size did not decide the gap"}
 
 
+def test_the_laptop_paragraphs_say_what_run_8s_findings_say():
+    """README's laptop paragraph quotes run 8 through the engine, head by head (issue 51: README said more
+    than its report)."""
+    from pathlib import Path
+
+    lines, heads = stored_findings("istree_laptop_run8")
+    _, run7 = stored_findings("istree_laptop_run7")
+    assert heads == run7  # the same numbers in every cell
+    readme = (Path(__file__).parents[3] / "README.md").read_text()
+    readme = readme.split("## What a laptop shows of the paper")[1].split("## ")[0]
+    said = {"cot: Mamba": "**Not reproduced** with CoT", "vanilla: Mamba": "**Not decided** with\n  the answer alone",
+            "retrieval: Mamba": "and with\n  retrieval", "CoT improves": "CoT improves every architecture: **Not decided**",
+            "retrieval improves": "Retrieval improves every architecture more than CoT: **Not decided**",
+            "with retrieval Mamba": "closes its gap to the Transformer of its size: **Not\n  decided**",
+            "the hybrid tracks": "the Transformer of its size: **Not decided**",
+            "cot: does the size": "**the state's size did not decide the gap**"}
+    for start, text in said.items():
+        assert text in readme, text
+        word = "Not reproduced" if "Not reproduced" in text else "did not decide" if "did not" in text else "Not decided"
+        assert word in heads[start] or (start == "retrieval: Mamba" and heads[start] == "Not decided"), start
+    assert "Reproduced**" not in readme.replace("Not reproduced**", "")
+
+
 # Issue 61: the claims are declarations that one engine decides; each case below is a crafted run on
 # which the round-2 rules read a line that its data do not support.
 
@@ -493,7 +518,7 @@ def test_the_summary_row_gives_the_comparison_that_decided_the_head():
                                                                      "against 0.950"), found.decisive
     # Not decided for a model never compared: the model, and why.
     found = line(findings(two_seeds(hybrid_vanilla=None, hybrid_cot=None, hybrid_retrieval=None)), "cot:")
-    assert found.decisive == "never compared: the hybrid (no hybrid in this run)", found.decisive
+    assert found.decisive == "not shown for every model it names: the hybrid (never compared: no hybrid in this run)"
 
 
 def test_a_counterexample_beyond_the_margin_refutes():
