@@ -352,11 +352,11 @@ def _view(comp: Comparison, view: tuple) -> tuple[str, str]:
             return OUT, cond.fails
     claim = comp.claim.against(view)
     if claim is False:
-        pinned = [f"{c.name} at {bound}" for c, bound in comp.capped
+        pinned = [f"{c.name} at {'guessing level' if bound == 'floor' else 'the ceiling'}" for c, bound in comp.capped
                   if (bound == "floor" and not off_floor(c, view)) or (bound == "ceiling" and at_ceiling(c, view))]
         if not pinned:
             return REFUTED, ""
-        return OUT, f"{', '.join(pinned)}: the move the claim needs was not possible there"
+        return OUT, f"{', '.join(pinned)}: the move the claim needs was not possible from there, so it cannot refute"
     for cond in comp.where:
         if cond.against(view) is not True:
             return OUT, cond.fails
@@ -395,7 +395,7 @@ def _readings(mean: str, each: list[tuple[str, str, str]]) -> str:
     if mean in (SHOWN, REFUTED):
         agree = by[mean]
         return (f"{mean} by the mean and by seed {', '.join(agree)}; {alone}" if agree
-                else f"{mean} by the mean only, no seed alone shows it: {alone}")
+                else f"{mean} by the mean only, no seed alone {'shows' if mean == SHOWN else 'refutes'} it: {alone}")
     if mean == NOISE and each and all(k in (SHOWN, REFUTED) for _, k, _ in each):
         return f"each seed alone {each[0][1]}, the mean within the spread between seeds"
     return f"the mean {mean}; {alone}"
