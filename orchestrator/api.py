@@ -16,6 +16,8 @@ from workloads.config import TRIAL_IDS
 from workloads.metrics import METRICS, PROGRESS
 
 # What an evaluation row holds besides the trial's config: progress, then metrics.
+# best.csv's per-seed columns ("/"-joined there) and the numbers they hold.
+PER_SEED = {"lrs": float, "val_exact_match_by_seed": float, "test_exact_match_by_seed": float, "seed_ids": int}
 EVALUATION_KEYS = (*PROGRESS, "step", *METRICS, "final_eval", "tokens_per_s", "time_total_s", "timestamp")
 # The columns a table opens with, where it has them: who (the sweep, the trial, its
 # state and its swept values), when (the evaluation, its samples), then the figures.
@@ -77,7 +79,35 @@ def _ordered(df: pd.DataFrame, sweep: str) -> pd.DataFrame:
     if "timestamp" in df:  # Tune's: seconds since the epoch
         df["timestamp"] = pd.to_datetime(pd.to_numeric(df["timestamp"]), unit="s", utc=True)
     first = [c for c in FIRST if c in df]
-    return df[first + [c for c in df.columns if c not in first]]
+    return _plain(df[first + [c for c in df.columns if c not in first]])
+
+
+def _plain(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` as a plain table (issue 64): every value hashable (a list, as
+    `model.attn_layer_idx`, becomes a tuple), and the fields a model has no layer for
+    empty (a Transformer's mixer fields, an attention-free model's attention fields),
+    so that `nunique`, `drop_duplicates` and a `groupby` over them say what varies."""
+    from workloads.models.config import ATTENTION_FIELDS
+
+    for column in df.columns[df.dtypes == object]:
+        if df[column].map(lambda v: isinstance(v, list)).any():
+            df[column] = df[column].map(lambda v: tuple(v) if isinstance(v, list) else v)
+    if {"model.attn_layer_idx", "model.n_layers"} <= set(df):
+        attention = df["model.attn_layer_idx"].map(lambda v: len(v) if isinstance(v, tuple) else 0)
+        layers = pd.to_numeric(df["model.n_layers"], errors="coerce")
+        _blank(df, [f"model.{f}" for f in ATTENTION_FIELDS], attention > 0)
+        _blank(df, [c for c in df.columns if c.startswith("model.mixer.")], attention < layers)
+    return df
+
+
+def _blank(df: pd.DataFrame, columns: list[str], has: pd.Series) -> None:
+    """Empties `columns` where a row's model has no layer that uses them (`has` False);
+    whole numbers stay whole (Int64)."""
+    for column in (c for c in columns if c in df):
+        whole = pd.api.types.is_integer_dtype(df[column])
+        df[column] = df[column].where(has)
+        if whole:
+            df[column] = df[column].astype("Int64")
 
 
 def load_run(run_dir: str | Path, evaluations: bool = True) -> pd.DataFrame:
@@ -127,5 +157,8 @@ def best(run_dir: str | Path) -> pd.DataFrame:
         run = read_stored(local, locked=own)
     table = best_table(run)[0] if not run.trials.empty else pd.DataFrame()
     table.insert(0, "sweep", name)  # then best.csv's columns, in its order
+    for column in (c for c in PER_SEED if c in table):  # best.csv's "0.989/1": here a tuple of numbers, by seed
+        table[column] = table[column].map(lambda v: tuple(PER_SEED[column](x) for x in v.split("/"))
+                                          if isinstance(v, str) else v)
     table.attrs["notes"] = run.notes
     return table

@@ -132,3 +132,24 @@ def test_the_notebook_example_of_the_docs_gives_the_reports_numbers(tmp_path):
     for _, r in written.iterrows():
         assert scope["cells"].loc[(r["setup"], r["model"]), r["n"]] == pytest.approx(r["val_exact_match"])
         assert scope["per_rate"].loc[(r["model"], r["setup"], r["n"], r["lr"])] == pytest.approx(r["val_exact_match"])
+
+
+def test_a_run_is_a_plain_table_every_column_hashable_and_no_model_carries_fields_it_lacks(tmp_path):
+    """Issue 64: `nunique()` and `drop_duplicates()` raised TypeError on `model.attn_layer_idx`, a
+    Transformer's row carried Mamba's mixer fields, and best()'s per-seed values were strings."""
+    run, planned = fake_run(tmp_path, accuracy)
+    for df in (load_run(run), load_run(run, evaluations=False)):
+        counts = df.nunique()  # raised TypeError: unhashable type: 'list'
+        assert counts["trial"] == len(planned) and len(df.drop_duplicates()) == len(df)
+        transformer, mamba = df[df["arch"] == "transformer"], df[df["arch"] == "mamba"]
+        assert transformer["model.mixer.d_state"].isna().all() and transformer["model.mixer.name"].isna().all()
+        assert transformer["model.n_heads"].notna().all() and transformer["model.attn_layer_idx"].map(len).gt(0).all()
+        assert mamba["model.n_heads"].isna().all() and mamba["model.attn_init"].isna().all()
+        assert (mamba["model.mixer.d_state"] == 16).all() and (mamba["model.attn_layer_idx"] == ()).all()
+        assert df.groupby("model")["trial"].nunique().to_dict() == {
+            m: sum(t.model.arch == m for t in planned) for m in ("mamba", "transformer")}
+    table = best(run)
+    row = table.iloc[0]
+    assert row["seed_ids"] == (0, 1, 2) and len(row["val_exact_match_by_seed"]) == 3
+    assert all(isinstance(v, float) for v in row["val_exact_match_by_seed"] + row["lrs"])
+    assert table.nunique()["seed_ids"] == 1

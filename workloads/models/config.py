@@ -42,6 +42,7 @@ MixerConfig = _configs[0] if len(_configs) == 1 else Annotated[Union[_configs], 
 # stack's, its attention layers' and every mixer's integer fields (each only for
 # the architectures that have a layer with it).
 ATTENTION_DIMENSIONS = ("n_heads", "d_mlp")
+ATTENTION_FIELDS = (*ATTENTION_DIMENSIONS, "rope_theta", "attn_init")  # what only a model with attention layers uses
 MODEL_DIMENSIONS = ("d_model", "n_layers", *ATTENTION_DIMENSIONS, *dict.fromkeys(
     field for cls in MIXERS.values() for field, info in cls.model_fields.items() if info.annotation is int))
 # Fields written at the top level before the mixer was a config of its own (Mamba's):
