@@ -503,14 +503,16 @@ def write_report(run: Run, out_dir: Path, solved: float = SOLVED,
     counts = df["state"].value_counts().to_dict()
     selected_by = (f"{metric} ({'highest' if mode == 'max' else 'lowest'} mean over seeds; ties by "
                    f"{'highest' if METRICS[tie_break].mode == 'max' else 'lowest'} {tie_break})")
+    unfinished = unfinished_trials(run)
     lines = [f"# Sweep report: {out_dir.name}", "",
              f"{len(df)} trials: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + ".", "",
+             *([f"**Note:** {partial_note(run, unfinished, location or str(out_dir))}\n"] if len(unfinished) else []),
              "Open this run in:", "", *[f"- {line}" for line in open_commands(run, location or str(out_dir), out_dir)], "",
              *[f"**Note:** {note}\n" for note in run.notes],
              _headline(best, run.task), ""]
     # What the run shows first (issue 53): the findings in one sentence each, then the
     # figures, then the tables, then each verdict's full reasoning.
-    found = TASKS[run.task][1].findings(best) if not best.empty else []
+    found = TASKS[run.task][1].findings(best, unfinished) if not best.empty else []
     lines += _findings_summary(found)
     lines += ["## Figures", "", *[f"![{p.stem}]({p.name})" for p in plots], ""] if plots else []
     lines += [*_models_section(best), "## Best learning rate per cell", "",
@@ -530,6 +532,25 @@ def write_report(run: Run, out_dir: Path, solved: float = SOLVED,
     (out_dir / "report.md").write_text(text)
     record_report(out_dir, [p.name for p in report_files(out_dir)])
     return text, best
+
+
+def unfinished_trials(run: Run) -> pd.DataFrame:
+    """The run's trials that have not finished (pending, running, interrupted, error):
+    their cell and state, which the findings name as not run yet (issue 64)."""
+    df = run.trials
+    left = df[df["state"] != "finished"] if "state" in df else df.iloc[:0]
+    return left[[c for c in ("trial", *GROUP, "state") if c in left]].reset_index(drop=True)
+
+
+def partial_note(run: Run, unfinished: pd.DataFrame, location: str) -> str:
+    """What a report of a partial run says first: how many trials are not finished,
+    that the findings read the finished ones, and the command that continues it."""
+    counts = unfinished["state"].value_counts()
+    left = ", ".join(f"{k} {state}" for state, k in sorted(counts.items()))
+    go_on = (f"continue it with `{command('icr-sweep', 'resume', location)}`" if run.spec is not None else
+             "re-run each trial's `icr-sweep train` with its --out to continue it")
+    return (f"this run is partial: {left} of {len(run.trials)} trials. The findings read the finished trials; each "
+            f"line names the trials it would read that have not run yet. To finish it, {go_on}.")
 
 
 def _keys(best: pd.DataFrame) -> list[tuple]:
@@ -616,14 +637,16 @@ def findings_rows(found: list[str]) -> list[tuple[str, str, str, str]]:
     comparison the findings engine says decided its head (a refuted one for Not
     reproduced, the weakest shown one for Reproduced, the open or missing one else);
     for a line of plain text, its first comparison."""
-    rows = []
-    for text in found:
-        m = _VERDICT.match(text)
-        if m and not m.group(1).startswith("At guessing"):
-            decisive = getattr(text, "decisive", None)
-            rows.append((m.group(1), m.group(2).strip(), m.group(3),
-                         decisive if decisive is not None else _decisive(text[m.start(3):], m.group(1))))
-    return rows
+    return [row for row in map(_row, found) if row]
+
+
+def _row(text: str) -> Optional[tuple[str, str, str, str]]:
+    m = _VERDICT.match(text)
+    if not m or m.group(1).startswith("At guessing"):
+        return None
+    decisive = getattr(text, "decisive", None)
+    return (m.group(1), m.group(2).strip(), m.group(3),
+            decisive if decisive is not None else _decisive(text[m.start(3):], m.group(1)))
 
 
 def _decisive(body: str, head: str, most: int = 220) -> str:
@@ -640,17 +663,20 @@ def _decisive(body: str, head: str, most: int = 220) -> str:
     return sentence + (f"; never compared: {never.group(1)}" if never else "")
 
 
-def console_summary(text: str, best: pd.DataFrame, task: str) -> str:
+def console_summary(text: str, best: pd.DataFrame, task: str, unfinished: Optional[pd.DataFrame] = None) -> str:
     """What the console says of a report (issue 53: the report itself, raw Markdown,
-    was printed): its title and trial counts, its notes, and each finding's verdict;
-    report.md holds the rest."""
-    head = text.split("\nOpen this run in:")[0].strip().splitlines()
+    was printed): its title and trial counts, its notes, and each finding's verdict,
+    with the trials it would read that have not run yet (`unfinished`:
+    unfinished_trials); report.md holds the rest."""
+    head = [line for line in text.split("\nOpen this run in:")[0].strip().splitlines() if not line.startswith("**Note:**")]
     notes = [line for line in text.splitlines() if line.startswith("**Note:**")]
-    rows = findings_rows(TASKS[task][1].findings(best)) if not best.empty else []
+    found = TASKS[task][1].findings(best, unfinished) if not best.empty else []
+    rows = [(row, getattr(text, "unfinished", "")) for text in found if (row := _row(text))]
     out = [*(line.lstrip("# ") for line in head if line.strip()), *notes]
     if rows:
         out += ["What this run shows of the paper's findings (report.md says why each):",
-                *[f"  {verdict}{' ' + seeds if seeds else ''}: {claim}" for verdict, seeds, claim, _ in rows]]
+                *[f"  {verdict}{' ' + seeds if seeds else ''}: {claim}" + (f" (not run yet: {waiting})" if waiting else "")
+                  for (verdict, seeds, claim, _), waiting in rows]]
     return "\n".join(out)
 
 

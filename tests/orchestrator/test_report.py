@@ -967,3 +967,30 @@ def test_a_remote_run_whose_driver_ended_reads_interrupted_and_one_killed_runnin
     (run / "experiment_state-2026-11-23_00-00-00.json").write_text(
         next(run.glob("experiment_state-*.json")).read_text())
     assert read_run(run, locked=False).trials.set_index("trial").loc[midway, "state"] == "running"
+
+
+def test_a_partial_run_is_reported_as_partial_with_the_command_that_finishes_it(tmp_path):
+    """Issue 64: a stopped run's verdict rows said "this run has no vanilla trials" while they were pending,
+    and neither the report nor the console pointed to `icr-sweep resume`."""
+    import shutil
+
+    run, trials = fake_run(tmp_path, accuracy, unfinished={"mamba-cot-0.5M-n16-lr3e-4-s0"})
+    pending = [t.name for t in trials if t.model.arch == "mamba" and t.task.n == 32]
+    for name in pending:
+        shutil.rmtree(run / name)  # never started: the plan lists them
+    result = CliRunner().invoke(app, ["report", str(run)])
+    assert result.exit_code == 0, result.output
+    text = (run / "report.md").read_text()
+    head = text.split("## What this run shows")[0]
+    assert (f"**Note:** this run is partial: 1 interrupted, 3 pending of 18 trials." in head
+            and f"`icr-sweep resume {run}`" in head), head
+    summary = text.split("## What this run shows")[1].split("## Figures")[0]
+    row = next(r for r in summary.splitlines() if r.startswith("| ") and "| cot: Mamba" in r)
+    assert "not run yet: 1 cot trial interrupted, 3 cot trials pending" in row, row
+    assert "Not run yet, so not read: 1 cot trial interrupted, 3 cot trials pending." in text.split("## Why each")[1]
+    out = result.output
+    assert "this run is partial" in out and f"icr-sweep resume {run}" in out, out
+    assert "(not run yet: 1 cot trial interrupted, 3 cot trials pending)" in out, out
+    status = CliRunner().invoke(app, ["status", str(run)])  # status says the same of each trial
+    assert status.exit_code == 0 and all(name in status.output for name in pending), status.output
+    assert status.output.count("pending") >= 3 and "interrupted" in status.output, status.output

@@ -167,13 +167,15 @@ class TaskBase:
     claims: ClassVar[tuple] = ()
 
     @classmethod
-    def findings(cls, best) -> list[str]:
-        """Markdown lines for the report: what the run shows of the task's known results."""
+    def findings(cls, best, unfinished=None) -> list[str]:
+        """Markdown lines for the report: what the run shows of the task's known
+        results; `unfinished`, the trials not finished (setup, state), named as not run
+        yet in each line that would read them."""
         if not cls.claims:
             return []
         from workloads.tasks.findings import findings
 
-        return findings(best, cls.claims, cls.exact_match_chance)
+        return findings(best, cls.claims, cls.exact_match_chance, unfinished)
 
     @staticmethod
     def label_text(label) -> str:

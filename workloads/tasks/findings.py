@@ -421,21 +421,31 @@ class Claim:
 
 
 class Line(str):
-    """A findings line (Markdown) that knows its parts: head, seeds, the claim, and the
-    comparison that decided the head, in a sentence (the report's summary row)."""
+    """A findings line (Markdown) that knows its parts: head, seeds, the claim, the
+    comparison that decided the head, in a sentence (the report's summary row), and
+    the trials it would read that have not finished ("" where none)."""
 
     head: str
     seeds: str
     claim: str
     decisive: str
+    unfinished: str
 
-    def __new__(cls, text: str, head: str, seeds: str, claim: str, decisive: str):
+    def __new__(cls, text: str, head: str, seeds: str, claim: str, decisive: str, unfinished: str = ""):
         line = super().__new__(cls, text)
-        line.head, line.seeds, line.claim, line.decisive = head, seeds, claim, decisive
+        line.head, line.seeds, line.claim, line.decisive, line.unfinished = head, seeds, claim, decisive, unfinished
         return line
 
     def prefixed(self, prefix: str) -> Line:
-        return Line(self.replace("- **", f"- {prefix} **", 1), self.head, self.seeds, self.claim, self.decisive)
+        return Line(self.replace("- **", f"- {prefix} **", 1), self.head, self.seeds, self.claim, self.decisive,
+                    self.unfinished)
+
+    def with_unfinished(self, unfinished: str) -> Line:
+        """This line saying that the trials `unfinished` names have not been read (not run yet)."""
+        if not unfinished:
+            return self
+        return Line(f"{self} Not run yet, so not read: {unfinished}.", self.head, self.seeds, self.claim,
+                    f"{self.decisive}; not run yet: {unfinished}", unfinished)
 
 
 HEADS = {True: "Reproduced", False: "Not reproduced", None: "Not decided"}
@@ -560,7 +570,7 @@ class Falls:
         name = self.name.format(setup=setup, more_by=f"{float(self.more_by[setup]):g}",
                                 far="far " if self.more_by[setup] > 0 else "")
         if setup not in table.setups():
-            return Claim(name, [], needs=f"this run has no {setup} trials")
+            return Claim(name, [], needs=f"this run has no finished {setup} trial", setups=(setup,))
         comparisons, named, unequal, paired, falls = [], {}, [], False, {}
         for other in self.against:
             pairs, apart = table.pairs(self.subject, other)
@@ -797,22 +807,44 @@ class StateDecides:
                           within=[gap])
 
 
-def findings(best: pd.DataFrame, claims: Sequence, chance: dict) -> list[str]:
+def findings(best: pd.DataFrame, claims: Sequence, chance: dict, unfinished: Optional[pd.DataFrame] = None) -> list[str]:
     """The report's lines on a run: what it read, then one line per claim expanded on
     it. A run with task axes (setups like cot-familyrandom) is decided per task
-    variant, its lines prefixed with it."""
+    variant, its lines prefixed with it. `unfinished`: the run's trials that have not
+    finished (columns setup and state: pending, running, interrupted, error): each
+    line names those of the setups it reads, as not run yet."""
     out = []
-    labels = best["setup"].astype(str).str.partition("-")
-    for variant in sorted(set(labels[2])):
-        part = best[labels[2] == variant].assign(setup=labels[0][labels[2] == variant])
-        lines = _lines(Table(part, chance), claims)
+    base, variants = _variants(best)
+    waiting = unfinished if unfinished is not None and len(unfinished) else best.iloc[:0][["setup"]].assign(state="")
+    waiting_base, waiting_variants = _variants(waiting)
+    for variant in sorted(set(variants) | set(waiting_variants)):
+        part = best[variants == variant].assign(setup=base[variants == variant])
+        left = waiting[waiting_variants == variant].assign(setup=waiting_base[waiting_variants == variant])
+        lines = _lines(Table(part, chance), claims, left)
         out += [x.prefixed(f"[{variant}]") if isinstance(x, Line) else x for x in lines] if variant else lines
     return out
 
 
-def _lines(table: Table, claims: Sequence) -> list[str]:
-    if table.unknown_size:
+def _variants(frame: pd.DataFrame):
+    """Each row's setup and task variant ("cot-familyrandom": cot, familyrandom; "cot": cot, "")."""
+    parts = frame["setup"].map(lambda setup: ((setup if isinstance(setup, str) else "").split("-", 1) + [""])[:2])
+    return parts.map(lambda p: p[0]), parts.map(lambda p: p[1])
+
+
+def _lines(table: Table, claims: Sequence, unfinished: pd.DataFrame) -> list[str]:
+    if table.unknown_size and table.cells:
         text = ("the claims (the validation set's size is not known, so no comparison can be given its noise margin; "
                 "`icr-sweep report` of this run with today's version records it)")
         return [Line(f"- **Not decided**: {text}.", "Not decided", "", "the claims", text)]
-    return table.read_notes() + [line(claim, table.missing) for declared in claims for claim in declared.expand(table)]
+    return table.read_notes() + [line(claim, table.missing).with_unfinished(_not_run(unfinished, claim.setups))
+                                 for declared in claims for claim in declared.expand(table)]
+
+
+def _not_run(unfinished: pd.DataFrame, setups: tuple[str, ...]) -> str:
+    """The trials of `setups` that have not finished, counted by setup and state:
+    "16 vanilla trials pending, 2 cot trials interrupted"."""
+    mine = unfinished[unfinished["setup"].isin(setups)]
+    counts = mine.groupby(["setup", "state"], sort=False).size()
+    order = {s: i for i, s in enumerate(setups)}
+    return ", ".join(f"{k} {setup} trial{'s' if k > 1 else ''} {state}"
+                     for (setup, state), k in sorted(counts.items(), key=lambda kv: (order[kv[0][0]], kv[0][1])))

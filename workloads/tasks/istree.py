@@ -76,12 +76,12 @@ class IsTreeTask(TaskBase):
     claims = CLAIMS  # the paper's findings, (a) to (f): docs/findings.md
 
     @classmethod
-    def findings(cls, best) -> list[str]:
+    def findings(cls, best, unfinished=None) -> list[str]:
         """The paper's findings as this sweep shows them (the report's paragraph), then
         the cells at guessing level."""
         from workloads.tasks._istree_findings import at_guessing
 
-        lines = super().findings(best)
+        lines = super().findings(best, unfinished)
         guessing = at_guessing(best)
         if guessing:
             lines.append("- **At guessing level** (a model that guesses the answer scores this): " + "; ".join(guessing) + ".")

@@ -405,7 +405,7 @@ def test_the_mean_showing_what_no_seed_alone_can_is_not_called_a_disagreement():
 
 def test_a_setup_the_run_lacks_has_its_line():
     lines = findings(two_seeds(setups=("cot", "retrieval")))
-    assert head(line(lines, "vanilla:")) == "Not testable here" and "this run has no vanilla trials" in line(lines, "vanilla:")
+    assert head(line(lines, "vanilla:")) == "Not testable here" and "this run has no finished vanilla trial" in line(lines, "vanilla:")
 
 
 def test_one_seed_says_which_cells_lack_the_other():
