@@ -16,13 +16,16 @@ def thread_env(n: int) -> dict[str, str]:
 def bound_threads(n: int) -> None:
     """Caps this process's pools at n threads. Called before torch and numba are
     imported, the environment sizes their pools from the start."""
-    numba_sized = "numba" in sys.modules  # its pool's size was read at import: the variable must keep saying it
+    numba_sized = "numba" in sys.modules  # its pool's size was read at import, from the variable then
     os.environ.update(thread_env(n))
     import numba
     import torch
 
     if numba_sized:  # numba re-reads the variable at each compile and refuses a new size once its pool runs
-        os.environ["NUMBA_NUM_THREADS"] = str(numba.config.NUMBA_NUM_THREADS)
+        try:
+            numba.config.reload_config()  # its pool not started yet: the new size is taken
+        except RuntimeError:  # started: the variable must keep saying its size
+            os.environ["NUMBA_NUM_THREADS"] = str(numba.config.NUMBA_NUM_THREADS)
 
     torch.set_num_threads(n)
     numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
