@@ -15,9 +15,9 @@ import pandas as pd
 from workloads.config import TRIAL_IDS
 from workloads.metrics import METRICS, PROGRESS
 
-# What an evaluation row holds besides the trial's config: progress, then metrics.
 # best.csv's per-seed columns ("/"-joined there) and the numbers they hold.
 PER_SEED = {"lrs": float, "val_exact_match_by_seed": float, "test_exact_match_by_seed": float, "seed_ids": int}
+# What an evaluation row holds besides the trial's config: progress, then metrics.
 EVALUATION_KEYS = (*PROGRESS, "step", *METRICS, "final_eval", "tokens_per_s", "time_total_s", "timestamp")
 # The columns a table opens with, where it has them: who (the sweep, the trial, its
 # state and its swept values), when (the evaluation, its samples), then the figures.

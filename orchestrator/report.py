@@ -6,7 +6,6 @@ always be regenerated from the stored results.
 
 import contextlib
 import math
-import re
 from pathlib import Path
 from typing import Optional
 
@@ -635,32 +634,16 @@ LEGEND = ("*shown* / *refuted*: a comparison beyond its threshold by more than i
 def findings_rows(found: list[str]) -> list[tuple[str, str, str, str]]:
     """(verdict, seeds, claim, the numbers that decided it) of each findings line: the
     comparison the findings engine says decided its head (a refuted one for Not
-    reproduced, the weakest shown one for Reproduced, the open or missing one else);
-    for a line of plain text, its first comparison."""
+    reproduced, the weakest shown one for Reproduced, the open or missing one else).
+    Lines of plain text (what the findings read, who guesses) have no row."""
     return [row for row in map(_row, found) if row]
 
 
 def _row(text: str) -> Optional[tuple[str, str, str, str]]:
-    m = _VERDICT.match(text)
-    if not m or m.group(1).startswith("At guessing"):
+    """A findings line's row, from the parts the engine gives it (workloads/tasks/findings.Line)."""
+    if not hasattr(text, "decisive"):
         return None
-    decisive = getattr(text, "decisive", None)
-    return (m.group(1), m.group(2).strip(), m.group(3),
-            decisive if decisive is not None else _decisive(text[m.start(3):], m.group(1)))
-
-
-def _decisive(body: str, head: str, most: int = 220) -> str:
-    """A findings line's numbers in one sentence: the first comparison it gives (its
-    cells and figures) and the models it never compared; for a line that cannot be
-    tested, what it needs. `body`: the line after its head and seeds."""
-    if "not testable" in head.lower():
-        needs = re.search(r"\(((?:[^()]|\([^()]*\))*)\)\.$", body)
-        return needs.group(1) if needs else ""
-    rest = body.split(". ", 1)[1] if ". " in body else ""
-    first = re.split(r" \[| Left out,| Still training| Never compared", rest, maxsplit=1)[0].rstrip(" .;")
-    never = re.search(r"Never compared, so the claim about every one it names is not shown: (.*?)\.(?: |$)", rest)
-    sentence = first if len(first) <= most else first[:most - 1].rstrip() + "…"
-    return sentence + (f"; never compared: {never.group(1)}" if never else "")
+    return text.head, text.seeds, text.claim.split(" (")[0], text.decisive
 
 
 def console_summary(text: str, best: pd.DataFrame, task: str, unfinished: Optional[pd.DataFrame] = None) -> str:
@@ -700,9 +683,6 @@ def _findings_reasons(found: list[str]) -> list[str]:
     lines = [text for text in found if text.startswith("- ")]
     return ["", "## Why each verdict", "", *lines] if lines else []
 
-
-# A findings line: "- **HEAD** on 2 seeds: NAME. what decides it" (the summary table's row).
-_VERDICT = re.compile(r"^- (?:\[\w+\] )?\*\*([^*]+)\*\*((?: on \d+ seeds| \(1 seed\)| \([^)]*\))?): (.*?)(?:\. |\.$| \()")
 
 
 def _frontier_section(best: pd.DataFrame, run: Run, out_dir: Path, solved: float, robust: bool) -> list[str]:

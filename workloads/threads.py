@@ -3,7 +3,6 @@ OpenMP's and numba's pools get as many threads as the trial has CPUs. Unbounded,
 they spin against each other and against other jobs on a shared machine."""
 
 import os
-import sys
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
 
@@ -14,18 +13,18 @@ def thread_env(n: int) -> dict[str, str]:
 
 
 def bound_threads(n: int) -> None:
-    """Caps this process's pools at n threads. Called before torch and numba are
-    imported, the environment sizes their pools from the start."""
-    numba_sized = "numba" in sys.modules  # its pool's size was read at import, from the variable then
+    """Caps this process's pools at n threads. The environment sizes the pools not
+    started yet (numba's too where it was imported first: its config is read again);
+    numba re-reads the variable at each compile and refuses a new size once its pool
+    runs, so there the variable keeps that pool's size."""
     os.environ.update(thread_env(n))
     import numba
     import torch
 
-    if numba_sized:  # numba re-reads the variable at each compile and refuses a new size once its pool runs
-        try:
-            numba.config.reload_config()  # its pool not started yet: the new size is taken
-        except RuntimeError:  # started: the variable must keep saying its size
-            os.environ["NUMBA_NUM_THREADS"] = str(numba.config.NUMBA_NUM_THREADS)
+    try:
+        numba.config.reload_config()
+    except RuntimeError:  # its pool already runs
+        os.environ["NUMBA_NUM_THREADS"] = str(numba.config.NUMBA_NUM_THREADS)
 
     torch.set_num_threads(n)
     numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
