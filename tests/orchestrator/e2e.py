@@ -116,11 +116,13 @@ def results_so_far(trial_dir: Path) -> list[dict]:
     return parse_rows(path.read_text())
 
 
-def killme_spec(tmp_path, name: str = "killme", samples: int = 12288) -> Path:
-    """Three seeds of one tiny trial, one at a time, each long enough to be caught midway."""
+def killme_spec(tmp_path, name: str = "killme", samples: int = 12288, every: int = 1024) -> Path:
+    """Three seeds of one tiny trial, one at a time, each long enough to be caught midway:
+    `samples` in evaluations every `every` (a test that needs no step between two
+    evaluations halves both: the same rows at half the training)."""
     spec = yaml.safe_load((SWEEPS / "istree_micro.yaml").read_text())
     spec.update(name=name, axes=dict(archs=["transformer"], setups=["cot"], sizes=["tiny"], n=[5], seeds=[0, 1, 2]))
-    spec["training"].update(samples=samples, eval_every=1024)
+    spec["training"].update(samples=samples, eval_every=every)
     spec["resources"].update(max_concurrent=1)
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))

@@ -24,6 +24,10 @@ from tests.orchestrator.e2e import (SWEEPS, cli, dashboard_answers, free_port, k
 
 pytestmark = pytest.mark.slow
 
+# The killme spec at half its training, for the tests that need no step between two
+# evaluations: its twelve evaluations every 512 samples (issue 63).
+HALF, HALF_EVERY = 6144, 512
+
 
 def test_a_tiny_sweep_completes_with_its_report_and_the_dashboard_up(tmp_path, ray_temp):
     """And two trials fail for good, each with the advice its failure needs: a rate
@@ -89,7 +93,7 @@ def test_a_tiny_sweep_completes_with_its_report_and_the_dashboard_up(tmp_path, r
 
 
 def test_a_killed_driver_resumes_without_rerunning_finished_trials(tmp_path, ray_temp):
-    spec_path = killme_spec(tmp_path)
+    spec_path = killme_spec(tmp_path, samples=HALF, every=HALF_EVERY)
     storage, port = tmp_path / "runs", free_port()
     run_dir = storage / "killme"
     finished, interrupted = _kill_midway(spec_path, storage, run_dir, ray_temp, port, rows=2)
@@ -107,7 +111,7 @@ def test_a_killed_driver_resumes_without_rerunning_finished_trials(tmp_path, ray
         assert (run_dir / name / "result.json").read_text() == text, f"{name} was run again"
     samples = [r["samples"] for r in results_so_far(run_dir / interrupted)]
     assert samples == sorted(set(samples)), f"{interrupted} restarted instead of continuing: {samples}"
-    assert samples[-1] == 12288
+    assert samples[-1] == HALF
 
 
 def _kill_midway(spec_path, storage, run_dir, ray_temp, port, rows: int) -> tuple[list[str], str]:
@@ -287,7 +291,7 @@ def test_a_run_with_damaged_tune_state_and_checkpoint_still_resumes(tmp_path, ra
     """A full disk truncates Tune's experiment state, and a trial's newest checkpoint
     with it: resume rebuilds the sweep from the spec and the trial directories,
     continues the trial from its older intact checkpoint, and reruns no finished trial."""
-    spec_path = killme_spec(tmp_path, name="damaged")
+    spec_path = killme_spec(tmp_path, name="damaged", samples=HALF, every=HALF_EVERY)
     storage = tmp_path / "runs"
     run_dir = storage / "damaged"
     finished, interrupted = _kill_midway(spec_path, storage, run_dir, ray_temp, free_port(), rows=3)
@@ -309,7 +313,7 @@ def test_a_run_with_damaged_tune_state_and_checkpoint_still_resumes(tmp_path, ra
     for name, text in before.items():
         assert (run_dir / name / "result.json").read_text() == text, f"{name} was run again"
     evaluations = [r["samples"] for r in read_results(run_dir / interrupted) if r.get("evaluated", True)]
-    assert evaluations == list(range(1024, 12288 + 1, 1024)), evaluations  # each evaluation once
+    assert evaluations == list(range(HALF_EVERY, HALF + 1, HALF_EVERY)), evaluations  # each evaluation once
 
 
 @pytest.mark.parametrize("fuse", [1, 2], ids=["alone", "arrays"])
@@ -406,7 +410,7 @@ def test_a_disk_that_fills_mid_sweep_ends_in_a_report_and_resumes_with_every_eva
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(disk)], capture_output=True).returncode:
         pytest.skip("mounting a tmpfs needs root here")
     try:
-        spec_path = killme_spec(tmp_path, samples=6144)
+        spec_path = killme_spec(tmp_path, samples=3072, every=HALF_EVERY)
         run_dir = disk / "killme"
         proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", str(disk), ray_temp=ray_temp, port=free_port()),
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -428,7 +432,7 @@ def test_a_disk_that_fills_mid_sweep_ends_in_a_report_and_resumes_with_every_eva
         assert len(df) == 3 and (df["state"] == "finished").all(), df[["trial", "state", "error"]]
         for trial in df["trial"]:
             evaluations = [r["samples"] for r in read_results(run_dir / trial) if r.get("evaluated", True)]
-            assert evaluations == [1024 * k for k in range(1, 7)], (trial, evaluations)
+            assert evaluations == [HALF_EVERY * k for k in range(1, 7)], (trial, evaluations)
     finally:
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
 

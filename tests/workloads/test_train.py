@@ -293,13 +293,15 @@ def test_seeds_outside_64_bits_are_refused(tmp_path, seed):
 # What "learns" means here: the tiny preset of each family, CoT n=4, more than 90%
 # generation accuracy within its budget (CPU, seeded, on the thread count each was
 # measured with). Batch 16, as the laptop spec trains (sweeps/istree_laptop.yaml):
-# four times the updates per sample. Measured with these budgets: generation
-# accuracy 1.0 for each (Transformer 37 s on one thread; Mamba 46 s and the hybrid
-# 40 s on two). Before the tiny Transformer had 3 layers and PyTorch's init, at
-# batch 64, it took 300k samples (134 s) to reach 0.94.
-LEARNING_BUDGET = {"transformer": dict(n=4, samples=40_000, lr=3e-3, threads=1),
-                   "mamba": dict(n=4, samples=30_000, lr=3e-3, threads=2),
-                   "hybrid": dict(n=4, samples=30_000, lr=3e-3, threads=2)}
+# four times the updates per sample. Budgets cut for the suite's time (issue 63),
+# measured on this machine class: generation accuracy 0.994 for the Transformer at
+# 10k samples (1.000 at 20k; 7 s on one thread), 0.784 for Mamba at 8k and 1.000 at
+# 15k (15 s on two), 0.954 for the hybrid at 8k and 1.000 at 15k (13 s on two).
+# Before the tiny Transformer had 3 layers and PyTorch's init, at batch 64, it took
+# 300k samples (134 s) to reach 0.94.
+LEARNING_BUDGET = {"transformer": dict(n=4, samples=12_000, lr=3e-3, threads=1),
+                   "mamba": dict(n=4, samples=15_000, lr=3e-3, threads=2),
+                   "hybrid": dict(n=4, samples=12_000, lr=3e-3, threads=2)}
 
 
 @pytest.mark.slow
@@ -315,15 +317,20 @@ def test_each_family_learns_cot(arch, thread_pools):
     assert metrics["gen_accuracy"] > 0.9, metrics
 
 
-# The newer RNNs (issue 12) on zoology's MQAR at a small scale: 4 key-value pairs,
-# vocabulary 64, 32 tokens; chance per queried value is 1/32. Measured on one
-# thread: after 40k samples, Mamba-2 at lr 1e-2 0.95 of the values right (0.77
-# at 3e-3), Gated DeltaNet at 3e-3 0.97; about 50 s each.
-# RWKV-7 and Gated DeltaProduct (issue 32) at 3e-3, batch 16, 2k samples of warm-up:
-# 0.95 and 0.96 after 30k samples, 125 s and 170 s on a busy core (with 20k samples
-# and 1k of warm-up, 0.15 and 0.55: still on their plateau).
-NEWER_RNN_BUDGET = {"mamba2": (1e-2, 40_000, 32, 1000), "gated_deltanet": (3e-3, 40_000, 32, 1000),
-                    "rwkv7": (3e-3, 30_000, 16, 2000), "gated_deltaproduct": (3e-3, 30_000, 16, 2000)}
+# The newer RNNs (issue 12) on zoology's MQAR at a small scale; chance per queried
+# value is 1/(vocab/2). Each at the smallest of these that it learns within a
+# short budget (issue 63: 242 s for the four before, on 4 pairs, vocabulary 64, 32
+# tokens, 30k-40k samples). Measured on two threads, value accuracy after the
+# budget: on 2 pairs, vocabulary 32, 16 tokens, batch 16, 12k samples: Mamba-2 at
+# lr 1e-2 0.981 (0.907 at 8k), Gated DeltaNet at 3e-3 0.993 (0.437 at 8k and 1e-2),
+# Gated DeltaProduct at 3e-3 0.964 (0.901 at 8k); 13-25 s each. RWKV-7 sits on its
+# plateau on that task (0.571 at 12k, 3e-3; 0.348 at 5e-3, 0.637 at 1e-2) and keeps
+# 4 pairs, vocabulary 64, 32 tokens: 0.935 at 15k, 0.941 at 18k (33 s), 0.943 at 20k.
+# (task (pairs, vocabulary, tokens), lr, samples, batch size, warm-up samples)
+NEWER_RNN_BUDGET = {"mamba2": ((2, 32, 16), 1e-2, 12_000, 16, 500),
+                    "gated_deltanet": ((2, 32, 16), 3e-3, 12_000, 16, 500),
+                    "rwkv7": ((4, 64, 32), 3e-3, 18_000, 16, 2000),
+                    "gated_deltaproduct": ((2, 32, 16), 3e-3, 12_000, 16, 500)}
 
 
 @pytest.mark.slow
@@ -331,8 +338,8 @@ NEWER_RNN_BUDGET = {"mamba2": (1e-2, 40_000, 32, 1000), "gated_deltanet": (3e-3,
 def test_each_newer_rnn_learns_associative_recall(arch, thread_pools):
     from workloads.tasks.mqar import MQARConfig
 
-    lr, samples, batch_size, warmup = NEWER_RNN_BUDGET[arch]
-    config = trial_config(arch, "tiny", MQARConfig(n=4, vocab=64, seq_len=32), lr=lr, samples=samples,
+    (pairs, vocab, seq_len), lr, samples, batch_size, warmup = NEWER_RNN_BUDGET[arch]
+    config = trial_config(arch, "tiny", MQARConfig(n=pairs, vocab=vocab, seq_len=seq_len), lr=lr, samples=samples,
                           batch_size=batch_size, warmup_samples=warmup, eval_every=samples, val_samples=500,
                           device="cpu")
     metrics = run_trial(config)
@@ -445,10 +452,11 @@ def test_the_kv_cache_is_kept_in_the_dtype_attention_computes_in():
 
 
 def test_a_tiny_transformer_learns_associative_recall_with_the_retriever(thread_pools):
+    # 10k samples (issue 63; 30k before): exact match 1.0 measured (0.984 at 6k).
     from workloads.tasks.ar import ARConfig
 
     config = trial_config("transformer", "tiny", ARConfig(n=8, keys=16, values=16, setup="retrieval"), lr=3e-3,
-                          samples=30_000, batch_size=32, warmup_samples=1000, eval_every=30_000, val_samples=256,
+                          samples=10_000, batch_size=32, warmup_samples=1000, eval_every=10_000, val_samples=256,
                           eval_batch_size=128)
     metrics = run_trial(config)
     assert metrics["val_exact_match"] > 0.9 and metrics["gen_accuracy"] > 0.9, metrics
