@@ -8,14 +8,15 @@ import torch
 
 def pytest_configure(config):
     """Under pytest-xdist (`-n K`), each worker takes its share of the cores for
-    torch's and OpenMP's pools: K workers at torch's default (every core each) spun
-    against each other, and `-m "not slow" -n 2` took 10+ minutes of two cores
-    against 5 in one process (issue 63)."""
+    torch's, OpenMP's and numba's pools (workloads.threads, as a trial does): K
+    workers at torch's default (every core each) spun against each other, and
+    `-m "not slow" -n 2` took 10+ minutes of two cores against 5 in one process
+    (issue 63)."""
+    from workloads.threads import bound_threads
+
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1 and os.environ.get("PYTEST_XDIST_WORKER"):
-        share = str(max(1, (os.cpu_count() or 1) // workers))
-        os.environ["OMP_NUM_THREADS"] = share
-        torch.set_num_threads(int(share))
+        bound_threads(max(1, (os.cpu_count() or 1) // workers))
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from orchestrator.rundir import RunDirError, check_storage
 from orchestrator.rundir import SPEC_FILE
 from orchestrator.spec import load_spec, run_spec
 from orchestrator.storage import download_run, read_file
-from tests.orchestrator.e2e import SWEEPS, cli, free_port, kill_leftovers, killme_spec
+from tests.orchestrator.e2e import HALF_EVERY, SWEEPS, cli, free_port, kill_leftovers, killme_spec
 
 BUCKET = "icr-sweep-test"
 
@@ -74,7 +74,7 @@ def test_a_launch_to_a_missing_bucket_starts_nothing(s3, tmp_path, ray_temp):
 
 @pytest.mark.slow
 def test_status_report_and_resume_work_on_an_s3_run_directory(s3, tmp_path, ray_temp):
-    spec_path = killme_spec(tmp_path, name="s3run", samples=4096, every=512)  # eight evaluations
+    spec_path = killme_spec(tmp_path, name="s3run", samples=8 * HALF_EVERY, every=HALF_EVERY)
     run = f"s3://{BUCKET}/runs/s3run"
     proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", f"s3://{BUCKET}/runs", ray_temp=ray_temp,
                                 port=free_port()), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -132,7 +132,8 @@ def test_status_report_and_resume_work_on_an_s3_run_directory(s3, tmp_path, ray_
     # Continued from a checkpoint, not from scratch. With S3 storage the driver may
     # have logged a result whose checkpoint it had not yet recorded when stopped:
     # that one evaluation window is trained again (seen, evaluating every 1024: 1024, 2048, 2048, 3072, ...).
-    assert samples.count(512) == 1 and sorted(set(samples)) == list(range(512, 4097, 512)), samples
+    evaluations = list(range(HALF_EVERY, 8 * HALF_EVERY + 1, HALF_EVERY))
+    assert samples.count(HALF_EVERY) == 1 and sorted(set(samples)) == evaluations, samples
     assert len(samples) - len(set(samples)) <= 1, f"{midway[0]} redid more than one window: {samples}"
 
     report = subprocess.run(command("report", run, "--out", str(tmp_path / "local")), capture_output=True,
@@ -192,7 +193,7 @@ def test_a_store_that_falls_silent_mid_sweep_stops_it_with_the_resume_command(pa
     retried its state saves for good (still running 5 minutes later). Now the sweep
     stops, says why and how to go on, and resumes to the end once S3 answers."""
     server, client, env = pausable_s3
-    spec_path = killme_spec(tmp_path, name="silent", samples=6144, every=512)
+    spec_path = killme_spec(tmp_path, name="silent", samples=12 * HALF_EVERY, every=HALF_EVERY)
     run = f"s3://{BUCKET}/runs/silent"
     proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", f"s3://{BUCKET}/runs", ray_temp=ray_temp,
                                 port=free_port()), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

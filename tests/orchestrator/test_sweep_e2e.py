@@ -19,14 +19,12 @@ import yaml
 from orchestrator.rundir import load_trials, read_results, read_run
 from orchestrator.grid import expand
 from orchestrator.spec import load_spec
-from tests.orchestrator.e2e import (SWEEPS, cli, dashboard_answers, free_port, kill_leftovers, killme_spec,
+from tests.orchestrator.e2e import (HALF_EVERY, SWEEPS, cli, dashboard_answers, free_port, kill_leftovers, killme_spec,
                                     launch_to_the_end, listening, on_loopback, results_so_far)
 
 pytestmark = pytest.mark.slow
 
-# The killme spec at half its training, for the tests that need no step between two
-# evaluations: its twelve evaluations every 512 samples (issue 63).
-HALF, HALF_EVERY = 6144, 512
+HALF = 12 * HALF_EVERY  # the killme spec's twelve evaluations at half the training
 
 
 def test_a_tiny_sweep_completes_with_its_report_and_the_dashboard_up(tmp_path, ray_temp):
