@@ -24,8 +24,6 @@ import ray.cloudpickle as cloudpickle
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, LoggerCallback
 from ray.tune.result import EXPR_PARAM_PICKLE_FILE, EXPR_RESULT_FILE, TRAINING_ITERATION
 from ray.tune.utils.util import SafeFallbackEncoder
-from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData
-from tensorboardX.summary import scalar
 
 from orchestrator.arrays import ARRAY_KEY, array_of, member_names
 from orchestrator.rundir import (ERROR_FILE, MEMBER_FAILED, STARTED_OVER, WANDB_FAILED, TrialFiles, row_stored,
@@ -302,25 +300,45 @@ def wandb_failed(trial_dir: str, error: Exception) -> None:
           "trials that meet it. The sweep goes on; its results are in its run directory", file=sys.stderr, flush=True)
 
 
-@tracker
-class Wandb(wandb_callback(tracked_metrics, STEP, charts=("train/*", "val/*", "test/*"), trial_dir="trial_dir",
-                           config=resolved, failed=wandb_failed)):
-    """One W&B run per trial, named after it (its id too: an offline run's folder,
-    offline-run-<time>-<trial>-<tune id>, is found by the trial's name), with the
-    flat config; samples are every chart's step."""
+def wandb_tracker() -> type:
+    """The W&B tracker's class, `Wandb`, made once, on first use (a spec with W&B on,
+    an unpickled callback): Ray's W&B callback imports wandb, which a sweep without
+    W&B imported for nothing (0.4 s of every launch's and resume's start)."""
+    if "Wandb" not in globals():
+        globals()["Wandb"] = _wandb_class()
+    return globals()["Wandb"]
 
-    def __init__(self, *args, swept: tuple[str, ...] = (), **kwargs):
-        super().__init__(*args, **kwargs)
-        self.swept = swept
 
-    def log_trial_start(self, trial) -> None:
-        name = str(trial)
-        run_id = f"{name.replace('.', '_')}-{trial.trial_id}"  # W&B ids take no dots
-        # W&B's own lines (its banner, sync hints, a summary per run) stay in its
-        # logs under the run directory: the console says where they are once.
-        self.start_run(trial, id=run_id, name=name, resume="allow", reinit="finish_previous", allow_val_change=True,
-                       group=self.group or trial.experiment_dir_name, project=self.project,
-                       config=_params(trial, self.swept), settings={"silent": True}, **self.kwargs)
+def _wandb_class() -> type:
+
+    class Wandb(wandb_callback(tracked_metrics, STEP, charts=("train/*", "val/*", "test/*"), trial_dir="trial_dir",
+                                   config=resolved, failed=wandb_failed)):
+        """One W&B run per trial, named after it (its id too: an offline run's folder,
+        offline-run-<time>-<trial>-<tune id>, is found by the trial's name), with the
+        flat config; samples are every chart's step."""
+
+        def __init__(self, *args, swept: tuple[str, ...] = (), **kwargs):
+            super().__init__(*args, **kwargs)
+            self.swept = swept
+
+        def log_trial_start(self, trial) -> None:
+            name = str(trial)
+            run_id = f"{name.replace('.', '_')}-{trial.trial_id}"  # W&B ids take no dots
+            # W&B's own lines (its banner, sync hints, a summary per run) stay in its
+            # logs under the run directory: the console says where they are once.
+            self.start_run(trial, id=run_id, name=name, resume="allow", reinit="finish_previous", allow_val_change=True,
+                           group=self.group or trial.experiment_dir_name, project=self.project,
+                           config=_params(trial, self.swept), settings={"silent": True}, **self.kwargs)
+
+    Wandb.__qualname__ = "Wandb"  # pickled by name, as the module's attribute
+    return tracker(Wandb)
+
+
+def __getattr__(name: str):
+    """The module's `Wandb`, made on first use (PEP 562): pickle finds the class by it."""
+    if name == "Wandb":
+        return wandb_tracker()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _or_off(method):
@@ -498,6 +516,7 @@ class TensorBoard(LoggerCallback):
     def write_experiment(self, run_dir: str) -> None:
         """The HParams experiment: every parameter, those the spec sweeps marked as
         differing, and the metrics; in the run directory, TensorBoard's logdir."""
+        from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData
         from tensorboardX.summary import hparams
 
         every = {**self.params, **{key: "" for key in RESOLVED}}  # what ran: text, known at the trial's end
@@ -515,6 +534,8 @@ class TensorBoard(LoggerCallback):
         self.experiment_written = True
 
     def log_trial_result(self, iteration: int, trial, result: dict) -> None:
+        from tensorboardX.summary import scalar
+
         if trial not in self.writers:
             self.log_trial_start(trial)
         figures = tracked_metrics(result)
@@ -642,8 +663,8 @@ def trackers(spec: SweepSpec, mlflow_uri, run_dir: str) -> list:
         # W&B logs from actors of its own, so a server that stops answering holds no
         # trial; at the end Tune waits upload_timeout for them (30 min by default),
         # then ends them: their runs stay in W&B's local folder for `wandb sync`.
-        out.append(Wandb(project=w.project, group=w.group or spec.name, mode=w.mode, log_config=False, swept=swept,
-                         upload_timeout=answer_timeout(), **options))
+        out.append(wandb_tracker()(project=w.project, group=w.group or spec.name, mode=w.mode, log_config=False,
+                                   swept=swept, upload_timeout=answer_timeout(), **options))
     if tracking.mlflow:
         out.append(MLflow(tracking_uri=mlflow_uri, experiment_name=tracking.mlflow.experiment or spec.name,
                           tags={"sweep": spec.name}, swept=swept))

@@ -33,22 +33,33 @@ def _spec(name: str, fuse: int, **training) -> dict:
     return spec
 
 
-def test_a_fused_sweep_lists_the_trials_and_figures_of_one_run_alone(tmp_path, ray_temp):
+def _alone(spec_path) -> dict:
+    """Each trial of the spec run alone, as a 1-CPU trial's worker runs it (run_trial
+    at one thread), in this process: its final figures, by trial name. (Until issue
+    63 a second sweep on Ray ran them: 60 core-seconds for the same arithmetic.)"""
+    from orchestrator.grid import expand
+    from orchestrator.spec import load_spec
+    from workloads.threads import bound_threads
+    from workloads.train import run_trial
+
+    bound_threads(1)
+    return {t.name: run_trial(t) for t in expand(load_spec(spec_path))}
+
+
+def test_a_fused_sweep_lists_the_trials_and_figures_of_one_run_alone(tmp_path, ray_temp, thread_pools):
     fused = _spec("fused", 3)
     fused["tracking"] = dict(tensorboard=True, mlflow={}, wandb=dict(project="icr-test", mode="offline"))
-    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
-    _, storage = launch_to_the_end(fused, tmp_path / "a", ray_temp)
-    _, alone_storage = launch_to_the_end(_spec("alone", 1), tmp_path / "b", ray_temp)
-    console = (tmp_path / "a" / "console.txt").read_text()
+    spec_path, storage = launch_to_the_end(fused, tmp_path, ray_temp)
+    console = (tmp_path / "console.txt").read_text()
     run = storage / "fused"
     assert "Number of trials: 2/2 (2 TERMINATED)" in console, console[-3000:]  # one Tune trial per array
     assert "Failed to fetch metrics" not in console and "Traceback" not in console, console[-3000:]
-    ours, theirs = load_trials(run).set_index("trial"), load_trials(alone_storage / "alone").set_index("trial")
-    assert sorted(ours.index) == sorted(theirs.index) and len(ours) == 6
-    assert (ours["state"] == "finished").all() and (theirs["state"] == "finished").all()
+    ours, theirs = load_trials(run).set_index("trial"), _alone(spec_path)
+    assert sorted(ours.index) == sorted(theirs) and len(ours) == 6
+    assert (ours["state"] == "finished").all()
     for figure in FIGURES:
         for trial in ours.index:
-            assert ours.at[trial, figure] == pytest.approx(theirs.at[trial, figure], rel=1e-3, abs=1e-4), (trial, figure)
+            assert ours.at[trial, figure] == pytest.approx(theirs[trial][figure], rel=1e-3, abs=1e-4), (trial, figure)
     # Each member's directory is a trial's; its checkpoints are its folder in its array's.
     for trial in ours.index:
         params = json.loads((run / trial / "params.json").read_text())

@@ -90,11 +90,32 @@ def test_a_tiny_sweep_completes_with_its_report_and_the_dashboard_up(tmp_path, r
     assert again.returncode != 0 and "icr-sweep resume" in again.stderr
 
 
-def test_a_killed_driver_resumes_without_rerunning_finished_trials(tmp_path, ray_temp):
-    spec_path = killme_spec(tmp_path, samples=HALF, every=HALF_EVERY)
-    storage, port = tmp_path / "runs", free_port()
-    run_dir = storage / "killme"
-    finished, interrupted = _kill_midway(spec_path, storage, run_dir, ray_temp, port, rows=2)
+@pytest.fixture(scope="module")
+def killed_midway(tmp_path_factory):
+    """A killme run at half training whose driver and Ray were killed with SIGKILL once
+    a trial had finished and another had three results, built once for the tests
+    that resume such a run: each resumes a copy of its own (`copy_of`). Returns
+    (run directory, finished trials, the interrupted trial)."""
+    base, ray_temp = tmp_path_factory.mktemp("killed"), tempfile.mkdtemp(prefix="icr-ray-", dir="/tmp")
+    storage = base / "runs"
+    try:
+        finished, interrupted = _kill_midway(killme_spec(base, samples=HALF, every=HALF_EVERY), storage,
+                                             storage / "killme", ray_temp, free_port(), rows=3)
+    finally:
+        kill_leftovers(ray_temp)
+        shutil.rmtree(ray_temp, ignore_errors=True)
+    return storage / "killme", finished, interrupted
+
+
+def copy_of(killed_midway, tmp_path: Path) -> tuple[Path, list[str], str]:
+    """The killed run copied into tmp_path/runs, as a user copies a run directory."""
+    run, finished, interrupted = killed_midway
+    shutil.copytree(run, tmp_path / "runs" / run.name, symlinks=True)
+    return tmp_path / "runs" / run.name, finished, interrupted
+
+
+def test_a_killed_driver_resumes_without_rerunning_finished_trials(tmp_path, ray_temp, killed_midway):
+    run_dir, finished, interrupted = copy_of(killed_midway, tmp_path)
     before = {name: (run_dir / name / "result.json").read_text() for name in finished}
     plan = json.loads((run_dir / "plan.json").read_text())
     (run_dir / "plan.json").unlink()  # as a run launched before plans were stored: resume writes it
@@ -102,6 +123,7 @@ def test_a_killed_driver_resumes_without_rerunning_finished_trials(tmp_path, ray
     result = subprocess.run(cli("resume", str(run_dir), ray_temp=ray_temp, port=free_port()),
                             capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert "rebuilt" not in result.stdout + result.stderr  # Tune's own state restored, in the copy
     assert json.loads((run_dir / "plan.json").read_text()) == plan
     df = load_trials(run_dir)
     assert len(df) == 3 and (df["state"] == "finished").all(), df[["trial", "state"]]
@@ -110,6 +132,32 @@ def test_a_killed_driver_resumes_without_rerunning_finished_trials(tmp_path, ray
     samples = [r["samples"] for r in results_so_far(run_dir / interrupted)]
     assert samples == sorted(set(samples)), f"{interrupted} restarted instead of continuing: {samples}"
     assert samples[-1] == HALF
+
+
+def test_a_run_with_damaged_tune_state_and_checkpoint_still_resumes(tmp_path, ray_temp, killed_midway):
+    """A full disk truncates Tune's experiment state, and a trial's newest checkpoint
+    with it: resume rebuilds the sweep from the spec and the trial directories,
+    continues the trial from its older intact checkpoint, and reruns no finished trial."""
+    run_dir, finished, interrupted = copy_of(killed_midway, tmp_path)
+    before = {name: (run_dir / name / "result.json").read_text() for name in finished}
+    for state in run_dir.glob("experiment_state*.json"):
+        state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])  # cut short, as on a full disk
+    checkpoints = sorted((run_dir / interrupted).glob("checkpoint_*"))
+    assert len(checkpoints) >= 2, checkpoints
+    newest = checkpoints[-1] / "checkpoint.pt"
+    newest.write_bytes(newest.read_bytes()[:1000])
+
+    result = subprocess.run(cli("resume", str(run_dir), ray_temp=ray_temp, port=free_port()),
+                            capture_output=True, text=True, timeout=900)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-3000:]
+    assert "rebuilt from the spec" in out, out[-3000:]
+    df = read_run(run_dir).trials
+    assert len(df) == 3 and (df["state"] == "finished").all(), df[["trial", "state", "error"]]
+    for name, text in before.items():
+        assert (run_dir / name / "result.json").read_text() == text, f"{name} was run again"
+    evaluations = [r["samples"] for r in read_results(run_dir / interrupted) if r.get("evaluated", True)]
+    assert evaluations == list(range(HALF_EVERY, HALF + 1, HALF_EVERY)), evaluations  # each evaluation once
 
 
 def _kill_midway(spec_path, storage, run_dir, ray_temp, port, rows: int) -> tuple[list[str], str]:
@@ -283,35 +331,6 @@ def test_an_optuna_sweep_runs_its_trial_budget_per_cell(tmp_path, ray_temp):
     emptied = subprocess.run(cli("resume", str(storage / "optuna_micro"), ray_temp=ray_temp, port=free_port()),
                              capture_output=True, text=True, timeout=120)
     assert emptied.returncode == 2 and f"{db} lacks 2 of this sweep's Optuna studies" in emptied.stderr, emptied.stderr
-
-
-def test_a_run_with_damaged_tune_state_and_checkpoint_still_resumes(tmp_path, ray_temp):
-    """A full disk truncates Tune's experiment state, and a trial's newest checkpoint
-    with it: resume rebuilds the sweep from the spec and the trial directories,
-    continues the trial from its older intact checkpoint, and reruns no finished trial."""
-    spec_path = killme_spec(tmp_path, name="damaged", samples=HALF, every=HALF_EVERY)
-    storage = tmp_path / "runs"
-    run_dir = storage / "damaged"
-    finished, interrupted = _kill_midway(spec_path, storage, run_dir, ray_temp, free_port(), rows=3)
-    before = {name: (run_dir / name / "result.json").read_text() for name in finished}
-    for state in run_dir.glob("experiment_state*.json"):
-        state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])  # cut short, as on a full disk
-    checkpoints = sorted((run_dir / interrupted).glob("checkpoint_*"))
-    assert len(checkpoints) >= 2, checkpoints
-    newest = checkpoints[-1] / "checkpoint.pt"
-    newest.write_bytes(newest.read_bytes()[:1000])
-
-    result = subprocess.run(cli("resume", str(run_dir), ray_temp=ray_temp, port=free_port()),
-                            capture_output=True, text=True, timeout=900)
-    out = result.stdout + result.stderr
-    assert result.returncode == 0, out[-3000:]
-    assert "rebuilt from the spec" in out, out[-3000:]
-    df = read_run(run_dir).trials
-    assert len(df) == 3 and (df["state"] == "finished").all(), df[["trial", "state", "error"]]
-    for name, text in before.items():
-        assert (run_dir / name / "result.json").read_text() == text, f"{name} was run again"
-    evaluations = [r["samples"] for r in read_results(run_dir / interrupted) if r.get("evaluated", True)]
-    assert evaluations == list(range(HALF_EVERY, HALF + 1, HALF_EVERY)), evaluations  # each evaluation once
 
 
 @pytest.mark.parametrize("fuse", [1, 2], ids=["alone", "arrays"])
