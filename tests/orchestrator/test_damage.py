@@ -180,8 +180,8 @@ def test_an_array_whose_worker_was_killed_is_retried_by_resume(tmp_path, ray_tem
     assert result.returncode == 0 and "failed before" not in console, console[-3000:]
     assert (load_trials(run)["state"] == "finished").all()
     for m in members:
-        assert [r["samples"] for r in read_results(run / m) if r.get("evaluated", True)] == list(range(1024, 6145, 1024))
-        assert not (run / m / "error.txt").exists()
+        evaluations = [r["samples"] for r in read_results(run / m) if r.get("evaluated", True)]
+        assert evaluations == list(range(1024, 6145, 1024)) and not (run / m / "error.txt").exists(), evaluations
 
 
 def test_a_members_own_failure_is_marked_to_stay_and_its_arrays_is_not(tmp_path):
