@@ -29,11 +29,14 @@ def _session(base: Path, pid: int = 4242) -> Path:
 
 
 def _process(argv0: str, *args: str) -> subprocess.Popen:
-    """A process whose command line is `argv0 args...` (bash's exec -a), sleeping."""
+    """A process whose command line is `argv0 args...` (bash's exec -a), sleeping;
+    returned once it is: its argv[0] is `argv0`. (Bash's own command line holds
+    `argv0` too, in its script: a wait for that returned before the exec, and under
+    load the test looked at bash, not Ray's process; seen once in CI, issue 63.)"""
     script = f'exec -a "{argv0}" {sys.executable} -c "import time; time.sleep(120)" ' + " ".join(f'"{a}"' for a in args)
     proc = subprocess.Popen(["bash", "-c", script])
     deadline = time.time() + 10
-    while time.time() < deadline and argv0 not in Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode(errors="replace"):
+    while time.time() < deadline and Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")[0] != argv0.encode():
         time.sleep(0.05)
     return proc
 
