@@ -14,6 +14,7 @@ same way:
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 from pathlib import Path
@@ -300,16 +301,11 @@ def wandb_failed(trial_dir: str, error: Exception) -> None:
           "trials that meet it. The sweep goes on; its results are in its run directory", file=sys.stderr, flush=True)
 
 
+@functools.cache
 def wandb_tracker() -> type:
     """The W&B tracker's class, `Wandb`, made once, on first use (a spec with W&B on,
     an unpickled callback): Ray's W&B callback imports wandb, which a sweep without
     W&B imported for nothing (0.4 s of every launch's and resume's start)."""
-    if "Wandb" not in globals():
-        globals()["Wandb"] = _wandb_class()
-    return globals()["Wandb"]
-
-
-def _wandb_class() -> type:
 
     class Wandb(wandb_callback(tracked_metrics, STEP, charts=("train/*", "val/*", "test/*"), trial_dir="trial_dir",
                                    config=resolved, failed=wandb_failed)):
@@ -346,7 +342,6 @@ def _or_off(method):
     first failure (a server that stopped answering, whose requests end after the
     wait) turns it off for the rest of the sweep, said once: a tracker costs its
     logging, never the run (Tune ends the sweep on a callback's exception)."""
-    import functools
 
     @functools.wraps(method)
     def guarded(self, *args, **kwargs):

@@ -1,22 +1,17 @@
 """Fixtures of the orchestrator's tests."""
 
 import http.server
-import shutil
-import tempfile
 import threading
 
 import pytest
 
-from tests.orchestrator.e2e import kill_leftovers
+from tests.orchestrator.e2e import own_ray_temp
 
 
 @pytest.fixture
 def ray_temp():
-    # Short: Ray's unix sockets live under it and socket paths are limited to ~107 bytes.
-    path = tempfile.mkdtemp(prefix="icr-ray-", dir="/tmp")
-    yield path
-    kill_leftovers(path)
-    shutil.rmtree(path, ignore_errors=True)
+    with own_ray_temp() as path:
+        yield path
 
 
 @pytest.fixture

@@ -3,12 +3,15 @@ local Ray with 2 CPUs in a temp dir of its own, free ports, and the kill of one
 test's Ray processes (never `ray stop`, which would end every Ray process of the
 user). The `ray_temp` fixture is in conftest.py."""
 
+import contextlib
 import ipaddress
 import os
 import signal
 import socket
+import shutil
 import subprocess
 import sys
+import tempfile
 import urllib.request
 from pathlib import Path
 
@@ -21,6 +24,19 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def own_ray_temp():
+    """A temp dir for one Ray of its own (short: Ray's unix sockets live under it and
+    socket paths are limited to ~107 bytes); afterwards its Ray's processes are
+    killed and the dir removed."""
+    path = tempfile.mkdtemp(prefix="icr-ray-", dir="/tmp")
+    try:
+        yield path
+    finally:
+        kill_leftovers(path)
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def kill_leftovers(temp_dir: str) -> None:

@@ -8,7 +8,6 @@ import re
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from orchestrator.rundir import load_trials, read_results, read_run
 from orchestrator.grid import expand
 from orchestrator.spec import load_spec
 from tests.orchestrator.e2e import (HALF_EVERY, SWEEPS, cli, dashboard_answers, free_port, kill_leftovers, killme_spec,
-                                    launch_to_the_end, listening, on_loopback, results_so_far)
+                                    launch_to_the_end, listening, on_loopback, own_ray_temp, results_so_far)
 
 pytestmark = pytest.mark.slow
 
@@ -96,14 +95,11 @@ def killed_midway(tmp_path_factory):
     a trial had finished and another had three results, built once for the tests
     that resume such a run: each resumes a copy of its own (`copy_of`). Returns
     (run directory, finished trials, the interrupted trial)."""
-    base, ray_temp = tmp_path_factory.mktemp("killed"), tempfile.mkdtemp(prefix="icr-ray-", dir="/tmp")
+    base = tmp_path_factory.mktemp("killed")
     storage = base / "runs"
-    try:
+    with own_ray_temp() as ray_temp:
         finished, interrupted = _kill_midway(killme_spec(base, samples=HALF, every=HALF_EVERY), storage,
                                              storage / "killme", ray_temp, free_port(), rows=3)
-    finally:
-        kill_leftovers(ray_temp)
-        shutil.rmtree(ray_temp, ignore_errors=True)
     return storage / "killme", finished, interrupted
 
 
@@ -457,9 +453,8 @@ def test_a_disk_that_fills_mid_sweep_ends_in_a_report_and_resumes_with_every_eva
 def test_two_launches_a_second_apart_both_run_with_a_dashboard_each(tmp_path, ray_temp):
     """Issue 42, class 5: both launches took the dashboard's port and the second
     failed after a minute with an empty reason."""
-    other_temp = tempfile.mkdtemp(prefix="icr-ray-", dir="/tmp")
     port = free_port()
-    try:
+    with own_ray_temp() as other_temp:
         procs = []
         for storage, temp in ((tmp_path / "a", ray_temp), (tmp_path / "b", other_temp)):
             procs.append(subprocess.Popen(cli("launch", str(SWEEPS / "istree_micro.yaml"), "--storage", str(storage),
@@ -467,9 +462,6 @@ def test_two_launches_a_second_apart_both_run_with_a_dashboard_each(tmp_path, ra
                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True))
             time.sleep(1)
         outs = [p.communicate(timeout=600)[0] for p in procs]
-    finally:
-        kill_leftovers(other_temp)
-        shutil.rmtree(other_temp, ignore_errors=True)
     for p, out in zip(procs, outs):
         assert p.returncode == 0, out[-3000:]
     ports = [int(re.search(r"Ray dashboard: http://127\.0\.0\.1:(\d+)", out).group(1)) for out in outs]
