@@ -62,6 +62,11 @@ PRIVATE_NAMES = (
                 "each trial's actor named after its trial in the Ray dashboard (Tune creates them unnamed), and, on "
                 "the embedded Ray, made without the AWS keys Tune copies into its runtime env (logged in clear)",
                 "tune.with_resources / tune.TuneConfig (no actor options; ray-project/ray#32763)"),
+    PrivateName("ray", "ray.air._internal.usage", "_count_callbacks",
+                "a launch or resume 1 s sooner: Tune's usage tag of a sweep's callbacks imported Ray's MLflow, "
+                "W&B, Comet and Aim integrations (mlflow and wandb among them) to compare class names; counted "
+                "here by the same names, the tag unchanged (tests/orchestrator/test_unpromised.py)",
+                "RAY_USAGE_STATS_ENABLED=0 (the tag is not sent, but the integrations are still imported)"),
     PrivateName("ray", "ray.tune.trainable.function_trainable", "_name", set_in="wrap_function",
                 buys="the trial's actor listed by its trial's name (its repr) on the dashboard's Actors page",
                 tried="Trainable.trial_name (public, but the repr reads _name)"),
@@ -286,6 +291,47 @@ def trial_actors_named():
         yield
     finally:
         tune_controller._ActorClassCache = real
+
+
+# Ray's own callbacks, by the names Tune's usage tag counts (besides its default ones).
+_TAGGED_CALLBACKS = ("WandbLoggerCallback", "MLflowLoggerCallback", "CometLoggerCallback", "AimLoggerCallback")
+
+
+def count_callbacks(callbacks) -> dict[str, int]:
+    """Tune's usage tag of a sweep's callbacks (`ray.air._internal.usage._count_callbacks`)
+    without importing the integrations whose class names it compares: the same counts."""
+    import collections
+
+    from ray.tune import Callback
+    from ray.tune.logger import LoggerCallback
+    from ray.tune.utils.callback import DEFAULT_CALLBACK_CLASSES
+
+    names = set(_TAGGED_CALLBACKS) | {cls.__name__ for cls in DEFAULT_CALLBACK_CLASSES}
+    counts: dict[str, int] = collections.defaultdict(int)
+    for callback in callbacks or []:
+        if not isinstance(callback, Callback):
+            continue
+        name = type(callback).__name__
+        counts[name if name in names else
+               "CustomLoggerCallback" if isinstance(callback, LoggerCallback) else "CustomCallback"] += 1
+    return counts
+
+
+@contextlib.contextmanager
+def callbacks_counted_by_name():
+    """Within it, Tune tags its usage of callbacks by `count_callbacks` (where the
+    private counter is gone, Tune's own runs)."""
+    from ray.air._internal import usage
+
+    real = getattr(usage, "_count_callbacks", None)
+    if real is None:
+        yield
+        return
+    usage._count_callbacks = count_callbacks
+    try:
+        yield
+    finally:
+        usage._count_callbacks = real
 
 
 def name_trial_actor(actor, name: Optional[str]) -> None:

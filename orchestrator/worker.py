@@ -23,12 +23,15 @@ from orchestrator.unpromised import mix_into_trials, name_trial_actor
 from workloads.checkpoint import CheckpointError, first_intact
 from workloads.config import TrialConfig
 from workloads.threads import bound_threads
-from workloads.array_train import ArrayHooks, run_array
-from workloads.train import Checkpoints, Hooks, NonFiniteLoss, run_trial
+
+# The training code (torch: 1.5 s of imports) is imported where a trial starts, not
+# here: the driver imports this module for `trainable_fn` alone (issue 63).
 
 
 def trainable_fn(config: dict) -> None:
     """One trial inside a Ray worker: resumes from Tune's checkpoint when there is one."""
+    from workloads.train import Checkpoints, Hooks, NonFiniteLoss, run_trial
+
     given = tune.get_context().get_trial_resources().required_resources
     gpus = given.get("GPU", 0)
     if not gpus:
@@ -99,6 +102,9 @@ def _array_trial(array: dict, storage, gpus: float) -> None:
     table and stop callback read) with every member's row under `members` and the
     failures since the last report under `member_errors` (the trackers' callbacks
     write each member's files from them: trackers.Members)."""
+    from workloads.array_train import ArrayHooks, run_array
+    from workloads.train import Checkpoints
+
     members = dict(zip(member_names(array), (TrialConfig.model_validate(m) for m in array["members"])))
     failed = [name for name in members if _trial_file(_member_storage(storage, name), MEMBER_FAILED) is not None]
     for name in failed:  # a member that failed on its own stays failed: its retry repeats it

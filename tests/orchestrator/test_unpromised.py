@@ -3,6 +3,7 @@ one is checked here against the installed library, so that a release that moves
 one fails here, naming the name and the version."""
 
 import re
+import sys
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -71,3 +72,39 @@ def test_the_traceback_of_a_worker_ended_by_ray_is_kept_off_the_console_and_noth
     finally:
         dispatcher.remove_handler("ray_print_logs")
     assert printed == [["step 10", "step 11"], real]
+
+
+def test_tunes_usage_tag_of_a_sweeps_callbacks_counts_as_tunes_own_without_its_integrations(tmp_path):
+    """Issue 63: Tune's tag imported mlflow and wandb (1 s of every launch and resume)
+    to compare class names; `count_callbacks` gives the same counts for every kind
+    it tells apart: Ray's integrations, its default loggers, ours, a plain callback."""
+    from ray.air._internal import usage
+    from ray.air.integrations.mlflow import MLflowLoggerCallback
+    from ray.tune import Callback
+    from ray.tune.logger import CSVLoggerCallback
+
+    from orchestrator.spec import SweepSpec
+    from orchestrator.trackers import trackers
+    from orchestrator.tune import StopAtStep
+    from orchestrator.unpromised import callbacks_counted_by_name, count_callbacks
+
+    spec = SweepSpec(name="tagged", tracking=dict(tensorboard=True, mlflow={}, wandb=dict(project="p", mode="offline")))
+    ours = trackers(spec, f"sqlite:///{tmp_path}/mlflow.db", str(tmp_path))
+    callbacks = [*ours, StopAtStep(tmp_path / "stop"), MLflowLoggerCallback(), CSVLoggerCallback(), Callback(), "no"]
+    real = usage._count_callbacks
+    assert dict(count_callbacks(callbacks)) == dict(real(callbacks))
+    assert {"MLflowLoggerCallback", "CSVLoggerCallback", "CustomLoggerCallback", "CustomCallback"} <= set(
+        count_callbacks(callbacks))
+    with callbacks_counted_by_name():
+        assert usage._count_callbacks is count_callbacks
+    assert usage._count_callbacks is real
+
+
+def test_tunes_usage_tag_imports_no_tracker_library():
+    probe = ("import sys\nfrom ray.air._internal import usage\nfrom ray.tune import Callback\n"
+             "from orchestrator.unpromised import callbacks_counted_by_name\n"
+             "with callbacks_counted_by_name():\n    usage.tag_callbacks([Callback()])\n"
+             "print(sorted(m for m in ('mlflow', 'wandb', 'comet_ml', 'aim') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         cwd=ORCHESTRATOR.parent)
+    assert out.stdout.split()[-1] == "[]", out.stdout + out.stderr
