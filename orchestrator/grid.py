@@ -162,3 +162,13 @@ def plan(spec) -> dict:
     return {"method": search.method, "trial_count": spec.trial_count(), "trials": planned_trials(spec),
             "chosen_by": [search.metric, search.mode, search.ties_by]}
 
+
+
+def planned_work(spec) -> tuple[int, int]:
+    """(trials, training samples) the sweep runs in all: a grid's trials, an Optuna
+    spec's trial budget per cell (the progress view's denominators)."""
+    if spec.search.method == "grid":
+        trials = expand(spec)
+        return len(trials), sum(t.train.samples for t in trials)
+    budgets = [(cell_budget(spec, cell), trial) for cell, trial in zip(cells(spec), shape_trials(spec))]
+    return sum(n for n, _ in budgets), sum(n * trial.train.samples for n, trial in budgets)

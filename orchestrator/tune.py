@@ -19,9 +19,10 @@ from ray import tune
 
 from orchestrator.arrays import ARRAY_KEY, array_of, arrays, members_per_array
 from orchestrator.cluster import ClusterError
-from orchestrator.grid import cell_budget, cells, plan, planned_trials, shape_trials
+from orchestrator.grid import cell_budget, cells, plan, planned_trials, planned_work, shape_trials
 from orchestrator.optuna_search import RESUMING, CellwiseOptuna, optuna_storage
 from orchestrator.packing import gpu_share
+from orchestrator.progress import SweepProgress
 from orchestrator.planned_search import PlannedGrid, pending_for_grid
 from orchestrator.rundir import (MLFLOW_FILE, PARAMS_FILE, RESULTS_FILE, STOP_FILE, RecordError, load_trials, read_plan,
                                   read_results, set_aside_plan,
@@ -186,7 +187,7 @@ def _per_trial(spec: SweepSpec, resources: dict):
 
 
 class _Progress(tune.CLIReporter):
-    """Tune's progress table, its `Result logdir` line (Ray's temporary copy of the
+    """Tune's progress table (`--verbose`), its `Result logdir` line (Ray's temporary copy of the
     run, which vanishes with the session) naming the run directory instead, where
     status, report and every tracker find the run."""
 
@@ -225,11 +226,12 @@ def _tuner_parts(spec: SweepSpec, resources: dict, run_dir: str):
     # Tune's newer console output prints every config key (here: the whole nested
     # trial config) as a column; the classic reporter lets us pick the metrics.
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    reporter = _Progress(
+    table = _Progress(
         metric_columns={"samples": "samples", "train_loss": "train_loss",
                         **{name: METRICS[name].label for name in PLOTTED}, "samples_per_s": "samples/s"},
         parameter_columns={"trial/train/lr": "lr"}, max_report_frequency=30,
     )
+    reporter = SweepProgress(*planned_work(spec), table=table)
     storage_path, name = run_dir.rstrip("/").rsplit("/", 1)
     remote = {}
     if is_remote(run_dir):  # every request bounded, and a store that falls silent stops the sweep
@@ -258,7 +260,8 @@ def mlflow_uri(spec: SweepSpec, run_dir: str) -> Optional[str]:
 
 def launch(spec: SweepSpec, resources: dict) -> str:
     """Runs every trial of `spec`; returns the run directory. Ray must be initialised.
-    A grid's trials are built once, stored in plan.json, and handed to Tune from there."""
+    A grid's trials are built once, stored in plan.json, and handed to Tune from there.
+    What the console shows of it: orchestrator.progress.console."""
     run_dir = spec.run_dir()
     write_spec_record(run_dir, spec.model_dump(mode="json"), resources)
     stored = plan(spec)

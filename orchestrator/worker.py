@@ -218,6 +218,9 @@ class _TrialActor:
     its directory, or none: then it starts over, saying so (`_starts_over`)."""
 
     def __init__(self, *args, **kwargs):
+        # Tune's "Restored on <ip> from checkpoint: Checkpoint(...)" reached the console
+        # of every resume; the driver's progress view says what a resume restored.
+        logging.getLogger("ray.tune.trainable").setLevel(logging.WARNING)
         super().__init__(*args, **kwargs)
         name_trial_actor(self, self.trial_name)
 

@@ -44,6 +44,16 @@ def _ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus):
                 dashboard_port=dashboard_port, num_cpus=num_cpus)
 
 
+def driver_log(run_dir: str) -> Path:
+    """Where Ray's and Tune's log lines of a launch or resume go (orchestrator.progress):
+    the run directory's driver.log; a remote run's beside its local report copy."""
+    from orchestrator.progress import DRIVER_LOG
+    from orchestrator.storage import is_remote
+
+    return Path("reports") / run_dir.rstrip("/").rsplit("/", 1)[-1] / DRIVER_LOG if is_remote(run_dir) \
+        else Path(run_dir) / DRIVER_LOG
+
+
 def _start_ray(opts: dict, spec):
     from orchestrator import cluster
 
@@ -110,8 +120,9 @@ def _finish(run_dir: str) -> None:
     left = trials[trials["state"].isin(["pending", "interrupted", "running"])]
     if len(left):
         counts = ", ".join(f"{v} {k}" for k, v in sorted(left["state"].value_counts().items()))
-        typer.secho(f"The sweep stopped with {len(left)} of {len(trials)} trials unfinished ({counts}). "
-                    f"Continue it with:\n  {command('icr-sweep', 'resume', run_dir)}", fg=typer.colors.YELLOW, err=True)
+        typer.secho(f"The sweep stopped with {len(left)} of {len(trials)} trials unfinished ({counts}; Ray's and "
+                    f"Tune's own messages are in {driver_log(run_dir)}). Continue it with:\n  "
+                    f"{command('icr-sweep', 'resume', run_dir)}", fg=typer.colors.YELLOW, err=True)
         raise typer.Exit(130)
     if say_failed(trials):
         typer.echo(advice_for_failures(trials[trials["state"] == "error"], run_dir), err=True)
@@ -216,6 +227,7 @@ RAY_OPTIONS = dict(
     dashboard_port=typer.Option(8265, min=1, max=65535),
     num_cpus=typer.Option(None, min=1, help="CPUs the embedded Ray may use (default: all)"),
 )
+VERBOSE = typer.Option(False, "--verbose", help="Tune's own status table every 30 s instead of the progress view")
 
 
 @app.command("launch")
@@ -227,6 +239,7 @@ def launch(
     dashboard_host: str = RAY_OPTIONS["dashboard_host"],
     dashboard_port: int = RAY_OPTIONS["dashboard_port"],
     num_cpus: Optional[int] = RAY_OPTIONS["num_cpus"],
+    verbose: bool = VERBOSE,
 ):
     """Run a sweep on Ray Tune (embedded local Ray unless --address) and write its report."""
     from orchestrator.rundir import Footprint, RunDirError, check_launch_dir, check_storage
@@ -251,6 +264,8 @@ def launch(
             _launch(sweep)
 
     def _launch(sweep):
+        from orchestrator import progress
+
         if sweep.holds_sweep(run_dir):
             fail(f"{run_dir} already holds a sweep; continue it with `{command('icr-sweep', 'resume', run_dir)}`, "
                   "or pick another name or --storage")
@@ -265,7 +280,8 @@ def launch(
             for warning in memory_warnings(s.resources.gpu_memory_gb, gpu_shares(s)):
                 typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
         typer.echo(f"Sweep {s.name!r} -> {run_dir}", err=True)
-        sweep.launch(s, resources)
+        with progress.console(verbose, driver_log(run_dir)):
+            sweep.launch(s, resources)
 
     _run_locked(run_dir, work, footprint)
 
@@ -387,6 +403,7 @@ def resume(
     dashboard_host: str = RAY_OPTIONS["dashboard_host"],
     dashboard_port: int = RAY_OPTIONS["dashboard_port"],
     num_cpus: Optional[int] = RAY_OPTIONS["num_cpus"],
+    verbose: bool = VERBOSE,
 ):
     """Continue an interrupted sweep: finished trials stay, the rest continue from their checkpoints."""
     from orchestrator.rundir import RunDirError, blocked_files, check_storage, spec_location
@@ -414,7 +431,7 @@ def resume(
     opts = _ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus)
 
     def work():
-        from orchestrator import tune as sweep
+        from orchestrator import progress, tune as sweep
         from orchestrator.cluster import ClusterError
         from orchestrator.stopping import ctrl_c_remembered
 
@@ -425,7 +442,9 @@ def resume(
         with ctrl_c_remembered():
             resources = _start_ray(opts, s)
             try:
-                sweep.resume(run, s, resources, say=lambda line: typer.secho(line, fg=typer.colors.YELLOW, err=True))
+                with progress.console(verbose, driver_log(run)):
+                    sweep.resume(run, s, resources,
+                                 say=lambda line: typer.secho(line, fg=typer.colors.YELLOW, err=True))
             except ClusterError as e:
                 fail(str(e))
 

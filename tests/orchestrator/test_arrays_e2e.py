@@ -52,7 +52,8 @@ def test_a_fused_sweep_lists_the_trials_and_figures_of_one_run_alone(tmp_path, r
     spec_path, storage = launch_to_the_end(fused, tmp_path, ray_temp)
     console = (tmp_path / "console.txt").read_text()
     run = storage / "fused"
-    assert "Number of trials: 2/2 (2 TERMINATED)" in console, console[-3000:]  # one Tune trial per array
+    started = re.findall(r"^\[[\d:]+\] started (.+?) · ", console, flags=re.M)
+    assert sorted(len(line.split(", ")) for line in started) == [3, 3], console[-3000:]  # one Tune trial per array
     assert "Failed to fetch metrics" not in console and "Traceback" not in console, console[-3000:]
     ours, theirs = load_trials(run).set_index("trial"), _alone(spec_path)
     assert sorted(ours.index) == sorted(theirs) and len(ours) == 6
@@ -190,7 +191,8 @@ def test_a_member_whose_loss_is_not_finite_fails_alone(tmp_path, ray_temp):
                             capture_output=True, text=True, timeout=900)
     out = result.stdout + result.stderr
     assert result.returncode == 1 and "1 trial(s) diverged" in out and "a member of a trial array" in out, out[-3000:]
-    assert "Number of trials: 1/1 (1 TERMINATED)" in out, out[-3000:]  # the array trained on
+    assert re.search(r"failed transformer-cot-tiny-n5-lr1e12-s0: NonFiniteLoss", out), out[-3000:]
+    assert "finished transformer-cot-tiny-n5-lr3e-3-s0: exact match" in out, out[-3000:]  # the array trained on
     run = storage / "diverges"
     trials = load_trials(run).set_index("trial")
     assert dict(trials["state"]) == {"transformer-cot-tiny-n5-lr3e-3-s0": "finished",

@@ -1,0 +1,326 @@
+"""What the console shows of a running sweep: one block that updates in place on
+a terminal (rich's Live display), a line per change where the output is a file or
+a pipe; Tune's own status table only with --verbose.
+
+The block and the lines say the same: trials finished / running / pending /
+failed of the plan, training samples done of the plan, the rate measured in this
+run, the time left at that rate, and the newest evaluation. An array's members
+(orchestrator/arrays.py) count as the trials they are. Tune calls the reporter
+after every step of its loop; it pickles it with the run (tuner.pkl) and a resume
+unpickles it, so the console's settings are read when it reports (`console`)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from ray.tune import ProgressReporter
+
+from orchestrator.arrays import array_of, member_names
+from orchestrator.projection import format_duration
+from workloads.metrics import HEADLINE, METRICS
+
+DRIVER_LOG = "driver.log"  # Ray's and Tune's log lines of each launch and resume, in the run directory
+REFRESH_S = 0.5  # the block is redrawn at most this often (its clock ticks with it)
+RUNNING_SHOWN = 6  # running trials listed in the block, the rest counted
+_HEADLINE = METRICS[HEADLINE].label.replace("_", " ")  # "exact match" (on the validation set)
+
+_CONSOLE = {"verbose": False, "shown": []}
+
+
+@contextlib.contextmanager
+def console(verbose: bool, log_file: Optional[Path] = None):
+    """Within it, sweeps report as `verbose` says (Tune's table, or ours), and Ray's
+    and Tune's log lines (their restore, their stop, their warnings) go to
+    `log_file`, appended, not to the console, unless `verbose`. Afterwards any block
+    still drawn is closed (a stop, a failure), so that what follows prints below it."""
+    _CONSOLE.update(verbose=verbose, shown=[])
+    try:
+        with contextlib.nullcontext() if verbose or log_file is None else _logs_to(log_file):
+            yield
+    finally:
+        for shown in _CONSOLE["shown"]:
+            shown.close()
+        _CONSOLE.update(verbose=False, shown=[])
+
+
+class _LogFile(logging.FileHandler):
+    """A log file that a full disk silences (its lines lost) rather than printing
+    logging's own traceback to the console at every line."""
+
+    def handleError(self, record):
+        pass
+
+
+@contextlib.contextmanager
+def _logs_to(log_file: Path):
+    """Ray's logger (Tune's and Train's propagate to it) writes to `log_file` alone."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    ray_logger = logging.getLogger("ray")
+    handler = _LogFile(log_file, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(filename)s:%(lineno)d -- %(message)s"))
+    saved = ray_logger.handlers[:]
+    ray_logger.handlers = [handler]
+    try:
+        yield
+    finally:
+        ray_logger.handlers = saved
+        handler.close()
+
+
+@dataclass
+class Tally:
+    """The sweep at one moment, counted in the user's trials (an array's members)."""
+
+    finished: int = 0
+    running: list[tuple[str, int, int]] = field(default_factory=list)  # (name, samples done, samples planned)
+    failed: int = 0
+    started: int = 0  # trials Tune has been handed (the rest of the plan is pending)
+    waiting: int = 0  # trials Tune holds that wait for resources
+    samples: int = 0
+
+
+@dataclass
+class Evaluation:
+    trial: str
+    samples: int
+    value: Optional[float]
+
+
+class SweepProgress(ProgressReporter):
+    """Tune's progress reporter for a sweep of `planned_trials` trials training
+    `planned_samples` samples in all; `table` is Tune's own (shown with --verbose)."""
+
+    def __init__(self, planned_trials: int, planned_samples: int, table: ProgressReporter):
+        self.planned_trials, self.planned_samples, self.table = planned_trials, planned_samples, table
+        self._fresh()
+
+    def __getstate__(self):  # pickled with the run: what it has seen and drawn stays behind
+        return {"planned_trials": self.planned_trials, "planned_samples": self.planned_samples, "table": self.table}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._fresh()
+
+    def _fresh(self) -> None:
+        self.states: dict[str, str] = {}  # trial name -> its last state seen
+        self.iterations: dict[str, int] = {}  # Tune trial id -> the last result seen
+        self.failures: dict[str, int] = {}  # Tune trial id -> its failures seen (Tune retries up to max_failures)
+        self.names: dict[str, list[str]] = {}  # Tune trial id -> the user's trials it runs
+        self.failed_members: set[str] = set()
+        self.newest: Optional[Evaluation] = None
+        self.first: Optional[tuple[float, int]] = None  # (time, samples) when this driver first reported
+        self.live, self.drawn_at = None, 0.0
+
+    def should_report(self, trials, done: bool = False) -> bool:
+        return self.table.should_report(trials, done) if _CONSOLE["verbose"] else True
+
+    def report(self, trials, done: bool, *sys_info: str) -> None:
+        if _CONSOLE["verbose"]:
+            return self.table.report(trials, done, *sys_info)
+        first = self.first is None
+        events = self._events(trials)
+        tally = self._tally(trials)
+        if first:
+            self.first = (time.monotonic(), tally.samples)
+            if tally.samples:  # a resume: what it restored comes first
+                events.insert(0, _restored(trials))
+        if _interactive():
+            self._draw(events, tally, done)
+        else:
+            for event in events:
+                print(f"[{time.strftime('%H:%M:%S')}] {event} · {self.summary(tally)}", flush=True)
+            if done:
+                ended = "stopped" if tally.running else "ended"
+                print(f"[{time.strftime('%H:%M:%S')}] {ended} · {self.summary(tally)}", flush=True)
+
+    def _events(self, trials) -> list[str]:
+        """What changed since the last report, a line each: trials started, evaluated,
+        finished, failed."""
+        events = []
+        for trial in trials:
+            result = trial.last_result or {}
+            rows = _rows(trial, result)
+            for member in (result.get("member_errors") or {}):
+                if member not in self.failed_members:
+                    self.failed_members.add(member)
+                    events.append(f"failed {member}: {str(result['member_errors'][member]).splitlines()[0][:200]}")
+            iteration = result.get("training_iteration") or 0
+            if iteration > self.iterations.get(trial.trial_id, 0):
+                self.iterations[trial.trial_id] = iteration
+                evaluated = [(name, row) for name, row in rows.items() if row.get("evaluated", True)
+                             and row.get("samples") and name not in self.failed_members]
+                if evaluated:
+                    name, row = evaluated[0]
+                    self.newest = Evaluation(name, int(row["samples"]), _number(row.get(HEADLINE)))
+                    if trial.status == "RUNNING" and self.states.get(trial.trial_id) == "RUNNING":
+                        events.append(f"evaluated {_evaluation(self.newest)}")
+            before, now = self.states.get(trial.trial_id), trial.status
+            self.states[trial.trial_id] = now
+            failures = getattr(trial, "num_failures", 0) or 0
+            if failures > self.failures.setdefault(trial.trial_id, failures) and now != "ERROR":
+                events.append(f"retrying {', '.join(self._members(trial))} after a failure ({failures} so far; "
+                              f"its error: {_error_file(trial)})")
+            self.failures[trial.trial_id] = failures
+            if now == before or (before is None and now in ("PENDING", "TERMINATED")):
+                continue  # a trial restored finished, or not started yet, is counted, not announced
+            names = ", ".join(n for n in self._members(trial) if n not in self.failed_members) or str(trial)
+            if now == "RUNNING":
+                events.append(f"started {names}")
+            elif now == "TERMINATED":
+                scores = {name: _figure(_number(row.get(HEADLINE))) for name, row in rows.items()
+                          if name not in self.failed_members}
+                events.append(f"finished {names}: {_HEADLINE} " + (
+                    next(iter(scores.values())) if len(scores) == 1 else
+                    ", ".join(f"{score} ({name})" for name, score in scores.items()) or "none"))
+            elif now == "ERROR":
+                events.append(f"failed {names} (its error: {_error_file(trial)})")
+        return events
+
+    def _tally(self, trials) -> Tally:
+        tally = Tally()
+        for trial in trials:
+            result = trial.last_result or {}
+            members = [n for n in self._members(trial) if n not in self.failed_members]
+            tally.failed += len(self._members(trial)) - len(members)
+            tally.started += len(self._members(trial))
+            rows = _rows(trial, result)
+            tally.samples += sum(int(rows.get(n, {}).get("samples") or 0) for n in members)
+            if trial.status == "TERMINATED":
+                tally.finished += len(members)
+            elif trial.status == "ERROR":
+                tally.failed += len(members)
+            elif trial.status == "RUNNING":
+                planned = _planned_samples(trial)
+                tally.running += [(n, int(rows.get(n, {}).get("samples") or 0), planned) for n in members]
+            else:
+                tally.waiting += len(members)
+        return tally
+
+    def summary(self, tally: Tally) -> str:
+        """The sweep in one line: trials, samples, rate and time left."""
+        pending = max(0, self.planned_trials - tally.started) + tally.waiting
+        line = (f"{tally.finished}/{self.planned_trials} finished, {len(tally.running)} running, {pending} pending"
+                + (f", {tally.failed} failed" if tally.failed else ""))
+        share = f" ({100 * tally.samples / self.planned_samples:.0f}%)" if self.planned_samples else ""
+        line += f" · {tally.samples:,}/{self.planned_samples:,} samples{share}"
+        rate = self._rate(tally)
+        if rate:
+            left = max(0, self.planned_samples - tally.samples) / rate
+            line += f" · {rate:,.0f} samples/s" + (f" · about {format_duration(left)} left" if left >= 1 else "")
+        return line
+
+    def _rate(self, tally: Tally) -> float:
+        """Samples per second trained since this driver started (0 before any)."""
+        if self.first is None:
+            return 0.0
+        elapsed, done = time.monotonic() - self.first[0], tally.samples - self.first[1]
+        return done / elapsed if done > 0 and elapsed > 0 else 0.0
+
+    def _draw(self, events: list[str], tally: Tally, done: bool) -> None:
+        """The block, in place on the terminal, with each change printed above it."""
+        from rich.live import Live
+
+        if self.live is None and not done:
+            self.live = Live(auto_refresh=False, redirect_stdout=True, redirect_stderr=True, transient=False)
+            self.live.start()
+            _CONSOLE["shown"].append(self)
+        if self.live is None:
+            return
+        for event in events:
+            self.live.console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {event}", highlight=False)
+        now = time.monotonic()
+        if events or done or now - self.drawn_at >= REFRESH_S:
+            self.drawn_at = now
+            self.live.update(self._block(tally), refresh=True)
+        if done:
+            self.close()
+
+    def _block(self, tally: Tally):
+        from rich.console import Group
+        from rich.progress_bar import ProgressBar
+        from rich.table import Table
+        from rich.text import Text
+
+        trials, *rest = self.summary(tally).split(" · ")
+        bar = Table.grid(padding=(0, 1))
+        bar.add_row(ProgressBar(total=max(1, self.planned_samples), completed=tally.samples, width=40),
+                    Text(" · ".join(rest)))
+        lines = [Text(trials, style="bold"), bar]
+        if self.newest is not None:
+            lines.append(Text(f"newest evaluation: {_evaluation(self.newest)}"))
+        for name, samples, planned in tally.running[:RUNNING_SHOWN]:
+            lines.append(Text(f"  running {name}: {samples:,}/{planned:,} samples", style="dim"))
+        if len(tally.running) > RUNNING_SHOWN:
+            lines.append(Text(f"  and {len(tally.running) - RUNNING_SHOWN} more running", style="dim"))
+        return Group(*lines)
+
+    def _members(self, trial) -> list[str]:
+        """The user's trials a Tune trial runs: an array's members, or the trial itself."""
+        if trial.trial_id not in self.names:
+            self.names[trial.trial_id] = _members(trial)
+        return self.names[trial.trial_id]
+
+    def close(self) -> None:
+        """Stops drawing the block (it stays on the terminal as last drawn)."""
+        if self.live is not None:
+            live, self.live = self.live, None
+            live.stop()
+
+
+def _restored(trials) -> str:
+    """What a resume found: trials kept finished, and those that continue."""
+    finished = sum(len(_members(t)) for t in trials if t.status == "TERMINATED")
+    going_on = sum(len(_members(t)) for t in trials if t.status != "TERMINATED" and t.last_result)
+    return (f"resumed: {finished} finished trial(s) kept, {going_on} continue from their newest checkpoint")
+
+
+def _interactive() -> bool:
+    """Whether the console is a terminal that can redraw (not a file, a pipe or TERM=dumb)."""
+    from rich.console import Console
+
+    return Console(file=sys.stdout).is_interactive
+
+
+def _members(trial) -> list[str]:
+    """The user's trials a Tune trial runs: an array's members, or the trial itself."""
+    array = array_of(trial.config or {})
+    return member_names(array) if array else [str(trial)]
+
+
+def _error_file(trial) -> str:
+    return f"{getattr(trial, 'path', None) or trial}/error.txt"
+
+
+def _rows(trial, result: dict) -> dict[str, dict]:
+    """Each of the Tune trial's trials' latest row, by name."""
+    if array_of(trial.config or {}):
+        return dict(result.get("members") or {})
+    return {_members(trial)[0]: result} if result else {}
+
+
+def _planned_samples(trial) -> int:
+    array = array_of(trial.config or {})
+    trial_config = array["members"][0] if array else (trial.config or {}).get("trial") or {}
+    return int((trial_config.get("train") or {}).get("samples") or 0)
+
+
+def _number(value) -> Optional[float]:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if value != value else value
+
+
+def _figure(value: Optional[float]) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def _evaluation(e: Evaluation) -> str:
+    return f"{e.trial} at {e.samples:,} samples: {_HEADLINE} {_figure(e.value)}"

@@ -1,0 +1,194 @@
+"""The console's view of a running sweep (orchestrator/progress.py): a line per
+change to a file or a pipe, one block redrawn in place on a terminal, Tune's table
+only with --verbose, and Ray's and Tune's log lines in the run's driver.log.
+Driven by stand-ins for Tune's trials, as Tune's loop calls the reporter."""
+
+import logging
+import os
+import pickle
+import pty
+import re
+import select
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from orchestrator.progress import SweepProgress, console
+
+ROOT = Path(__file__).parents[2]
+A, B = "transformer-cot-tiny-n5-lr3e-3-s0", "transformer-cot-tiny-n5-lr3e-3-s1"
+
+
+class Table:
+    """Tune's table as the reporter's `table`: records what it was asked."""
+
+    def __init__(self):
+        self.asked = []
+
+    def should_report(self, trials, done=False):
+        return True
+
+    def report(self, trials, done, *sys_info):
+        self.asked.append(len(trials))
+
+
+class Named(SimpleNamespace):
+    def __str__(self):  # Tune's trial prints as its name
+        return self.name
+
+
+def t(name, status="PENDING", samples=None, iteration=0, evaluated=True, exact=0.5, planned=4096, failures=0):
+    """A stand-in for Tune's trial `name` with its last result."""
+    result = {} if samples is None else {"samples": samples, "training_iteration": iteration, "evaluated": evaluated,
+                                          "val_exact_match": exact}
+    return Named(name=name, trial_id=name[-2:], status=status, last_result=result, num_failures=failures,
+                 config={"trial": {"train": {"samples": planned}}}, path=f"/runs/x/{name}")
+
+
+def lines(capsys) -> list[str]:
+    return [re.sub(r"^\[\d\d:\d\d:\d\d\] ", "", line) for line in capsys.readouterr().out.splitlines()]
+
+
+def test_to_a_pipe_each_change_is_one_line_and_nothing_else_is_printed(capsys):
+    view = SweepProgress(2, 8192, table=Table())
+    with console(verbose=False):
+        view.report([t(A), t(B)], done=False)
+        view.report([t(A, status="RUNNING"), t(B)], done=False)
+        view.report([t(A, status="RUNNING"), t(B)], done=False)  # nothing new: no line
+        view.report([t(A, status="RUNNING", samples=2048, iteration=1), t(B)], done=False)
+        view.report([t(A, status="RUNNING", samples=3000, iteration=2, evaluated=False), t(B)], done=False)
+        view.report([t(A, status="TERMINATED", samples=4096, iteration=3, exact=0.75), t(B, status="RUNNING")],
+                    done=False)
+        view.report([t(A, status="TERMINATED", samples=4096, iteration=3), t(B, status="ERROR", samples=1024,
+                                                                              iteration=1)], done=True)
+    out = lines(capsys)
+    assert [line.split(" · ")[0] for line in out] == [
+        f"started {A}", f"evaluated {A} at 2,048 samples: exact match 0.500", f"finished {A}: exact match 0.750",
+        f"started {B}", f"failed {B} (its error: /runs/x/{B}/error.txt)", "ended"], out
+    assert out[0].split(" · ")[1:] == ["0/2 finished, 1 running, 1 pending", "0/8,192 samples (0%)"]
+    assert out[1].split(" · ")[1:3] == ["0/2 finished, 1 running, 1 pending", "2,048/8,192 samples (25%)"]
+    assert re.search(r" · [\d,]+ samples/s", out[1]), out[1]  # measured in this run
+    assert out[-1].split(" · ")[1:3] == ["1/2 finished, 0 running, 0 pending, 1 failed", "5,120/8,192 samples (62%)"]
+
+
+def test_an_arrays_members_count_as_trials_and_one_that_fails_alone_is_named():
+    from orchestrator.arrays import ARRAY_KEY, member_names
+    from orchestrator.grid import expand
+    from orchestrator.spec import load_spec
+
+    spec = load_spec(ROOT / "sweeps" / "istree_micro.yaml")
+    members = [trial.model_dump(mode="json") for trial in expand(spec)]
+    config = {ARRAY_KEY: {"name": "arr", "members": members}}
+    names = member_names(config[ARRAY_KEY])
+    array = Named(name="arr", trial_id="a0", status="RUNNING", num_failures=0, path="/runs/x/arr", config=config,
+                  last_result={})
+    view = SweepProgress(3, 6144, table=Table())
+    events = view._events([array])
+    assert events == [f"started {', '.join(names)}"]
+    array.last_result = {"training_iteration": 1, "members": {names[0]: {"samples": 1024, "val_exact_match": 0.25},
+                                                              names[1]: {"samples": 1024}},
+                         "member_errors": {names[1]: "NonFiniteLoss: loss is nan at step 3\nmore"}}
+    events = view._events([array])
+    assert events == [f"failed {names[1]}: NonFiniteLoss: loss is nan at step 3",
+                      f"evaluated {names[0]} at 1,024 samples: exact match 0.250"]
+    tally = view._tally([array])
+    assert (tally.finished, len(tally.running), tally.failed, tally.started, tally.samples) == (0, 1, 1, 2, 1024)
+    assert view.summary(tally).startswith("0/3 finished, 1 running, 1 pending, 1 failed · 1,024/6,144 samples")
+    assert [planned for _, _, planned in tally.running] == [2048]  # the members' own budget
+
+
+def test_a_resume_says_first_what_it_restored_and_a_retry_is_named(capsys):
+    view = pickle.loads(pickle.dumps(SweepProgress(2, 8192, table=Table())))  # as Tune restores it
+    with console(verbose=False):
+        view.report([t(A, status="TERMINATED", samples=4096, iteration=4), t(B, samples=2048, iteration=2)], False)
+        view.report([t(A, status="TERMINATED", samples=4096, iteration=4), t(B, status="RUNNING", samples=2048,
+                                                                              iteration=2, failures=1)], False)
+    out = lines(capsys)
+    assert out[0].startswith("resumed: 1 finished trial(s) kept, 1 continue from their newest checkpoint · "
+                             "1/2 finished, 0 running, 1 pending · 6,144/8,192 samples (75%)"), out
+    assert out[1].startswith(f"retrying {B} after a failure (1 so far; its error: /runs/x/{B}/error.txt)"), out
+    assert out[2].startswith(f"started {B}"), out
+
+
+def test_verbose_hands_every_report_to_tunes_table_and_prints_nothing_of_its_own(capsys):
+    table = Table()
+    view = SweepProgress(1, 4096, table=table)
+    with console(verbose=True):
+        view.report([t(A, status="RUNNING")], done=False)
+    assert table.asked == [1] and capsys.readouterr().out == ""
+
+
+def test_ray_and_tunes_log_lines_go_to_the_log_file_and_come_back_to_the_console_afterwards(tmp_path):
+    ray_logger = logging.getLogger("ray")
+    before = ray_logger.handlers[:]
+    with console(verbose=False, log_file=tmp_path / "run" / "driver.log"):
+        logging.getLogger("ray.tune.tune").warning("Resume experiment with: Tuner.restore(path=...)")
+    assert "Resume experiment with: Tuner.restore" in (tmp_path / "run" / "driver.log").read_text()
+    assert ray_logger.handlers == before
+
+
+PTY_PROBE = """
+import sys, time
+sys.path.insert(0, {root!r})
+from tests.orchestrator.test_progress import A, B, Table, t
+from orchestrator.progress import SweepProgress, console
+view = SweepProgress(2, 8192, table=Table())
+with console(verbose=False):
+    for step in range(1, 5):
+        view.report([t(A, status="RUNNING", samples=1024 * step, iteration=step), t(B)], done=False)
+        time.sleep(0.6)
+    view.report([t(A, status="TERMINATED", samples=4096, iteration=5), t(B, status="RUNNING")], done=False)
+    view.report([t(A, status="TERMINATED", samples=4096, iteration=5), t(B, status="TERMINATED", samples=4096,
+                 iteration=3)], done=True)
+print("after the view")
+"""
+
+
+def test_on_a_terminal_one_block_is_redrawn_in_place_with_each_change_above_it():
+    main, child = pty.openpty()
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "160", "LINES": "40"}
+    env.pop("NO_COLOR", None)
+    proc = subprocess.Popen([sys.executable, "-c", PTY_PROBE.format(root=str(ROOT))], stdin=child, stdout=child,
+                            stderr=child, env=env, cwd=ROOT)
+    os.close(child)
+    raw = b""
+    while True:
+        ready, _, _ = select.select([main], [], [], 30)
+        if not ready:
+            break
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # the child closed its end
+            break
+        if not chunk:
+            break
+        raw += chunk
+    assert proc.wait(timeout=30) == 0, raw.decode(errors="replace")[-2000:]
+    text = raw.decode(errors="replace")
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
+    assert "\x1b[1A" in text and "\x1b[2K" in text  # the block's lines erased and drawn again, not appended
+    assert plain.count("finished, ") > 3  # redrawn as it changed
+    assert re.search(rf"\d\d:\d\d:\d\d started {A}", plain) and re.search(rf"finished {A}: exact match", plain)
+    final = plain.split(f"finished {B}")[-1]
+    assert "2/2 finished, 0 running, 0 pending" in final and "8,192/8,192 samples (100%)" in final
+    assert plain.rstrip().endswith("after the view")  # the block closed before what follows
+    assert "== Status ==" not in plain and "samples/s" in plain
+
+
+def test_launch_and_resume_offer_tunes_table_behind_verbose():
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    for command in ("launch", "resume"):
+        text = " ".join(CliRunner().invoke(app, [command, "-h"], terminal_width=200).output.split())
+        assert "--verbose" in text and "Tune's own status table" in text, text
+
+
+@pytest.fixture(autouse=True)
+def _no_force_terminal(monkeypatch):
+    for var in ("FORCE_COLOR", "TTY_INTERACTIVE", "TTY_COMPATIBLE"):
+        monkeypatch.delenv(var, raising=False)
