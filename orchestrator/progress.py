@@ -25,7 +25,6 @@ from orchestrator.arrays import array_of, member_names
 from orchestrator.projection import format_duration
 from workloads.metrics import HEADLINE, METRICS
 
-DRIVER_LOG = "driver.log"  # Ray's and Tune's log lines of each launch and resume, in the run directory
 REFRESH_S = 0.5  # the block is redrawn at most this often (its clock ticks with it)
 RUNNING_SHOWN = 6  # running trials listed in the block, the rest counted
 _HEADLINE = METRICS[HEADLINE].label.replace("_", " ")  # "exact match" (on the validation set)

@@ -46,8 +46,8 @@ def _ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus):
 
 def driver_log(run_dir: str) -> Path:
     """Where Ray's and Tune's log lines of a launch or resume go (orchestrator.progress):
-    the run directory's driver.log; a remote run's beside its local report copy."""
-    from orchestrator.progress import DRIVER_LOG
+    the run directory's icr-sweep.log; a remote run's beside its local report copy."""
+    from orchestrator.rundir import DRIVER_LOG
     from orchestrator.storage import is_remote
 
     return Path("reports") / run_dir.rstrip("/").rsplit("/", 1)[-1] / DRIVER_LOG if is_remote(run_dir) \
@@ -273,14 +273,14 @@ def launch(
         _check_room(s, run_dir, num_cpus, attached=address is not None)
         _preflight(s, on_this_cpu=address is None and (s.resources.device == "cpu" or (
             s.resources.device == "auto" and not local_gpus())), cpus=num_cpus)
-        resources = _start_ray(opts, s)
-        if resources["gpu"]:
-            from orchestrator.packing import gpu_shares, memory_warnings
+        with progress.console(verbose, driver_log(run_dir)):  # Ray's own lines from its start on
+            resources = _start_ray(opts, s)
+            if resources["gpu"]:
+                from orchestrator.packing import gpu_shares, memory_warnings
 
-            for warning in memory_warnings(s.resources.gpu_memory_gb, gpu_shares(s)):
-                typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
-        typer.echo(f"Sweep {s.name!r} -> {run_dir}", err=True)
-        with progress.console(verbose, driver_log(run_dir)):
+                for warning in memory_warnings(s.resources.gpu_memory_gb, gpu_shares(s)):
+                    typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
+            typer.echo(f"Sweep {s.name!r} -> {run_dir}", err=True)
             sweep.launch(s, resources)
 
     _run_locked(run_dir, work, footprint)
@@ -439,12 +439,10 @@ def resume(
             fail(f"{run_dir}: Ray Tune saved no experiment state there yet; launch the spec again")
         _check_optuna_studies_open(s, run)
         _check_room(s, run, num_cpus, attached=address is not None)
-        with ctrl_c_remembered():
+        with ctrl_c_remembered(), progress.console(verbose, driver_log(run)):  # Ray's own lines from its start on
             resources = _start_ray(opts, s)
             try:
-                with progress.console(verbose, driver_log(run)):
-                    sweep.resume(run, s, resources,
-                                 say=lambda line: typer.secho(line, fg=typer.colors.YELLOW, err=True))
+                sweep.resume(run, s, resources, say=lambda line: typer.secho(line, fg=typer.colors.YELLOW, err=True))
             except ClusterError as e:
                 fail(str(e))
 

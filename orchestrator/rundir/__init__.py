@@ -6,9 +6,9 @@ import: status, report and notebooks read a run with Ray not running.
 
 from orchestrator.rundir.guard import (Footprint, RunDirError, RunLock, blocked_files, check_launch_dir, check_report_dir,
                                        check_storage, claim_trial_dir, driver_is_live, record_report, report_owned)
-from orchestrator.rundir.layout import (EARLIER_RESULTS, ERROR_FILE, FAILS_AGAIN, LOCK_FILE, MEMBER_FAILED, MLFLOW_FILE,
-                                        OPTUNA_FILE, PARAMS_FILE, PLAN_FILE, PLOT_FILES, REPORT_FILES, RESULTS_FILE,
-                                        SPEC_FILE, STARTED_OVER, STARTED_OVER_FILE, STOP_FILE, TRIAL_LOCK_FILE,
+from orchestrator.rundir.layout import (DRIVER_LOG, EARLIER_RESULTS, ERROR_FILE, FAILS_AGAIN, LOCK_FILE, MEMBER_FAILED,
+                                        MLFLOW_FILE, OPTUNA_FILE, PARAMS_FILE, PLAN_FILE, PLOT_FILES, REPORT_FILES,
+                                        RESULTS_FILE, SPEC_FILE, STARTED_OVER, STARTED_OVER_FILE, STOP_FILE, TRIAL_LOCK_FILE,
                                         WANDB_FAILED, is_trial_dir, small_text, sqlite_url, trial_names, trials_home)
 from orchestrator.rundir.records import (RecordError, driver_ended, read_plan, record_driver_end, set_aside_for_rebuild,
                                          set_aside_plan, spec_location,
@@ -18,9 +18,9 @@ from orchestrator.rundir.rows import (METRIC_KEYS, TrialFiles, catch_up, parse_r
                                       row_stored, stored_rows)
 from orchestrator.rundir.run import Run, load_trials, read_run
 
-__all__ = ["EARLIER_RESULTS", "ERROR_FILE", "FAILS_AGAIN", "Footprint", "LOCK_FILE", "MEMBER_FAILED", "METRIC_KEYS",
-           "MLFLOW_FILE", "OPTUNA_FILE", "PARAMS_FILE", "PLAN_FILE", "PLOT_FILES", "REPORT_FILES", "RESULTS_FILE",
-           "RecordError", "Run", "RunDirError", "RunLock", "SPEC_FILE", "STARTED_OVER", "STARTED_OVER_FILE",
+__all__ = ["DRIVER_LOG", "EARLIER_RESULTS", "ERROR_FILE", "FAILS_AGAIN", "Footprint", "LOCK_FILE", "MEMBER_FAILED",
+           "METRIC_KEYS", "MLFLOW_FILE", "OPTUNA_FILE", "PARAMS_FILE", "PLAN_FILE", "PLOT_FILES", "REPORT_FILES",
+           "RESULTS_FILE", "RecordError", "Run", "RunDirError", "RunLock", "SPEC_FILE", "STARTED_OVER", "STARTED_OVER_FILE",
            "STOP_FILE", "TRIAL_LOCK_FILE", "TrialFiles", "WANDB_FAILED", "blocked_files", "catch_up",
            "check_launch_dir", "check_report_dir", "check_storage", "claim_trial_dir", "driver_ended",
            "driver_is_live", "is_trial_dir", "load_trials", "parse_rows", "read_plan", "read_results", "read_run",

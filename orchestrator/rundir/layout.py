@@ -61,6 +61,7 @@ MEMBER_FAILED = ".icr-member-failed"  # a member of an array that failed on its 
 
 REPORT_MANIFEST = ".icr-report.json"
 DRIVER_FILE = ".icr-driver.json"
+DRIVER_LOG = "icr-sweep.log"  # Ray's and Tune's log lines of each launch and resume (orchestrator/progress.py)
 WANDB_FAILED = ".icr-wandb-failed"  # the first error of W&B's logging in this run: said once, and in the report
 PLOT_FILES = tuple(f"{METRICS[m].plot}_*.png" for m in PLOTTED) + ("frontier.png", "frontier_robust.png")
 REPORT_FILES = ("report.md", "results.csv", "best.csv", "frontier.csv", "frontier_robust.csv", *PLOT_FILES)
@@ -68,9 +69,9 @@ REPORT_FILES = ("report.md", "results.csv", "best.csv", "frontier.csv", "frontie
 # What a launch writes into its run directory before its first trial starts: its own
 # records (and their halves, where a write was cut short) and Ray Tune's (its storage
 # marker, tuner and experiment state).
-BEFORE_ANY_TRIAL = (LOCK_FILE, SPEC_FILE, PLAN_FILE, STOP_FILE, OPTUNA_FILE, MLFLOW_FILE, f"{SPEC_FILE}.tmp",
-                    f"{PLAN_FILE}.tmp", ".validate_storage_marker", "tuner.pkl", TUNE_STATE, "basic-variant-state-*.json",
-                    "search_gen_state-*.json", "searcher-state-*.pkl")
+BEFORE_ANY_TRIAL = (LOCK_FILE, SPEC_FILE, PLAN_FILE, STOP_FILE, OPTUNA_FILE, MLFLOW_FILE, DRIVER_LOG,
+                    f"{SPEC_FILE}.tmp", f"{PLAN_FILE}.tmp", ".validate_storage_marker", "tuner.pkl", TUNE_STATE,
+                    "basic-variant-state-*.json", "search_gen_state-*.json", "searcher-state-*.pkl")
 # Every name a launch writes at the top of its run directory, then or later (trials'
 # directories aside): a folder holding any of them is refused unless it is a run of this tool.
 LAUNCH_WRITES = BEFORE_ANY_TRIAL + (f"{TUNE_STATE}.damaged*", f"{PLAN_FILE}.damaged*", REPORT_MANIFEST, DRIVER_FILE,

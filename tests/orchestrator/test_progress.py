@@ -1,6 +1,6 @@
 """The console's view of a running sweep (orchestrator/progress.py): a line per
 change to a file or a pipe, one block redrawn in place on a terminal, Tune's table
-only with --verbose, and Ray's and Tune's log lines in the run's driver.log.
+only with --verbose, and Ray's and Tune's log lines in the run's icr-sweep.log.
 Driven by stand-ins for Tune's trials, as Tune's loop calls the reporter."""
 
 import logging
@@ -124,9 +124,9 @@ def test_verbose_hands_every_report_to_tunes_table_and_prints_nothing_of_its_own
 def test_ray_and_tunes_log_lines_go_to_the_log_file_and_come_back_to_the_console_afterwards(tmp_path):
     ray_logger = logging.getLogger("ray")
     before = ray_logger.handlers[:]
-    with console(verbose=False, log_file=tmp_path / "run" / "driver.log"):
+    with console(verbose=False, log_file=tmp_path / "run" / "icr-sweep.log"):
         logging.getLogger("ray.tune.tune").warning("Resume experiment with: Tuner.restore(path=...)")
-    assert "Resume experiment with: Tuner.restore" in (tmp_path / "run" / "driver.log").read_text()
+    assert "Resume experiment with: Tuner.restore" in (tmp_path / "run" / "icr-sweep.log").read_text()
     assert ray_logger.handlers == before
 
 

@@ -59,8 +59,8 @@ def test_a_tiny_sweep_completes_with_its_report_and_the_dashboard_up(tmp_path, r
     assert "1 trial(s) have a loss that is not finite before any update" in out and "Change the spec" in out
     assert "icr-sweep resume" not in out.split("failed (errors in the report)")[-1]  # a resume would not help
     # The NaN trial trained once; Tune's retry (max_failures 1) ended before training.
-    # Tune's own messages went to the run's driver.log, not the console (issue 64).
-    log = (storage / "istree_micro" / "driver.log").read_text()
+    # Tune's own messages went to the run's icr-sweep.log, not the console (issue 64).
+    log = (storage / "istree_micro" / "icr-sweep.log").read_text()
     nan_failures = [line for line in log.splitlines() if "RayTaskError(" in line and at_once in line]
     causes = [line.split("RayTaskError(")[1].split(")")[0] for line in nan_failures]
     assert causes == ["NonFiniteLoss", "FailsAgain"], log[-3000:]
@@ -213,11 +213,11 @@ def test_ctrl_c_stops_with_the_resume_command_and_every_trial_in_its_true_state(
     ours = re.sub(r"Exception ignored in.*?SystemExit: 1", "", out, flags=re.S)
     assert "Fatal Python error" not in out and "Traceback" not in ours, out[-3000:]
     assert out.rstrip().endswith(f"icr-sweep resume {run_dir}"), out[-3000:]
-    # Tune's and Ray's own lines for the stop went to driver.log (issue 64): "Resume experiment with:
+    # Tune's and Ray's own lines for the stop went to icr-sweep.log (issue 64): "Resume experiment with:
     # Tuner.restore(...)" was wrong advice for this tool.
     assert not re.search(r"Tuner\.restore|Failed to fetch metrics|FileNotFoundError|== Status ==| (INFO|WARNING) ", out
                          .split(f"Sweep 'killme' -> {run_dir}")[-1]), out[-3000:]
-    assert "Tuner.restore" in (run_dir / "driver.log").read_text()
+    assert "Tuner.restore" in (run_dir / "icr-sweep.log").read_text()
     states = read_run(run_dir).trials.set_index("trial")["state"].to_dict()
     assert len(states) == 3, states  # the never-started trial is listed too
     assert sorted(states.values()) == ["finished", "interrupted", "pending"], states
