@@ -17,7 +17,7 @@ from orchestrator.rundir import (MLFLOW_FILE, OPTUNA_FILE, PLOT_FILES, REPORT_FI
 from workloads.metrics import HEADLINE, METRICS, PLOTTED, SOLVED, rank_key
 from workloads.models import PRESETS, preset
 from workloads.models.config import SIZES
-from workloads.naming import preset_of, short_float, significant
+from workloads.naming import model_label, preset_of, short_float, significant
 from workloads.tasks import DEFAULT_TASK, TASKS
 
 GROUP = ["arch", "setup", "size", "n"]
@@ -433,7 +433,7 @@ def open_commands(run: Run, run_dir: str, local: Path) -> list[str]:
     where = str(run_dir).rstrip("/")
     out = [f"a notebook: `from icr_sweep import load_run; load_run({where!r})`"]
     if tracking.get("tensorboard", True) and next(local.glob("*/events.out.tfevents.*"), None):
-        out.append(f"TensorBoard: `{command('tensorboard', '--logdir', where)}`")
+        out.append(f"TensorBoard: `{command('tensorboard', '--logdir', where)}`{_missing('tensorboard')}")
     mlflow = tracking.get("mlflow")
     if mlflow is not None:
         uri = mlflow.get("tracking_uri") or f"sqlite:///{where}/{MLFLOW_FILE}"
@@ -445,13 +445,15 @@ def open_commands(run: Run, run_dir: str, local: Path) -> list[str]:
                 "&compareRunsMode=CHART (its runs, charted)" if number else "")
         opens = redact(uri) if uri.startswith("http") else command("mlflow", "ui", "--backend-store-uri", uri)
         out.append(f"MLflow: `{opens}`{runs} "
-                   f"(experiment {experiment}; in MLflow 3's own views choose \"Model training\")")
+                   f"(experiment {experiment}; in MLflow 3's own views choose \"Model training\")"
+                   + ("" if uri.startswith("http") else _missing("mlflow")))
     wandb = tracking.get("wandb")
     if wandb:
         if wandb.get("mode", "offline") == "offline":
             folder = f"{wandb.get('dir') or where}/wandb"
             out.append(f"W&B (offline): `{command('wandb', 'sync', folder)}/offline-run-*`, then the project "
-                       f"{wandb['project']}; here, without upload: `{command('wandb', 'beta', 'leet', folder)}`")
+                       f"{wandb['project']}; here, without upload: `{command('wandb', 'beta', 'leet', folder)}`"
+                       + _missing("wandb"))
         else:
             entity = f"{wandb['entity']}/" if wandb.get("entity") else ""
             out.append(f"W&B: https://wandb.ai/{entity}{wandb['project']} (group {wandb.get('group') or spec.get('name')})")
@@ -461,8 +463,25 @@ def open_commands(run: Run, run_dir: str, local: Path) -> list[str]:
     if search.get("method") == "optuna":
         storage = search.get("storage") or (f"sqlite:///{where}/{OPTUNA_FILE}" if (local / OPTUNA_FILE).exists() else None)
         if storage:
-            out.append(f"Optuna: `{command('optuna-dashboard', storage)}`")
+            out.append(f"Optuna: `{command('optuna-dashboard', storage)}`{_missing('optuna-dashboard')}")
     return out
+
+
+# What installs each command open_commands prints, and how to tell it is here: MLflow's
+# UI is not in mlflow-skinny (the project's tracker extra), whose `mlflow ui` serves no page.
+_INSTALLS = {"tensorboard": "tensorboard", "mlflow": "mlflow", "wandb": "wandb", "optuna-dashboard": "optuna-dashboard"}
+
+
+def _missing(tool: str) -> str:
+    """'' where this environment can run the command that opens `tool`; else what to install."""
+    import importlib.util
+    import shutil
+
+    here = shutil.which(tool) is not None
+    if here and tool == "mlflow":
+        spec = importlib.util.find_spec("mlflow")
+        here = bool(spec and spec.origin and (Path(spec.origin).parent / "server" / "js" / "build").is_dir())
+    return "" if here else f" (not installed here: `pip install {_INSTALLS[tool]}` first)"
 
 
 def _mlflow_experiment_id(db: Path, name: str) -> Optional[str]:
@@ -568,13 +587,9 @@ def best_table(run: Run) -> tuple[pd.DataFrame, dict]:
 
 
 def model_labels(table: pd.DataFrame) -> pd.Series:
-    """Each row's model as every table names it: its arch, and its size where that is
-    a variant of a preset (mamba (tiny-dstate1-nlayers4)), so that the variants of
-    one arch never fold into one (issue 53: a notebook's groupby on arch averaged
-    the two Mambas of the laptop run)."""
-    size = table["size"].astype(str)
-    variant = size != size.map(preset_of)
-    return table["arch"].astype(str).where(~variant, table["arch"].astype(str) + " (" + size + ")")
+    """Each row's model as every table names it (workloads.naming.model_label)."""
+    return pd.Series([model_label(arch, size) for arch, size in zip(table["arch"], table["size"])],
+                     index=table.index, dtype=object)
 
 
 def with_models(best: pd.DataFrame, run: Run) -> pd.DataFrame:

@@ -34,6 +34,7 @@ from orchestrator.storage import answer_timeout, is_remote
 from orchestrator.unpromised import wandb_callback
 from workloads.config import TRIAL_IDS, TrialConfig
 from workloads.metrics import HELD_OUT, METRICS, RESOLVED, measured
+from workloads.naming import model_label
 
 STEP = "samples"  # training samples: the x axis of every chart
 DIFFERS = bytes([7 << 3, 1])  # HParamInfo.differs = true: field 7, varint 1
@@ -64,7 +65,8 @@ def tracked_metrics(result: dict) -> dict:
 
 
 def tracked_params(trial: dict, swept: tuple[str, ...] = ()) -> dict:
-    """The trial's config (TrialConfig's JSON) as one flat dict: the ids, then the
+    """The trial's config (TrialConfig's JSON) as one flat dict: the model's label
+    (the report's), the ids, then the
     fields of `swept` (field names, the spec's task and model axes), then the rest;
     a model's recurrent mixer only where it has recurrent layers, attention's fields
     only where it has attention layers."""
@@ -77,7 +79,8 @@ def tracked_params(trial: dict, swept: tuple[str, ...] = ()) -> dict:
         for field in ("d_mlp", "n_heads", "rope_theta", "attn_init", "attn_layer_idx"):
             dump["model"].pop(field, None)
     flat = pd.json_normalize(dump, sep=".").iloc[0].to_dict()  # JSON: a tuple is a list here
-    out = {short: flat.pop(key) for key, short in TRIAL_IDS.items()}
+    # The report's model label first (issue 64: no tracker had it), then the ids.
+    out = {"model": model_label(model.arch, model.size), **{short: flat.pop(key) for key, short in TRIAL_IDS.items()}}
     if config.task_label:
         out["setup"] = config.setup
     for field in swept:
@@ -436,22 +439,24 @@ class MLflow(LoggerCallback):
             self.client.set_terminated(self.runs.pop(trial), status="KILLED")
 
 
+# The columns TensorBoard's HParams shows by default (it shows the first five of those
+# marked as differing, by name): what tells two trials apart (issue 64: the swept fields
+# marked too pushed seed, setup and size out, and two seeds read as identical rows).
+HPARAMS_SHOWN = ("setup", "model", "n", "lr", "seed")
+
+
 def hparams_of(spec: SweepSpec) -> tuple[dict, set[str]]:
-    """Every parameter a trial of `spec` logs, in the trackers' order (the ids, the
-    swept fields, the rest), each with a value of one trial that has it; and the
-    axes to show first: a trial's ids (arch, setup, size, n, lr, seed) and the
-    task's and model's fields the spec sweeps with more than one value."""
+    """Every parameter a trial of `spec` logs, in the trackers' order (the model's
+    label, the ids, the swept fields, the rest), each with a value of one trial that
+    has it; and those to show first (HPARAMS_SHOWN)."""
     from orchestrator.grid import shape_trials
 
     swept = swept_fields(spec)
-    params = [tracked_params(t.model_dump(mode="json"), swept) for t in shape_trials(spec)]
     example = {}
-    for trial in params:
-        for key, value in trial.items():
+    for trial in shape_trials(spec):
+        for key, value in tracked_params(trial.model_dump(mode="json"), swept).items():
             example.setdefault(key, value)
-    ids = {k for k in example if k in TRIAL_IDS.values() or k == "setup"}
-    fields = {k for k in example if k not in ids and k.rsplit(".", 1)[-1] in swept}
-    return example, ids | {k for k in fields if len({repr(p[k]) for p in params if k in p}) > 1}
+    return example, set(HPARAMS_SHOWN) & set(example)
 
 
 class EventFile:
@@ -490,10 +495,10 @@ class TensorBoard(LoggerCallback):
     end, its HParams session (the flat config, the latest of each figure). The
     HParams experiment (which parameters, which metrics) is written once, in the
     run directory: TensorBoard sorts parameters by whether they differ between
-    runs, then by name, and shows the first five, so that a trial's ids and the
-    swept fields are marked as differing: they come first and are shown, five of
-    them; every other one is listed after them (as each trial's own experiment,
-    TensorBoard listed them by name alone, and showed model.attn_init before setup)."""
+    runs, then by name, and shows the first five, so HPARAMS_SHOWN alone are marked
+    as differing: they come first and are shown; every other one is listed after
+    them (as each trial's own experiment, TensorBoard listed them by name alone,
+    and showed model.attn_init before setup)."""
 
     def __init__(self, swept: tuple[str, ...] = (), hparams: tuple[dict, set[str]] = ({}, set())):
         self.swept, (self.params, self.varying) = swept, hparams

@@ -31,6 +31,14 @@ def preset_of(size: str) -> str:
     return str(size).partition("-")[0]
 
 
+def model_label(arch: str, size: str) -> str:
+    """A model as every table and tracker names it: its arch, and its size where that
+    is a variant of a preset (mamba (tiny-dstate1-nlayers4)), so that the variants
+    of one arch never fold into one (issue 53: a notebook's groupby on arch averaged
+    the two Mambas of the laptop run)."""
+    return str(arch) if preset_of(size) == str(size) else f"{arch} ({size})"
+
+
 def short_float(value: float) -> str:
     """1e-3, 3e-4, 1.2345e-3: the fewest digits (at least three) that give `value`
     back exactly, so that two learning rates never share a trial name."""

@@ -134,8 +134,9 @@ def test_every_tracker_holds_each_trials_config_and_every_evaluation(tmp_path, r
     # the token).
     warnings = [line for line in console.splitlines() if " WARNING " in line and "Token authentication" not in line]
     assert not warnings, warnings
-    # Tune's table names the run directory, not Ray's temporary copy of it (issue 44).
-    assert f"Run directory: {run}" in console and "Result logdir" not in console, console[-3000:]
+    # The console names the run directory, not Ray's temporary copy of it (issue 44); Tune's
+    # table (and its `Result logdir`) is behind --verbose (issue 64).
+    assert f"Sweep 'tracked' -> {run}" in console and "Result logdir" not in console, console[-3000:]
     assert not [line for line in console.splitlines() if "wandb:" in line], console[-3000:]
     after = console.split("Open this run in:\n")[-1].splitlines()
     opened = after[:next((i for i, line in enumerate(after) if not line.startswith("  ")), len(after))]
@@ -178,8 +179,8 @@ def test_every_tracker_holds_each_trials_config_and_every_evaluation(tmp_path, r
         # The trial's directory in the run directory, not Ray's temporary copy (issue 44).
         assert config["trial_log_path"] == config["trial_dir"] == trial, config.get("trial_log_path")
         params = {k: v for k, v in config.items() if not k.startswith("_") and k != "trial_log_path"}
-        assert list(params)[:6] == ["arch", "setup", "size", "n", "lr", "seed"], list(params)
-        assert params["arch"] == trial.split("-")[0] and steps == samples[trial]
+        assert list(params)[:7] == ["model", "arch", "setup", "size", "n", "lr", "seed"], list(params)
+        assert params["model"] == params["arch"] == trial.split("-")[0] and steps == samples[trial]
         assert not bookkeeping & set(params) and "trial" not in params
         has_mixer = params["arch"] != "transformer"
         assert any(k.startswith("model.mixer.") for k in params) == has_mixer
@@ -200,6 +201,7 @@ def test_every_tracker_holds_each_trials_config_and_every_evaluation(tmp_path, r
         assert [m.value for m in history] == pytest.approx(expected[trial])
         assert [m.step for m in history] == samples[trial]
         assert r.data.params["arch"] == trial.split("-")[0] and r.data.params["n"] == trial.split("-n")[1].split("-")[0]
+        assert r.data.params["model"] == r.data.params["arch"]  # the report's label (issue 64)
         metrics = set(r.data.metrics)
         assert {"val/loss", "val/exact_match", "train/loss"} <= metrics, metrics
         assert not any(m.startswith("config") for m in metrics) and not bookkeeping & metrics, metrics
@@ -229,8 +231,8 @@ def test_every_tracker_holds_each_trials_config_and_every_evaluation(tmp_path, r
         assert session.session_start_info.hparams["scan_used"].string_value == ran
         assert session.session_start_info.hparams["device_used"].string_value == "cpu"
     # HParams (issue 44): one experiment, in the run directory (TensorBoard's logdir). TensorBoard
-    # sorts parameters by whether they differ, then by name, and shows the first five: a
-    # trial's ids and the swept fields are marked as differing, so they lead and are shown.
+    # sorts parameters by whether they differ, then by name, and shows the first five: the five
+    # that tell trials apart (setup, model, n, lr, seed; issue 64) are marked as differing.
     from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData
 
     (root,) = run.glob("events.out.tfevents.*")
@@ -243,9 +245,9 @@ def test_every_tracker_holds_each_trials_config_and_every_evaluation(tmp_path, r
         return info.SerializeToString().endswith(bytes([7 << 3, 1]))
 
     shown = [i.name for i in sorted(infos, key=lambda i: (not differs(i), i.name))][:5]
-    assert [i.name for i in infos if differs(i)] == ["arch", "setup", "size", "n", "lr", "seed"]
-    assert shown == ["arch", "lr", "n", "seed", "setup"], shown
-    assert [i.name for i in infos][:6] == ["arch", "setup", "size", "n", "lr", "seed"]
+    assert [i.name for i in infos if differs(i)] == ["model", "setup", "n", "lr", "seed"]
+    assert shown == ["lr", "model", "n", "seed", "setup"], shown
+    assert [i.name for i in infos][:7] == ["model", "arch", "setup", "size", "n", "lr", "seed"]
     assert {"params", "trial_dir", "model.mixer.d_state", "model.n_heads"} <= {i.name for i in infos}
     assert {m.name.tag for m in plugin.experiment.metric_infos} >= {"val/exact_match", "val/loss", "train/loss"}
 
@@ -306,8 +308,9 @@ def test_a_trials_parameters_are_flat_swept_values_first_and_only_what_its_model
                                          seeds=[0], model=dict(mamba=dict(d_state=[4]))))
     by_arch = {t.model.arch: tracked_params(t.model_dump(mode="json"), swept_fields(spec)) for t in expand(spec)}
     mamba, transformer = by_arch["mamba"], by_arch["transformer"]
-    assert list(mamba)[:7] == ["arch", "setup", "size", "n", "lr", "seed", "model.mixer.d_state"]
+    assert list(mamba)[:8] == ["model", "arch", "setup", "size", "n", "lr", "seed", "model.mixer.d_state"]
     assert mamba["model.mixer.d_state"] == 4 and mamba["size"] == "tiny-dstate4"
+    assert (mamba["model"], transformer["model"]) == ("mamba (tiny-dstate4)", "transformer")  # the report's labels
     assert not any(k.startswith("model.mixer") for k in transformer) and "model.n_heads" in transformer
     assert "model.n_heads" not in mamba and "model.attn_init" not in mamba  # no attention layer
     assert all(isinstance(v, (str, int, float, bool, type(None))) for p in by_arch.values() for v in p.values())
@@ -445,18 +448,29 @@ def test_a_wandb_key_the_server_knows_is_taken(wandb_server):
     ({"mamba": {"d_state": [1, 16], "expand": [1, 2]}}, ("d_state", "expand")),  # per arch, its fields' lists
     ({"mamba": [{}, {"d_state": 1, "n_layers": 4}]}, ("d_state", "n_layers")),   # per arch, a list of variants
 ])
-def test_every_field_a_spec_sweeps_is_marked_as_differing_whatever_the_axis_form(tmp_path, model, fields):
+def test_hparams_shows_what_tells_trials_apart_and_the_swept_fields_follow_whatever_the_axis_form(tmp_path, model,
+                                                                                                    fields):
     """Issue 53: for the laptop spec's form (a per-arch list of variants) swept_fields
-    gave ('mamba',), so TensorBoard marked neither d_state nor n_layers as differing."""
+    gave ('mamba',), so TensorBoard marked neither d_state nor n_layers as differing.
+    Issue 64: the swept fields marked as differing pushed seed, setup and size out of
+    HParams' five columns; the five shown are now setup, model, n, lr and seed, the
+    model's label (the report's) naming each variant, the swept fields next in order."""
+    from orchestrator.grid import expand
     from orchestrator.spec import SweepSpec
-    from orchestrator.trackers import TRACKED, hparams_of, swept_fields
+    from orchestrator.trackers import HPARAMS_SHOWN, TRACKED, hparams_of, swept_fields, tracked_params
 
     spec = SweepSpec(name="forms", storage=str(tmp_path), axes=dict(archs=["transformer", "mamba"], setups=["cot"],
                                                                      sizes=["tiny"], n=[5], model=model))
     assert swept_fields(spec) == fields
-    _, varying = hparams_of(spec)
-    assert {k for k in varying if k.rsplit(".", 1)[-1] in fields} == {f"model.mixer.{f}" if f != "n_layers" else
-                                                                       f"model.{f}" for f in fields}
+    example, shown = hparams_of(spec)
+    assert shown == set(HPARAMS_SHOWN) == {"setup", "model", "n", "lr", "seed"}
+    assert list(example)[:7] == ["model", "arch", "setup", "size", "n", "lr", "seed"]
+    params = [tracked_params(t.model_dump(mode="json"), fields) for t in expand(spec)]
+    labels = [p["model"] for p in params]
+    assert len(set(labels)) == len(labels) == len({(p["arch"], p["size"]) for p in params})  # each variant its own
+    assert "transformer" in labels and any(label.startswith("mamba (tiny-") for label in labels), labels
+    swept = [k for k in params[-1] if k.rsplit(".", 1)[-1] in fields]
+    assert list(params[-1])[7:7 + len(swept)] == swept  # the swept fields right after the ids
     assert list(TRACKED.values())[0] == "val/exact_match"  # exact match leads the metrics
 
 
@@ -531,3 +545,33 @@ def test_a_resumed_trial_continues_its_mlflow_run_and_a_stopped_one_is_not_left_
     assert run.info.status == "FINISHED"
     history = client.get_metric_history(run.info.run_id, "val/loss")
     assert sorted((m.step, m.value) for m in history) == [(1024, 0.8), (2048, 0.6), (2500, 0.55), (3072, 0.5)]
+
+
+def test_each_command_the_console_prints_runs_here_or_says_what_to_install(tmp_path, monkeypatch):
+    """Issue 64: the console printed `tensorboard --logdir ...` where the project's
+    environment has no tensorboard, and `mlflow ui` where mlflow-skinny serves no UI."""
+    import importlib.util
+
+    from orchestrator.report import open_commands
+    from orchestrator.rundir import Run
+
+    where = tmp_path / "run"
+    (where / "t").mkdir(parents=True)
+    (where / "t" / "events.out.tfevents.1").write_bytes(b"")
+    run = Run.__new__(Run)
+    run.spec = {"tracking": {"tensorboard": True, "mlflow": {}, "wandb": {"project": "p", "mode": "offline"}},
+                "search": {"method": "optuna", "storage": "sqlite:////tmp/o.db"}}
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", str(bin_dir))  # none of the four here
+    lines = dict(line.split(": ", 1) for line in open_commands(run, str(where), where)[1:])
+    for tool, package in (("TensorBoard", "tensorboard"), ("MLflow", "mlflow"), ("W&B (offline)", "wandb"),
+                          ("Optuna", "optuna-dashboard")):
+        assert lines[tool].endswith(f"(not installed here: `pip install {package}` first)"), lines[tool]
+    for program in ("tensorboard", "mlflow", "wandb", "optuna-dashboard"):
+        (bin_dir / program).write_text("#!/bin/sh\n")
+        (bin_dir / program).chmod(0o755)
+    lines = dict(line.split(": ", 1) for line in open_commands(run, str(where), where)[1:])
+    assert [tool for tool, line in lines.items() if "not installed here" in line] == (
+        [] if (Path(importlib.util.find_spec("mlflow").origin).parent / "server" / "js" / "build").is_dir()
+        else ["MLflow"])  # mlflow-skinny's `mlflow` runs, but serves no UI
