@@ -97,13 +97,15 @@ class SweepProgress(ProgressReporter):
 
     def __init__(self, planned_trials: int, planned_samples: int, table: ProgressReporter):
         self.planned_trials, self.planned_samples, self.table = planned_trials, planned_samples, table
+        self.kept = (0, 0)  # (trials, samples) finished before a rebuilt resume, which hands Tune the rest alone
         self._fresh()
 
     def __getstate__(self):  # pickled with the run: what it has seen and drawn stays behind
-        return {"planned_trials": self.planned_trials, "planned_samples": self.planned_samples, "table": self.table}
+        return {"planned_trials": self.planned_trials, "planned_samples": self.planned_samples, "table": self.table,
+                "kept": self.kept}
 
     def __setstate__(self, state):
-        self.__dict__.update(state)
+        self.__dict__.update({"kept": (0, 0), **state})
         self._fresh()
 
     def _fresh(self) -> None:
@@ -128,7 +130,7 @@ class SweepProgress(ProgressReporter):
         if first:
             self.first = (time.monotonic(), tally.samples)
             if tally.samples:  # a resume: what it restored comes first
-                events.insert(0, _restored(trials))
+                events.insert(0, _restored(trials, self.kept[0]))
         if _interactive():
             self._draw(events, tally, done)
         else:
@@ -182,7 +184,7 @@ class SweepProgress(ProgressReporter):
         return events
 
     def _tally(self, trials) -> Tally:
-        tally = Tally()
+        tally = Tally(finished=self.kept[0], started=self.kept[0], samples=self.kept[1])
         for trial in trials:
             result = trial.last_result or {}
             members = [n for n in self._members(trial) if n not in self.failed_members]
@@ -272,9 +274,9 @@ class SweepProgress(ProgressReporter):
             live.stop()
 
 
-def _restored(trials) -> str:
+def _restored(trials, kept: int = 0) -> str:
     """What a resume found: trials kept finished, and those that continue."""
-    finished = sum(len(_members(t)) for t in trials if t.status == "TERMINATED")
+    finished = kept + sum(len(_members(t)) for t in trials if t.status == "TERMINATED")
     going_on = sum(len(_members(t)) for t in trials if t.status != "TERMINATED" and t.last_result)
     return (f"resumed: {finished} finished trial(s) kept, {going_on} continue from their newest checkpoint")
 

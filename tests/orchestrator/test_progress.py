@@ -192,3 +192,16 @@ def test_launch_and_resume_offer_tunes_table_behind_verbose():
 def _no_force_terminal(monkeypatch):
     for var in ("FORCE_COLOR", "TTY_INTERACTIVE", "TTY_COMPATIBLE"):
         monkeypatch.delenv(var, raising=False)
+
+
+def test_a_rebuilt_resume_counts_the_finished_trials_tune_was_not_handed_again(capsys):
+    """A resume whose Tune state was rebuilt hands Tune the unfinished trials alone
+    (tune.rebuild): the finished ones are kept in the totals, not shown as pending."""
+    view = SweepProgress(3, 12288, table=Table())
+    view.kept = (1, 4096)
+    view = pickle.loads(pickle.dumps(view))  # as Tune stores and restores it
+    with console(verbose=False):
+        view.report([t(A, samples=2048, iteration=2), t(B)], done=False)
+    (line,) = lines(capsys)
+    assert line.startswith("resumed: 1 finished trial(s) kept, 1 continue from their newest checkpoint · "
+                           "1/3 finished, 0 running, 2 pending · 6,144/12,288 samples (50%)"), line
