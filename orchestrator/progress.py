@@ -224,7 +224,8 @@ class SweepProgress(ProgressReporter):
         return done / elapsed if done > 0 and elapsed > 0 else 0.0
 
     def _draw(self, events: list[str], tally: Tally, done: bool) -> None:
-        """The block, in place on the terminal, with each change printed above it."""
+        """The block, in place on the terminal, with each change of a trial's state
+        printed above it (an evaluation updates the block alone)."""
         from rich.live import Live
 
         if self.live is None and not done:
@@ -234,7 +235,8 @@ class SweepProgress(ProgressReporter):
         if self.live is None:
             return
         for event in events:
-            self.live.console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {event}", highlight=False)
+            if not event.startswith("evaluated "):  # the block's newest evaluation shows these
+                self.live.console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {event}", highlight=False)
         now = time.monotonic()
         if events or done or now - self.drawn_at >= REFRESH_S:
             self.drawn_at = now

@@ -172,6 +172,7 @@ def test_on_a_terminal_one_block_is_redrawn_in_place_with_each_change_above_it()
     assert "\x1b[1A" in text and "\x1b[2K" in text  # the block's lines erased and drawn again, not appended
     assert plain.count("finished, ") > 3  # redrawn as it changed
     assert re.search(rf"\d\d:\d\d:\d\d started {A}", plain) and re.search(rf"finished {A}: exact match", plain)
+    assert "evaluated " not in plain and f"newest evaluation: {A} at 4,096 samples" in plain  # in the block alone
     final = plain.split(f"finished {B}")[-1]
     assert "2/2 finished, 0 running, 0 pending" in final and "8,192/8,192 samples (100%)" in final
     assert plain.rstrip().endswith("after the view")  # the block closed before what follows
