@@ -8,6 +8,7 @@ Nothing here imports Ray: `train` runs without it."""
 import contextlib
 import os
 import signal
+import sys
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -38,13 +39,36 @@ EARLY_STOP = _EarlyStop()
 
 @contextlib.contextmanager
 def ctrl_c_remembered():
-    """Within it, a Ctrl-C is remembered (EARLY_STOP) as well as raised."""
+    """Within it, a Ctrl-C is remembered (EARLY_STOP) as well as raised, and SIGTERM
+    is a Ctrl-C (`sigterm_after_ray_start` keeps it one once Ray has started)."""
     EARLY_STOP.requested = False
-    previous = signal.signal(signal.SIGINT, EARLY_STOP.handler)
+    previous = {signal.SIGINT: signal.signal(signal.SIGINT, EARLY_STOP.handler),
+                signal.SIGTERM: signal.signal(signal.SIGTERM, _as_ctrl_c)}
+    unraisable = sys.unraisablehook
+
+    def quiet(info):  # the Ctrl-C raised inside a finalizer: remembered, not printed as "Exception ignored"
+        if not (issubclass(info.exc_type, KeyboardInterrupt) and EARLY_STOP.requested):
+            unraisable(info)
+
+    sys.unraisablehook = quiet
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        sys.unraisablehook = unraisable
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def sigterm_after_ray_start() -> None:
+    """SIGTERM a Ctrl-C again once ray.init has returned: Ray's own handler, which it
+    installs as it starts, ended the driver with a stack dump and SIGABRT (exit -6),
+    its run directory left half made (issue 64: a SIGTERM at start-up)."""
+    if signal.getsignal(signal.SIGINT) == EARLY_STOP.handler:  # within ctrl_c_remembered (a bound method: ==)
+        signal.signal(signal.SIGTERM, _as_ctrl_c)
+
+
+def _as_ctrl_c(signum, frame):
+    os.kill(os.getpid(), signal.SIGINT)
 
 
 def stop_if_asked_early() -> None:
@@ -108,10 +132,7 @@ def sigterm_as_ctrl_c():
     as Ctrl-C does: Tune saves its state, the trials keep their checkpoints, and
     the command ends with the report and the resume command. Installed after Ray
     starts, whose own handler would end the driver with a stack dump."""
-    def forward(signum, frame):
-        os.kill(os.getpid(), signal.SIGINT)
-
-    previous = signal.signal(signal.SIGTERM, forward)
+    previous = signal.signal(signal.SIGTERM, _as_ctrl_c)
     try:
         yield
     finally:

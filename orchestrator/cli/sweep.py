@@ -56,11 +56,13 @@ def driver_log(run_dir: str) -> Path:
 
 def _start_ray(opts: dict, spec):
     from orchestrator import cluster
+    from orchestrator.stopping import sigterm_after_ray_start
 
     typer.echo("Starting a local Ray with its dashboard (a few seconds) ..." if opts["address"] is None
                else f"Attaching to the Ray cluster at {opts['address']} ...", err=True)
     try:
         ctx, notes = cluster.start_ray(spec, **opts, say=lambda line: typer.echo(line, err=True))
+        sigterm_after_ray_start()
         for note in notes:
             typer.secho(note, fg=typer.colors.YELLOW, err=True)
         url = getattr(ctx, "dashboard_url", None)

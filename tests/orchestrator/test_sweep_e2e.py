@@ -403,10 +403,12 @@ def test_an_optuna_sweep_survives_time_checkpoints_a_ctrl_c_a_kill_and_its_resum
     assert told == sorted(zip(df["lr"], df["val_exact_match"])), (told, df[["lr", "val_exact_match"]])
 
 
-def test_a_stop_before_any_trial_started_leaves_no_run_behind(tmp_path, ray_temp):
-    """Ctrl-C as Ray comes up: one line, exit 130, and no half-made run directory for
-    the next launch to trip on (issue 28, class 8: 'Interrupted.', then 'no trial
-    results', exit 2, and a directory holding only a lock)."""
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_stop_before_any_trial_started_leaves_no_run_behind(tmp_path, ray_temp, sig):
+    """Ctrl-C (or SIGTERM) as Ray comes up: one line, exit 130, and no half-made run
+    directory for the next launch to trip on (issue 28, class 8: 'Interrupted.', then
+    'no trial results', exit 2, and a directory holding only a lock); none of Ray's or
+    Tune's lines (issue 64: they go to the run's log, which goes with the run)."""
     spec_path, storage = killme_spec(tmp_path), tmp_path / "runs"
     proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=free_port()),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -414,13 +416,14 @@ def test_a_stop_before_any_trial_started_leaves_no_run_behind(tmp_path, ray_temp
     for line in proc.stdout:
         seen += line
         if "Ray dashboard:" in line:
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(sig)
             break
     out = seen + proc.communicate(timeout=300)[0]
     shown = out[:2500] + "\n[...]\n" + out[-1500:]  # the head says when the signal was sent
     assert "Ray dashboard:" in seen, shown
     assert proc.returncode == 130, shown
     assert "Stopped before any trial started: nothing of this launch was kept" in out and "Traceback" not in out, shown
+    assert not re.search(r" (INFO|WARNING) |Tuner\.restore|== Status ==", out), shown
     assert not storage.exists()  # the launch made runs/ too
 
 

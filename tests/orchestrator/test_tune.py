@@ -313,6 +313,56 @@ def test_a_ctrl_c_swallowed_before_tunes_loop_still_stops_the_sweep():
     assert signal.getsignal(signal.SIGINT) is not EARLY_STOP.handler  # the previous handler is back
 
 
+def test_a_sigterm_at_start_up_is_a_ctrl_c_even_after_ray_installs_its_own_handler(monkeypatch):
+    """Issue 64: SIGTERM between Ray's start and Tune's loop met Ray's own handler,
+    which ended the driver with a stack dump and SIGABRT (exit -6), its run
+    directory left half made. And a Ctrl-C raised inside a finalizer is remembered,
+    not printed as "Exception ignored ... KeyboardInterrupt"."""
+    import gc
+    import os
+    import signal
+    import sys
+    import time
+
+    from orchestrator.stopping import ctrl_c_remembered, sigterm_after_ray_start, stop_if_asked_early
+
+    printed = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda info: printed.append(info.exc_type))
+
+    class Finalized:
+        def __init__(self, error):
+            self.error = error
+
+        def __del__(self):  # as the handler's KeyboardInterrupt does when it lands in a finalizer
+            raise self.error
+
+    with ctrl_c_remembered():
+        def rays(signum, frame):  # as ray.init replaces it (Ray's dumps the stack and aborts)
+            raise RuntimeError("Ray's SIGTERM handler")
+
+        signal.signal(signal.SIGTERM, rays)
+        sigterm_after_ray_start()
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)
+        with pytest.raises(KeyboardInterrupt):  # remembered: checked before Tune's loop
+            stop_if_asked_early()
+        Finalized(KeyboardInterrupt())
+        Finalized(ValueError("a finalizer's own failure"))
+        gc.collect()
+    assert printed == [ValueError]  # the Ctrl-C's not printed; anything else still is
+
+    def mine(signum, frame):
+        pass
+
+    previous = signal.signal(signal.SIGTERM, mine)
+    try:
+        sigterm_after_ray_start()  # outside a launch's start: SIGTERM is left alone
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def test_a_run_resumed_where_it_was_moved_writes_there_and_never_where_it_was_launched(tmp_path):
     """Issue 52 (found while checking its messages): a copy of a run whose resume
     rebuilt the sweep wrote Tune's new state into the original run directory (the
