@@ -16,7 +16,7 @@ from contextlib import contextmanager
 import ray
 from ray.tune.search import ConcurrencyLimiter, SearchGenerator, Searcher
 
-from orchestrator.rundir import tune_trial_dirs
+from orchestrator.rundir import tune_trial_dirs, tune_trial_ids
 
 PENDING_ENV = "TUNE_MAX_PENDING_TRIALS_PG"
 
@@ -74,6 +74,13 @@ class PlannedGrid(SearchGenerator):
         super().restore_from_dir(dirpath)
         self._counter = len(self.planned.handed & set(self.planned.names))
         self._finished = False  # the searcher says when every planned trial is made
+        if isinstance(self.searcher, ConcurrencyLimiter):
+            # The limiter's saved live trials, less those Tune's state lacks (made after
+            # Tune last saved it: a driver killed, a store fallen silent): those would
+            # never complete, and held their places for good (a resume waited forever).
+            limiter = self.searcher
+            limiter.live_trials &= tune_trial_ids(dirpath)
+            limiter.num_unfinished_live_trials = len(limiter.live_trials)
 
 
 def pending_trials() -> int:

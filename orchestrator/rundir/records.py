@@ -180,6 +180,13 @@ def _tune_state(path: Path) -> list[dict]:
     return [json.loads(trial_json) for trial_json, _ in json.loads(path.read_text())["trial_data"]]
 
 
+def tune_trial_ids(run_dir: str | Path) -> set[str]:
+    """Tune's id of each trial (or array) in its newest experiment state; empty where
+    there is no state."""
+    newest = _newest_state(run_dir)
+    return {trial["trial_id"] for trial in _tune_state(newest) if "trial_id" in trial} if newest else set()
+
+
 def tune_trial_dirs(run_dir: str | Path) -> set[str]:
     """The directory of each trial (or array) in Tune's newest experiment state, as
     Tune names it: arrays not expanded to their members. Empty where there is no

@@ -43,8 +43,9 @@ def test_a_grid_with_max_concurrent_holds_back_trials_until_one_completes():
     assert search.next_trial().config["trial"]["trial"] == "c"
 
 
-def _experiment_state(folder, names):
-    trial_data = [[json.dumps({"relative_logdir": name, "status": "TERMINATED"}), "{}"] for name in names]
+def _experiment_state(folder, names, ids=None):
+    trial_data = [[json.dumps({"relative_logdir": name, "status": "TERMINATED", "trial_id": trial_id}), "{}"]
+                  for name, trial_id in zip(names, ids or [f"id-{name}" for name in names])]
     (folder / "experiment_state-2026-11-27_00-00-00.json").write_text(json.dumps({"trial_data": trial_data}))
 
 
@@ -63,6 +64,31 @@ def test_a_restored_grid_hands_out_exactly_the_trials_tunes_state_lacks(tmp_path
     after = _generator(names)
     after.restore_from_dir(str(tmp_path))
     assert _created(after) == ["b", "d", "e"]
+
+
+@pytest.mark.parametrize("tune_kept_it", [False, True], ids=["tune-state-lacks-it", "tune-state-holds-it"])
+def test_a_restored_grid_with_max_concurrent_is_not_held_by_a_trial_tunes_state_lacks(tmp_path, tune_kept_it):
+    """A CI run's resume after an S3 store fell silent waited for good: Tune's
+    ConcurrencyLimiter restored as live a trial made after Tune last saved its state,
+    which therefore never completed and held the one place of max_concurrent 1. A
+    live trial Tune's state holds keeps its place until it completes."""
+    names = ["s0", "s1", "s2"]
+    before = _generator(names, max_concurrent=1)
+    first = before.next_trial()
+    before.on_trial_complete(first.trial_id, result={})
+    live = before.next_trial()  # s1, running when the driver stopped
+    before.save_to_dir(str(tmp_path), session_str="s")
+    kept = [("s0", first.trial_id)] + ([("s1", live.trial_id)] if tune_kept_it else [])
+    _experiment_state(tmp_path, [name for name, _ in kept], ids=[trial_id for _, trial_id in kept])
+
+    after = _generator(names, max_concurrent=1)
+    after.restore_from_dir(str(tmp_path))
+    if tune_kept_it:
+        assert after.next_trial() is None  # s1 is Tune's to resume, and holds the place
+        after.on_trial_complete(live.trial_id, result={})
+        assert after.next_trial().config["trial"]["trial"] == "s2"
+    else:
+        assert after.next_trial().config["trial"]["trial"] == "s1"  # made again, not lost
 
 
 def test_a_grid_gets_tunes_own_pending_allowance_and_optuna_and_a_users_setting_keep_theirs(monkeypatch):
