@@ -163,7 +163,6 @@ def plan(spec) -> dict:
             "chosen_by": [search.metric, search.mode, search.ties_by]}
 
 
-
 def planned_work(spec) -> tuple[int, int]:
     """(trials, training samples) the sweep runs in all: a grid's trials, an Optuna
     spec's trial budget per cell (the progress view's denominators)."""

@@ -117,6 +117,7 @@ class SweepProgress(ProgressReporter):
         self.newest: Optional[Evaluation] = None
         self.first: Optional[tuple[float, int]] = None  # (time, samples) when this driver first reported
         self.live, self.drawn_at = None, 0.0
+        self.interactive: Optional[bool] = None  # whether the console redraws: asked once, at the first report
 
     def should_report(self, trials, done: bool = False) -> bool:
         return self.table.should_report(trials, done) if _CONSOLE["verbose"] else True
@@ -131,7 +132,9 @@ class SweepProgress(ProgressReporter):
             self.first = (time.monotonic(), tally.samples)
             if tally.samples:  # a resume: what it restored comes first
                 events.insert(0, _restored(trials, self.kept[0]))
-        if _interactive():
+        if self.interactive is None:
+            self.interactive = _interactive()
+        if self.interactive:
             self._draw(events, tally, done)
         else:
             for event in events:
@@ -205,16 +208,20 @@ class SweepProgress(ProgressReporter):
 
     def summary(self, tally: Tally) -> str:
         """The sweep in one line: trials, samples, rate and time left."""
+        return " · ".join(self._summary_parts(tally))
+
+    def _summary_parts(self, tally: Tally) -> list[str]:
+        """The trials; the samples; the rate and the time left, where measured."""
         pending = max(0, self.planned_trials - tally.started) + tally.waiting
-        line = (f"{tally.finished}/{self.planned_trials} finished, {len(tally.running)} running, {pending} pending"
-                + (f", {tally.failed} failed" if tally.failed else ""))
+        parts = [f"{tally.finished}/{self.planned_trials} finished, {len(tally.running)} running, {pending} pending"
+                 + (f", {tally.failed} failed" if tally.failed else "")]
         share = f" ({100 * tally.samples / self.planned_samples:.0f}%)" if self.planned_samples else ""
-        line += f" · {tally.samples:,}/{self.planned_samples:,} samples{share}"
+        parts.append(f"{tally.samples:,}/{self.planned_samples:,} samples{share}")
         rate = self._rate(tally)
         if rate:
             left = max(0, self.planned_samples - tally.samples) / rate
-            line += f" · {rate:,.0f} samples/s" + (f" · about {format_duration(left)} left" if left >= 1 else "")
-        return line
+            parts += [f"{rate:,.0f} samples/s"] + ([f"about {format_duration(left)} left"] if left >= 1 else [])
+        return parts
 
     def _rate(self, tally: Tally) -> float:
         """Samples per second trained since this driver started (0 before any)."""
@@ -250,7 +257,7 @@ class SweepProgress(ProgressReporter):
         from rich.table import Table
         from rich.text import Text
 
-        trials, *rest = self.summary(tally).split(" · ")
+        trials, *rest = self._summary_parts(tally)
         bar = Table.grid(padding=(0, 1))
         bar.add_row(ProgressBar(total=max(1, self.planned_samples), completed=tally.samples, width=40),
                     Text(" · ".join(rest)))

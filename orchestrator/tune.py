@@ -374,9 +374,8 @@ def rebuild(run_dir: str, spec: SweepSpec, trainable, run_config, problem: str, 
         trials = load_trials(local, planned, locked=False)
         finished = set(trials.loc[trials["state"] == "finished", "trial"]) if len(trials) else set()
     left = [config for name, config in planned.items() if name not in finished]
-    if isinstance(run_config.progress_reporter, SweepProgress):  # the finished trials, not handed to Tune again
-        done = trials[trials["trial"].isin(finished)] if len(trials) else trials
-        run_config.progress_reporter.kept = (len(finished), int(done["samples"].fillna(0).sum()) if len(done) else 0)
+    kept = int(trials.loc[trials["trial"].isin(finished), "samples"].fillna(0).sum()) if finished else 0
+    run_config.progress_reporter.kept = (len(finished), kept)  # the finished trials, not handed to Tune again
     if not is_remote(run_dir):
         set_aside_for_rebuild(run_dir, [name for name in planned if name not in finished])
     say(f"Tune's state of {run_dir} cannot be used ({problem}); the sweep is rebuilt from the spec and the trial "

@@ -133,6 +133,12 @@ def report(
     say_failed(write_and_print_report(run_location(run_dir), out, solved))
 
 
+def local_copy(run_name: str) -> Path:
+    """Where a remote run's report is copied here by default (and its driver's log
+    kept): ./reports/NAME."""
+    return Path("reports") / run_name
+
+
 def say_failed(trials) -> list[str]:
     """Names the trials that failed for good, if any; returns them."""
     failed = sorted(trials.loc[trials["state"] == "error", "trial"])
@@ -177,7 +183,7 @@ def write_and_print_report(run_dir: str, out: Optional[Path] = None, solved: flo
             if out is not None and Path(out).resolve() == Path(local).resolve():
                 out = None  # --out the run directory itself: the report is there already
             if remote or out is not None:
-                out = out or Path("reports") / local.name
+                out = out or local_copy(local.name)
                 check_report_dir(out, flag="--out")  # a folder of the user's: no file of theirs is replaced
                 out.mkdir(parents=True, exist_ok=True)
                 for file in files:

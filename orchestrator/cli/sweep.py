@@ -47,11 +47,12 @@ def _ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus):
 def driver_log(run_dir: str) -> Path:
     """Where Ray's and Tune's log lines of a launch or resume go (orchestrator.progress):
     the run directory's icr-sweep.log; a remote run's beside its local report copy."""
+    from orchestrator.cli.results import local_copy
     from orchestrator.rundir import DRIVER_LOG
     from orchestrator.storage import is_remote
 
-    return Path("reports") / run_dir.rstrip("/").rsplit("/", 1)[-1] / DRIVER_LOG if is_remote(run_dir) \
-        else Path(run_dir) / DRIVER_LOG
+    folder = local_copy(run_dir.rstrip("/").rsplit("/", 1)[-1]) if is_remote(run_dir) else Path(run_dir)
+    return folder / DRIVER_LOG
 
 
 def _start_ray(opts: dict, spec):
