@@ -149,66 +149,98 @@ class ArrayModel(nn.Module):
 
 class MemberAdam:
     """Adam (AdamW with weight decay 0, as a lone trial's) over an array's
-    parameters, each member's slice at its own rate: torch's single-tensor AdamW,
-    its step size a per-member factor of the first moment. Members step together
-    (one array step is one step of each); a member whose rate is 0 (failed) stays."""
+    parameters, each member's slice at its own rate: torch's AdamW arithmetic
+    (its single-tensor form) as a few multi-tensor calls (`torch._foreach_*`) over
+    every parameter, each member's update one call over its own slices at its own
+    step size, so that a step's launches do not grow with the parameters times the
+    members and nothing waits on the GPU. Members step together (one array step is
+    one step of each); a member left out of `step`'s rates (failed) stays as it is.
+    Gradients are zeroed in place, not dropped, so each member's slices of them
+    are views made once (`clip` scales them)."""
 
     def __init__(self, model: ArrayModel, betas=(0.9, 0.999), eps: float = 1e-8):
         self.model, self.betas, self.eps = model, betas, eps
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.state = {id(p): (torch.zeros_like(p), torch.zeros_like(p)) for p in self.params}
+        self.denoms = {id(p): torch.zeros_like(p) for p in self.params}
         self.steps = 0
+        self._adam = self._grads = None  # (what they were made for, each member's slices): remade when it changes
+
+    def _member_slices(self, rows) -> list[list[list[torch.Tensor]]]:
+        """Each member's slices of each row's tensors (a row's first is the
+        parameter, whose owner says which part is whose), as columns:
+        `[member][column][parameter]`."""
+        members = [[] for _ in range(self.model.k)]
+        for p, *others in rows:
+            owner = self.model.member_of(p)
+            for k in range(self.model.k) if owner is None else (owner,):
+                members[k].append([t if owner is not None else t[k] for t in (p, *others)])
+        return [[list(column) for column in zip(*own)] for own in members]
+
+    def _live(self) -> list[nn.Parameter]:
+        """The parameters with a gradient (torch's Adam skips the others)."""
+        return [p for p in self.params if p.grad is not None]
+
+    def grad_slices(self) -> list[list[torch.Tensor]]:
+        """Each member's slices of the gradients (views, remade only when a gradient tensor is new)."""
+        live = self._live()
+        grads = [p.grad for p in live]
+        made_for = self._grads[0] if self._grads else []
+        if len(grads) != len(made_for) or any(a is not b for a, b in zip(grads, made_for)):
+            self._grads = grads, [own[1] for own in self._member_slices([(p, p.grad) for p in live])]
+        return self._grads[1]
 
     @torch.no_grad()
-    def step(self, rates: list[float]) -> None:
+    def clip(self, max_norm: float) -> torch.Tensor:
+        """torch's clip_grad_norm_ for each member over its own gradients; returns
+        the members' norms before clipping (K,), on the device."""
+        slices = self.grad_slices()
+        norms = torch.stack(torch._foreach_norm([g for own in slices for g in own]))
+        norms = torch.stack([torch.linalg.vector_norm(part) for part in norms.split([len(own) for own in slices])])
+        coef = torch.clamp(max_norm / (norms + 1e-6), max=1.0)
+        for k, own in enumerate(slices):
+            torch._foreach_mul_(own, coef[k])
+        return norms
+
+    @torch.no_grad()
+    def step(self, rates: dict[int, float]) -> None:
+        """One step of every member, member k at rate `rates[k]`; a member not in
+        `rates` (failed) stays: its moments move, its parameters do not."""
         (beta1, beta2), self.steps = self.betas, self.steps + 1
         correction1, correction2_sqrt = 1 - beta1**self.steps, (1 - beta2**self.steps) ** 0.5
-        sizes = [rate / correction1 for rate in rates]
-        for p in self.params:
-            if p.grad is None:
-                continue
-            exp_avg, exp_avg_sq = self.state[id(p)]
-            exp_avg.lerp_(p.grad, 1 - beta1)
-            exp_avg_sq.mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
-            denom = (exp_avg_sq.sqrt() / correction2_sqrt).add_(self.eps)
-            k = self.model.member_of(p)
-            if k is not None:
-                p.addcdiv_(exp_avg, denom, value=-sizes[k])
-            else:
-                size = torch.tensor(sizes, dtype=p.dtype, device=p.device).view(-1, *[1] * (p.dim() - 1))
-                p.addcdiv_(exp_avg * size, denom, value=-1.0)
+        live = self._live()
+        grads = [p.grad for p in live]
+        avgs, squares = ([self.state[id(p)][i] for p in live] for i in (0, 1))
+        denoms = [self.denoms[id(p)] for p in live]
+        torch._foreach_lerp_(avgs, grads, 1 - beta1)
+        torch._foreach_mul_(squares, beta2)
+        torch._foreach_addcmul_(squares, grads, grads, value=1 - beta2)
+        torch._foreach_copy_(denoms, squares)
+        torch._foreach_sqrt_(denoms)
+        torch._foreach_div_(denoms, correction2_sqrt)
+        torch._foreach_add_(denoms, self.eps)
+        if self._adam is None or self._adam[0] != [id(p) for p in live]:
+            self._adam = [id(p) for p in live], self._member_slices(list(zip(live, avgs, denoms)))
+        params, numerators, divisors, sizes = [], [], [], []
+        for k, rate in rates.items():
+            own_params, own_avgs, own_denoms = self._adam[1][k]
+            params += own_params
+            numerators += own_avgs
+            divisors += own_denoms
+            sizes += [-rate / correction1] * len(own_params)
+        if params:
+            torch._foreach_addcdiv_(params, numerators, divisors, sizes)
 
     def zero_grad(self) -> None:
-        for p in self.params:
-            p.grad = None
+        grads = [p.grad for p in self._live()]
+        if grads:
+            torch._foreach_zero_(grads)
 
     def moments(self, p: nn.Parameter, index: Optional[int]) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
         """A member's first and second moments of `p` (its slice `index` where stacked; views)."""
         if id(p) not in self.state:
             return None
         return tuple(m if index is None else m[index] for m in self.state[id(p)])
-
-
-def clip_per_member(model: ArrayModel, max_norm: float) -> torch.Tensor:
-    """torch's clip_grad_norm_ for each member over its own gradients; returns the
-    members' norms before clipping (K,)."""
-    squares = [[] for _ in range(model.k)]
-    for p in model.parameters():
-        if p.grad is None:
-            continue
-        k = model.member_of(p)
-        if k is not None:
-            squares[k].append(torch.linalg.vector_norm(p.grad))
-        else:
-            for j, norm in enumerate(torch.linalg.vector_norm(p.grad.flatten(1), dim=1)):
-                squares[j].append(norm)
-    norms = torch.stack([torch.linalg.vector_norm(torch.stack(s)) for s in squares])
-    coef = torch.clamp(max_norm / (norms + 1e-6), max=1.0)
-    for p in model.parameters():
-        if p.grad is not None:
-            k = model.member_of(p)
-            p.grad.mul_(coef[k] if k is not None else coef.view(-1, *[1] * (p.dim() - 1)))
-    return norms
 
 
 def array_key(config: TrialConfig) -> dict:
@@ -270,7 +302,8 @@ class TrialArray:
         """One optimiser step of every member; returns their losses (K,), detached."""
         tc, device = self.trials[0].config.train, self.trials[0].device
         parts, supervised = self.batches()
-        supervised = torch.tensor([max(1, s) for s in supervised], device=device)
+        supervised = torch.tensor([max(1, s) for s in supervised], dtype=torch.float32)  # to the GPU without a sync
+        supervised = (supervised.pin_memory() if device.type == "cuda" else supervised).to(device, non_blocking=True)
         self.optimizer.zero_grad()
         total = torch.zeros(self.k, device=device)
         for part in parts:
@@ -281,9 +314,9 @@ class TrialArray:
             losses.sum().backward()
             total += losses.detach()
         if tc.grad_clip is not None:
-            clip_per_member(self.model, tc.grad_clip)
+            self.optimizer.clip(tc.grad_clip)
         factor = lr_factor(self.optimizer.steps, self.warmup_steps, self.total_steps)
-        self.optimizer.step([0.0 if k in self.failed else t.config.train.lr * factor for k, t in enumerate(self.trials)])
+        self.optimizer.step({k: self.trials[k].config.train.lr * factor for k in self.active})
         self.samples += sum(len(p.lengths) for p in parts) // self.k
         return total
 

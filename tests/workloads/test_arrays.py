@@ -8,6 +8,7 @@ import time
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from workloads.arrays import MembersInTurn, TrialArray
 from workloads.models.stacked import StackedLinear, StackedRMSNorm
@@ -141,6 +142,59 @@ def test_trials_that_differ_in_more_than_rate_and_seed_are_refused():
     a, b = _configs("transformer", rates=RATES[:1]) + _configs("transformer", rates=RATES[1:2], batch_size=8)
     with pytest.raises(ValueError, match=r"cannot train in one array with .*train\.batch_size"):
         TrialArray([a, b])
+
+
+class _Ops(TorchDispatchMode):
+    """Counts the operators called (a multi-tensor call counts once)."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _optimiser_ops(k: int) -> tuple[int, int]:
+    """The operators one clip and one Adam step of an array of k tiny Transformers call."""
+    array = TrialArray(_configs("transformer", rates=[1e-3] * k, seeds=range(k)))
+    array.step()
+    counted = []
+    for run in (lambda: array.optimizer.clip(0.5), lambda: array.optimizer.step({j: 1e-3 for j in range(k)})):
+        with _Ops() as ops:
+            run()
+        counted.append(ops.count)
+    return tuple(counted)
+
+
+def test_an_arrays_optimiser_calls_do_not_grow_with_its_parameters_times_its_members(thread_pools):
+    """Adam's step is the same few multi-tensor calls for any K, and clipping adds
+    three per member (its norm, its coefficient, its scaling), where a loop over each member's slice
+    of each parameter made a step's kernel launches (and, on a GPU, its wait on
+    them) grow with both."""
+    (clip_2, adam_2), (clip_5, adam_5) = _optimiser_ops(2), _optimiser_ops(5)
+    assert adam_5 == adam_2 <= 12
+    assert clip_5 - clip_2 <= 3 * 3
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("arch", ["transformer", "mamba", "hybrid"])
+def test_an_arrays_step_never_waits_on_the_gpu(arch):
+    """An array's step (its batches' copies, forward, backward, clipping and Adam)
+    queues work without a host-device sync: torch's sync debug mode raises on one."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    array = TrialArray(_configs(arch, setup="retrieval", device="cuda", length_groups=4))
+    array.step()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(3):
+            array.step()
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    torch.cuda.synchronize()
 
 
 @pytest.mark.gpu
