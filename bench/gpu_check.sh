@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
 # The device check (issue 60) on a fresh GPU machine. Here first: scripts/gpu-prepare (writes
-# .gpu/, mamba-ssm compiled here: the device's set-up took 10-14 s on 2026-11-28). Then, as
-# 15 minutes of device time hold (timings of 2026-11-28, H100), two calls, the second at once
-# after the first (a machine goes back 30 s after a call):
+# .gpu/, mamba-ssm compiled here: the device's set-up took 10-14 s on 2026-11-28) and
+# `git show REV:workloads/arrays.py > .gpu/arrays_REV.py` for the arrays bench's third side
+# (AGAINST=.gpu/arrays_REV.py). Then, as 15 minutes of device time hold, two calls, the
+# second at once after the first (a machine goes back 30 s after a call):
 #   carry: [".gpu"]   command: STEPS="tests path profile" bash bench/gpu_check.sh   timeout_s: 330
-#   carry: [".gpu"]   command: STEPS="arrays sweep" bash bench/gpu_check.sh       timeout_s: 360
+#   carry: [".gpu"]   command: STEPS="arrays sweep" bash bench/gpu_check.sh       timeout_s: 330
 # It installs the project from .gpu (scripts/gpu-env.sh: seconds, no build), then:
 #   1. pytest -m gpu (our scans against mamba-ssm's and fla's kernels, the fused scans of
-#      arrays against their members each in turn), and beside it on the same GPU
-#      bench/gpu_path.py: a slice of istree_grid.yaml (retrieval n=16, 0.5M, the three
-#      archs, four seeds) launched in arrays of 4, stopped with SIGINT mid-run, resumed and
-#      reported, each member's evaluations counted;
-#   2. bench/profile_step.py: one step per architecture at retrieval n=16 and n=64 (0.5M):
-#      GPU idle share, top kernels, syncs per step, the data path's share (alone on the GPU);
+#      arrays against their members each in turn, an array's step under torch's sync
+#      debug mode), and beside it on the same GPU bench/gpu_path.py: a slice of
+#      istree_grid.yaml (retrieval n=16, 0.5M, the three archs, four seeds) launched in
+#      arrays of 4, stopped with SIGINT mid-run, resumed and reported, each member's
+#      evaluations counted;
+#   2. bench/profile_step.py: one step per architecture at retrieval n=16 and n=64 (0.5M),
+#      a lone trial's and an array's of 8: GPU idle share, top kernels, syncs and kernels
+#      per step, the data path's share (alone on the GPU);
 #   3. bench/bench_arrays.py: samples/s of arrays of K = 1, 4, 8, 16 members against K
-#      separate trials, side by side, per architecture at n=16 and n=64 (alone on the GPU);
+#      separate trials (and against the array of $AGAINST), side by side, per
+#      architecture at n=16 and n=64 (alone on the GPU);
 #   4. bench/bench_sweep.py: the 12-trial slice of istree_grid.yaml through the real launch
 #      path for 90 s: rates per trial class, and the grids' projected wall time on this GPU.
 # Figures land in $OUT/results/ (the device named in each file's name and "device" field):
@@ -26,6 +30,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=${OUT:-/tmp/gpu_check}
 STEPS=${STEPS:-"tests path profile arrays sweep"}
 ARRAYS=${ARRAYS:-"--archs transformer mamba hybrid --n 16 64 --k 1 4 8 16"}
+AGAINST=${AGAINST:-$(ls .gpu/arrays_*.py 2>/dev/null | head -1)}
 mkdir -p "$OUT/results" /tmp/gpu_logs
 started=$SECONDS
 source scripts/gpu-env.sh > /tmp/gpu_logs/setup.log 2>&1 || { echo "set-up failed"; tail -20 /tmp/gpu_logs/setup.log; exit 1; }
@@ -45,20 +50,22 @@ wanted() { [[ " $STEPS " == *" $1 "* ]]; }
 if wanted tests; then
     # mamba-ssm's first (the paper's Mamba and hybrid), fla's last: Triton compiles fla's kernels
     # on first use, minutes for some, so a slow one cannot hide the others' results
-    step gpu_tests 180 python3 -m pytest -v -m gpu -p no:cacheprovider --timeout 150 --durations=0 \
+    step gpu_tests 200 python3 -m pytest -v -m gpu -p no:cacheprovider --timeout 150 --durations=0 \
         tests/workloads/models/test_models.py tests/workloads/test_arrays.py tests/workloads/models/test_mamba2.py \
         tests/workloads/models/test_gated_deltanet.py tests/workloads/models/test_rwkv7.py \
         tests/workloads/models/test_gated_deltaproduct.py &
 fi
 if wanted path; then
-    step gpu_path 180 python3 bench/gpu_path.py --timeout 150 --out "$OUT/results/gpu_path_$device.json"
+    step gpu_path 215 python3 bench/gpu_path.py --timeout 200 --samples 12288 --eval-every 4096 \
+        --out "$OUT/results/gpu_path_$device.json"
 fi
 wait
-wanted profile && step profile 90 python3 bench/profile_step.py --steps 3 --out "$OUT/results/profile_$device.json"
+wanted profile && step profile 80 python3 bench/profile_step.py --steps 3 --array-k 8 \
+    --out "$OUT/results/profile_$device.json"
 # shellcheck disable=SC2086
 wanted arrays && step arrays 180 python3 bench/bench_arrays.py $ARRAYS --min-seconds 1 \
-    --out "$OUT/results/arrays_$device.json"
-wanted sweep && step sweep 140 python3 bench/bench_sweep.py --device cuda --seconds 90 --eval-every 10000 \
+    ${AGAINST:+--against "$AGAINST"} --out "$OUT/results/arrays_$device.json"
+wanted sweep && step sweep 130 python3 bench/bench_sweep.py --device cuda --seconds 90 --eval-every 10000 \
     --out "$OUT/results/sweep_$device.json"
 for run in /tmp/gpu_path-*; do cp "$run"/*.log /tmp/gpu_logs/ 2>/dev/null; done
 tar czf "$OUT/logs.tar.gz" --exclude='checkpoint_*' --exclude='*.pt' -C /tmp gpu_logs $(cd /tmp && ls -d gpu_path-*/runs 2>/dev/null)

@@ -36,6 +36,12 @@ def step_config(arch: str, setup: str, n: int, size: str, device: str, lr: float
                         warmup_samples=640, eval_every=10**8, device=device)
 
 
+def array_configs(config, k: int) -> list:
+    """k trials of `config` that differ in rate and seed alone (rates spread over a decade below its own)."""
+    return [config.model_copy(update=dict(train=config.train.model_copy(update=dict(lr=config.train.lr * 10 ** (-i / k),
+                                                                                      seed=i)))) for i in range(k)]
+
+
 def lone_run(config) -> _Run:
     """A lone trial's loop (length groups, AdamW, LambdaLR), its model training."""
     trial = Trial(config)

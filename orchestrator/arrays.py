@@ -31,11 +31,11 @@ def members_per_array(resources_spec, on_gpu: bool, trials: list[TrialConfig]) -
         return fuse
     if not on_gpu or not trials:
         return 1
-    from orchestrator.packing import GPU_HEADROOM
+    from orchestrator.packing import GPU_HEADROOM, gpu_memory_gb
     from workloads.memory import GiB, trial_estimate
 
     need = max(trial_estimate(t).total for t in trials) / GiB
-    return max(1, min(MOST_MEMBERS, int(resources_spec.gpu_memory_gb * GPU_HEADROOM // need)))
+    return max(1, min(MOST_MEMBERS, int(gpu_memory_gb(resources_spec) * GPU_HEADROOM // need)))
 
 
 def arrays(trials: list[dict], fuse: int) -> list[dict]:

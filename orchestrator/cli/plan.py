@@ -79,7 +79,7 @@ def _rows(s, on_gpu: bool) -> tuple[list[dict], dict]:
 
 
 def _print_plan(s, rows, shares, fuse, on_gpu, device_name, devices, rates) -> None:
-    from orchestrator.packing import memory_warnings
+    from orchestrator.packing import gpu_memory_gb, gpu_memory_said, memory_warnings
 
     print_table([{k: v for k, v in r.items() if k != "config"} for r in rows])
     n_trials = sum(r.get("trials", 1) for r in rows)
@@ -92,8 +92,8 @@ def _print_plan(s, rows, shares, fuse, on_gpu, device_name, devices, rates) -> N
         _say_arrays(s, rows, fuse, on_gpu)
     if on_gpu:
         typer.echo(f"gpu_mem_gb: estimated peak GPU memory of a training step (workloads/memory.py), "
-                   f"against {s.resources.gpu_memory_gb:g} GB GPUs (resources.gpu_memory_gb)")
-        for warning in memory_warnings(s.resources.gpu_memory_gb, shares):
+                   f"against {gpu_memory_said(s.resources)}")
+        for warning in memory_warnings(gpu_memory_gb(s.resources), shares):
             typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
     typer.echo(_projection_line(s, device_name, devices, rates))
 
@@ -127,17 +127,9 @@ def _say_arrays(s, rows: list[dict], fuse: int, on_gpu: bool) -> None:
 
 def local_gpus() -> list[str]:
     """The names of this machine's GPUs, as nvidia-smi gives them (none without it)."""
-    import shutil
-    import subprocess
+    from orchestrator.packing import nvidia_smi
 
-    if not shutil.which("nvidia-smi"):
-        return []
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [line.strip() for line in out.splitlines() if line.strip()]
+    return nvidia_smi("name")
 
 
 def _projection_line(s, device_name: Optional[str], devices: Optional[float], rates: Optional[Path]) -> str:

@@ -279,9 +279,9 @@ def launch(
         with progress.console(verbose, driver_log(run_dir)):  # Ray's own lines from its start on
             resources = _start_ray(opts, s)
             if resources["gpu"]:
-                from orchestrator.packing import gpu_shares, memory_warnings
+                from orchestrator.packing import gpu_memory_gb, gpu_shares, memory_warnings
 
-                for warning in memory_warnings(s.resources.gpu_memory_gb, gpu_shares(s)):
+                for warning in memory_warnings(gpu_memory_gb(s.resources), gpu_shares(s)):
                     typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
             typer.echo(f"Sweep {s.name!r} -> {run_dir}", err=True)
             sweep.launch(s, resources)

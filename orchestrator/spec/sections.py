@@ -275,8 +275,10 @@ class ResourcesSpec(Section):
         1.0, description="a GPU or a fraction of one, in (0, 1]; auto: per trial, the smallest of "
         "1/8, 1/4, 1/2 or 1 GPU that its estimated peak memory fits (`icr-sweep plan` shows them)",
     )
-    gpu_memory_gb: float = Field(40.0, gt=0, description="memory of the GPUs trials run on (A100 40 GB by default): "
-                                 "plan's fit check and gpus_per_trial: auto use it")
+    gpu_memory_gb: Union[float, Literal["auto"]] = Field(
+        40.0, description="memory of the GPUs trials run on (A100 40 GB by default): plan's fit check, gpus_per_trial: "
+        "auto and fuse: auto pack trials against it; auto: this machine's GPU's (nvidia-smi; the smallest of several), "
+        "40 where it has none (a cluster's head)")
 
     @field_validator("gpus_per_trial", mode="before")
     @classmethod
@@ -286,6 +288,15 @@ class ResourcesSpec(Section):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
             raise ValueError(f"a GPU or a fraction of one, in (0, 1], or auto; got {value!r}")
         return float(value)
+    @field_validator("gpu_memory_gb", mode="before")
+    @classmethod
+    def _gigabytes(cls, value):
+        if value == "auto":
+            return value
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise ValueError(f"a finite number of GB greater than 0, or auto; got {value!r}")
+        return float(value)
+
     @field_validator("fuse", mode="before")
     @classmethod
     def _members(cls, value):

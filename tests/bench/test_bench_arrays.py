@@ -14,21 +14,27 @@ def _run(*args):
 
 
 def test_the_array_bench_writes_a_row_per_arch_n_and_k(tmp_path):
+    """With `--against`, another arrays.py (here today's own) is a third side of each row."""
     out = tmp_path / "arrays.json"
     _run("bench/bench_arrays.py", "--archs", "transformer", "hybrid", "--n", "4", "--k", "1", "2", "--size", "tiny",
-         "--min-seconds", "0", "--out", str(out))
+         "--min-seconds", "0", "--against", "workloads/arrays.py", "--out", str(out))
     result = json.loads(out.read_text())
     assert result["device"].startswith("cpu") and "--k 1 2" in result["command"]
     assert [(r["arch"], r["k"]) for r in result["rows"]] == [("transformer", 1), ("transformer", 2), ("hybrid", 1), ("hybrid", 2)]
-    assert all(r["separate_samples_per_s"] > 0 and r["array_samples_per_s"] > 0 for r in result["rows"])
+    assert all(r["separate_samples_per_s"] > 0 and r["array_samples_per_s"] > 0 and r["against_samples_per_s"] > 0
+               for r in result["rows"])
 
 
 def test_the_step_profile_names_its_top_operators(tmp_path):
+    """A lone trial's step, then an array's of each `--array-k`."""
     out = tmp_path / "profile.json"
-    _run("bench/profile_step.py", "--archs", "mamba", "--n", "4", "--size", "tiny", "--steps", "1", "--out", str(out))
-    (row,) = json.loads(out.read_text())["rows"]
-    assert row["arch"] == "mamba" and row["samples_per_s"] > 0 and 0 <= row["data_share"] <= 1
-    assert row["top"] and all(t["ms_per_step"] >= 0 for t in row["top"])
+    _run("bench/profile_step.py", "--archs", "mamba", "--n", "4", "--size", "tiny", "--steps", "1", "--array-k", "2",
+         "--out", str(out))
+    lone, array = json.loads(out.read_text())["rows"]
+    assert (lone["k"], array["k"]) == ("lone", 2) and 0 <= lone["data_share"] <= 1
+    for row in (lone, array):
+        assert row["arch"] == "mamba" and row["samples_per_s"] > 0
+        assert row["top"] and all(t["ms_per_step"] >= 0 for t in row["top"])
 
 
 def test_the_gpu_paths_slice_is_three_arrays_of_four_of_the_papers_grid(tmp_path):

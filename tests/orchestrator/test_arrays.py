@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from orchestrator.arrays import MOST_MEMBERS, arrays, member_names, members_per_array
 from orchestrator.cli import app
 from orchestrator.grid import expand
+from orchestrator.packing import gpu_memory_gb
 from orchestrator.spec import SpecError, load_spec
 from workloads.arrays import array_key
 from workloads.config import TrialConfig
@@ -48,8 +49,9 @@ def test_fuse_auto_is_one_on_cpu_and_what_a_gpu_holds_on_a_gpu():
     from workloads.memory import GiB, trial_estimate
 
     need = max(trial_estimate(t).total for t in trials) / GiB
-    assert 1 <= on_gpu <= MOST_MEMBERS and on_gpu * need <= resources.gpu_memory_gb * 0.9
-    assert on_gpu == MOST_MEMBERS or (on_gpu + 1) * need > resources.gpu_memory_gb * 0.9
+    room = gpu_memory_gb(resources) * 0.9
+    assert 1 <= on_gpu <= MOST_MEMBERS and on_gpu * need <= room
+    assert on_gpu == MOST_MEMBERS or (on_gpu + 1) * need > room
     assert members_per_array(resources.model_copy(update={"fuse": 5}), True, trials) == 5
 
 

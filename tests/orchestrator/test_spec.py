@@ -2,6 +2,8 @@
 
 import itertools
 import json
+import os
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -12,6 +14,7 @@ from typer.testing import CliRunner
 
 from orchestrator.cli import app
 from orchestrator.grid import cells, expand
+from orchestrator.packing import gpu_memory_gb, local_gpu_memory_gb
 from orchestrator.spec import SpecError, SweepSpec, load_spec
 from workloads.config import trial_config
 from workloads.metrics import METRICS
@@ -327,7 +330,7 @@ def test_plan_gives_each_trial_its_memory_estimate_and_auto_gpu_share():
     assert result.exit_code == 0, result.output
     rows = {r["name"]: r for r in json.loads(result.output)}
     spec = load_spec(SWEEPS / "istree_grid.yaml")
-    room = spec.resources.gpu_memory_gb * 0.9
+    room = gpu_memory_gb(spec.resources) * 0.9
     for r in rows.values():
         assert r["gpus"] in (0.125, 0.25, 0.5, 1.0)
         assert r["gpu_mem_gb"] <= r["gpus"] * room + 0.05  # fits its share (the estimate is rounded to 0.1)
@@ -339,6 +342,48 @@ def test_plan_gives_each_trial_its_memory_estimate_and_auto_gpu_share():
     for setup in ("vanilla", "cot", "retrieval"):
         by_n = [rows[f"mamba-{setup}-1M-n{n}-lr3e-4-s0"]["gpu_mem_gb"] for n in (16, 32, 64)]
         assert by_n == sorted(by_n)
+
+
+@pytest.fixture
+def gpus_here(tmp_path, monkeypatch):
+    """This machine's GPUs as nvidia-smi lists them: set(names and MiB) puts a stand-in
+    nvidia-smi first on PATH (set() none at all)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}" if shutil.which("nvidia-smi") is None
+                       else str(bin_dir))
+
+    def put(gpus: dict[str, int]):
+        local_gpu_memory_gb.cache_clear()
+        smi = bin_dir / "nvidia-smi"
+        smi.unlink(missing_ok=True)
+        if gpus:
+            names, mib = "\\n".join(gpus), "\\n".join(map(str, gpus.values()))
+            answers = f'*memory.total*) printf "{mib}\\n";; *) printf "{names}\\n";;'
+            smi.write_text(f'#!/bin/sh\ncase "$*" in {answers} esac\n')
+            smi.chmod(0o755)
+
+    yield put
+    local_gpu_memory_gb.cache_clear()
+
+
+def test_gpu_memory_auto_packs_trials_against_this_machines_gpu(gpus_here):
+    """The shipped grid's `gpu_memory_gb: auto`: the smallest local GPU's memory
+    (an 80 GB H100 beside a 141 GB H200 here), so Mamba 2M at retrieval n=64
+    (about 33 GB) takes half of one, where on 40 GB it takes all; none here: 40."""
+    spec = load_spec(SWEEPS / "istree_grid.yaml")
+    assert spec.resources.gpu_memory_gb == "auto"
+    gpus_here({"NVIDIA H200": 143771, "NVIDIA H100 80GB HBM3": 81559})
+    assert gpu_memory_gb(spec.resources) == pytest.approx(81559 / 1024)
+    result = runner.invoke(app, ["plan", str(SWEEPS / "istree_grid.yaml"), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert {r["name"]: r["gpus"] for r in json.loads(result.output)}["mamba-retrieval-2M-n64-lr3e-4-s0"] == 0.5
+    assert "against 80 GB GPUs (resources.gpu_memory_gb: auto, this machine's GPU)" in runner.invoke(
+        app, ["plan", str(SWEEPS / "istree_grid.yaml")]).output
+    gpus_here({})
+    assert gpu_memory_gb(spec.resources) == 40.0
+    said = runner.invoke(app, ["plan", str(SWEEPS / "istree_grid.yaml"), "--device-name", "NVIDIA A100-SXM4-40GB"])
+    assert "against 40 GB GPUs (resources.gpu_memory_gb: auto, and this machine has no GPU)" in said.output
 
 
 def test_plan_warns_of_trials_that_would_not_fit_their_gpu_share(tmp_path):
