@@ -180,7 +180,11 @@ def main() -> None:
     if silent:
         print(f"warning: {len(silent)} classes of the slice did not report within {args.seconds:g} s "
               f"(not started, or no evaluation yet): {', '.join('-'.join(map(str, k)) for k in silent)}", flush=True)
-    record = dict(device=name, slice=spec.model_dump(mode="json")["axes"], seconds=round(wall, 1),
+    from orchestrator.packing import local_gpu_memory_gb
+
+    memory = local_gpu_memory_gb() if args.device == "cuda" else None
+    record = dict(device=name, **({"gpu_memory_gb": round(memory, 1)} if memory else {}),
+                  slice=spec.model_dump(mode="json")["axes"], seconds=round(wall, 1),
                   trials_reported=len(trials), aggregate_samples_per_s=round(aggregate, 2),
                   aggregate_per=f"{capacity:g} {'GPU' if args.device == 'cuda' else 'CPU'}",
                   classes=class_rows, trials=trials, projections=projections)

@@ -74,6 +74,9 @@ class RatesRecord(BaseModel):
     model_config = ConfigDict(extra="allow")
     device: str = Field(min_length=1)
     classes: list[RateClass] = Field(min_length=1)
+    # the measured GPU's memory in GB: a spec's `gpu_memory_gb: auto` packs against it
+    # when plan projects for that device from another machine
+    gpu_memory_gb: Optional[float] = Field(None, gt=0, allow_inf_nan=False)
 
 
 class RatesError(ValueError):

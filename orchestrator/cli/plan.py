@@ -38,6 +38,7 @@ def plan(
     # What a trial gets where it runs: on this machine unless --device-name names
     # another (device auto runs on CPU where there is no GPU).
     target = device_name or next(iter(local_gpus()), "cpu")
+    s, measured_on = _packed_as_measured(s, device_name, rates)
     on_gpu = s.resources.device == "cuda" or (s.resources.device == "auto" and target != "cpu")
     rows, shares = _rows(s, on_gpu)
     fuse = members_per_array(s.resources, on_gpu, shape_trials(s))
@@ -51,7 +52,25 @@ def plan(
     if format == "json":
         typer.echo(json.dumps(rows, indent=1))
         return
-    _print_plan(s, rows, shares, fuse, on_gpu, device_name, devices, rates)
+    _print_plan(s, rows, shares, fuse, on_gpu, device_name, devices, rates, measured_on)
+
+
+def _packed_as_measured(s, device_name: Optional[str], rates: Optional[Path]):
+    """The spec, and for `gpu_memory_gb: auto` with another device named, that
+    device's GPU memory as its rates file recorded it (the spec as it is where none
+    did), and the device it came from."""
+    from orchestrator.projection import RatesError, load_rates, rates_file
+
+    if s.resources.gpu_memory_gb != "auto" or not device_name or device_name == "cpu":
+        return s, None
+    try:
+        record = load_rates(rates or rates_file(device_name))
+    except RatesError:
+        return s, None  # the projection line says what is wrong with the file
+    if record is None or record.device != device_name or not record.gpu_memory_gb:
+        return s, None
+    resources = s.resources.model_copy(update={"gpu_memory_gb": record.gpu_memory_gb})
+    return s.model_copy(update={"resources": resources}), device_name
 
 
 def _rows(s, on_gpu: bool) -> tuple[list[dict], dict]:
@@ -78,7 +97,7 @@ def _rows(s, on_gpu: bool) -> tuple[list[dict], dict]:
     return rows, shares
 
 
-def _print_plan(s, rows, shares, fuse, on_gpu, device_name, devices, rates) -> None:
+def _print_plan(s, rows, shares, fuse, on_gpu, device_name, devices, rates, measured_on=None) -> None:
     from orchestrator.packing import gpu_memory_gb, gpu_memory_said, memory_warnings
 
     print_table([{k: v for k, v in r.items() if k != "config"} for r in rows])
@@ -92,7 +111,7 @@ def _print_plan(s, rows, shares, fuse, on_gpu, device_name, devices, rates) -> N
         _say_arrays(s, rows, fuse, on_gpu)
     if on_gpu:
         typer.echo(f"gpu_mem_gb: estimated peak GPU memory of a training step (workloads/memory.py), "
-                   f"against {gpu_memory_said(s.resources)}")
+                   f"against {gpu_memory_said(s.resources, measured_on)}")
         for warning in memory_warnings(gpu_memory_gb(s.resources), shares):
             typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
     typer.echo(_projection_line(s, device_name, devices, rates))

@@ -129,3 +129,30 @@ def test_plan_does_not_project_one_device_from_anothers_rates(tmp_path):
     result = CliRunner().invoke(app, ["plan", str(_spec(tmp_path)), "--rates", str(rates),
                                       "--device-name", "NVIDIA H100 80GB HBM3"])
     assert result.exit_code == 2 and "was measured on cpu, not on NVIDIA H100 80GB HBM3" in result.output, result.output
+
+
+def test_plan_for_a_named_gpu_packs_gpu_memory_auto_against_the_memory_its_rates_recorded(tmp_path, monkeypatch):
+    """`gpu_memory_gb: auto` means the GPU the trials run on: planned from a machine
+    without one for a device whose rates file records its memory, trials take the
+    shares they take there (Mamba 2M at retrieval n=64, about 33 GB: half of 80 GB,
+    all of the 40 GB packed against without that record)."""
+    monkeypatch.setattr("orchestrator.packing.local_gpu_memory_gb", lambda: None)
+    spec = dict(name="g", axes=dict(archs=["mamba"], setups=["retrieval"], sizes=["2M"], n=[64]),
+                training=dict(samples=1000, warmup_samples=10), resources=dict(gpus_per_trial="auto", gpu_memory_gb="auto"))
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    rates = tmp_path / "rates.json"
+    classes = [dict(arch="mamba", size="2M", setup="retrieval", n=64, samples_per_s=50.0, tokens_per_sample=1750.0,
+                    longest_sample=2535)]
+
+    def plan(record: dict, *words) -> str:
+        rates.write_text(json.dumps({"device": "Big GPU", "classes": classes, **record}))
+        result = CliRunner().invoke(app, ["plan", str(path), "--device-name", "Big GPU", "--rates", str(rates), *words])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    assert [r["gpus"] for r in json.loads(plan({"gpu_memory_gb": 80.0}, "--format", "json"))] == [0.5]
+    assert "against 80 GB GPUs (resources.gpu_memory_gb: auto, the Big GPU's, as its rates record)" in plan(
+        {"gpu_memory_gb": 80.0})
+    assert [r["gpus"] for r in json.loads(plan({}, "--format", "json"))] == [1.0]
+    assert "against 40 GB GPUs (resources.gpu_memory_gb: auto, and this machine has no GPU)" in plan({})
