@@ -209,10 +209,12 @@ class CellwiseOptuna(Searcher):
                                            storage=rdb, name=study_name(spec, cell) if rdb else None)
 
     def suggest(self, trial_id: str):
+        self.attach()
+        if getattr(self, "adopting", None):  # trials the studies asked for after Tune's state was last saved
+            return self.suggest_adopted(trial_id)
         open_cells = [c for c in self.used if self.used[c] < self.budgets[c]]
         if not open_cells:
             return Searcher.FINISHED
-        self.attach()
         cell = min(open_cells, key=lambda c: self.used[c])  # round robin over cells
         if self.fuse <= 1:
             trial, name = self.ask_cell(cell, trial_id)
@@ -254,6 +256,60 @@ class CellwiseOptuna(Searcher):
         name = ARRAY_PREFIX + next(iter(members.values()))[1]
         names = [member_name for _, member_name in members.values()]
         return {ARRAY_KEY: {"name": name, "members": configs, "names": names}, "grid": False, "name": name}
+
+    def adopt(self) -> None:
+        """Trials the studies hold that this restored state does not know: asked,
+        named and started after Tune last saved its experiment state (every 10 s or
+        so, this state with it), then the driver was killed. Each is this sweep's
+        trial still: counted in its cell, and, unless it has ended, handed out again
+        before anything new is asked, as the very trial (its rate, its name and so
+        its directory and checkpoints; its Optuna trial told its rows). In arrays,
+        as they were asked: a sweep's arrays of one shape are asked one after
+        another, `fuse` at a time but the last, and Tune's state is saved between
+        two asks, so the adopted trials of a shape, in the order they were asked,
+        cut every `fuse`, are their arrays. One the study has ended is counted and
+        kept as it ended."""
+        found = []
+        for cell, study in self.studies.items():
+            known = set(study.trials.values())
+            study_id = study.storage.get_study_id_from_name(study.study.study_name)
+            for t in study.study.get_trials(deepcopy=False):
+                name, trial_id = t.user_attrs.get("trial"), study.storage.get_trial_id_from_study_id_trial_number(
+                    study_id, t.number)
+                if name is None or trial_id in known:
+                    continue
+                self.used[cell] += 1
+                if name not in self.names.setdefault(cell, []):
+                    self.names[cell].append(name)
+                key = f"adopted/{trial_id}"
+                study.trials[key] = trial_id
+                if t.state.is_finished():
+                    study.finished.add(key)
+                else:
+                    found.append((t.datetime_start, trial_id, (cell, key, t.params["lr"], name)))
+        shapes: dict = {}
+        for *_, trial in sorted(found, key=lambda f: f[:2]):
+            shapes.setdefault(trial[0][:4], []).append(trial)
+        size = max(1, self.fuse)
+        self.adopting = [group[i:i + size] for group in shapes.values() for i in range(0, len(group), size)]
+
+    def suggest_adopted(self, trial_id: str) -> dict:
+        """The next adopted trial (`adopt`), or array of them, as Tune's trial `trial_id`."""
+        group = self.adopting.pop(0)
+        configs, members = [], {}
+        for i, (cell, adopted, lr, name) in enumerate(group):
+            key = trial_id if self.fuse <= 1 else f"{trial_id}/{i}"
+            study = self.studies[cell]
+            study.trials[key] = study.trials.pop(adopted)
+            self.owner[key] = cell
+            members[key] = (cell, name)
+            configs.append(trial_for(self.spec, *cell, lr).model_dump(mode="json"))
+        if self.fuse <= 1:
+            return {"trial": configs[0], "grid": False, "name": group[0][3]}
+        self.members[trial_id] = members
+        name = ARRAY_PREFIX + group[0][3]
+        return {ARRAY_KEY: {"name": name, "members": configs, "names": [trial[3] for trial in group]}, "grid": False,
+                "name": name}
 
     def name_of(self, cell, trial: TrialConfig) -> str:
         """The trial's name, its rate to three significant digits: more where an
@@ -325,6 +381,7 @@ class CellwiseOptuna(Searcher):
         for cell, study_state in state["studies"].items():
             self.studies[cell].__dict__.update(_study_state(study_state))
         self.attach()
+        self.adopt()
 
 
 def _nested(result: dict, key: str) -> dict:

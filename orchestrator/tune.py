@@ -26,8 +26,8 @@ from orchestrator.progress import SweepProgress
 from orchestrator.planned_search import PlannedGrid, pending_for_grid
 from orchestrator.rundir import (MLFLOW_FILE, PARAMS_FILE, RESULTS_FILE, STOP_FILE, RecordError, load_trials, read_plan,
                                   read_results, set_aside_plan,
-                                  restore_rows, set_aside_for_rebuild, sqlite_url, tune_statuses, write_plan,
-                                  write_spec_record)
+                                  restore_rows, set_aside_for_rebuild, set_aside_results, sqlite_url, tune_statuses,
+                                  write_plan, write_spec_record)
 from orchestrator.secrets import command
 from orchestrator.spec import SweepSpec
 from orchestrator.stopping import EARLY_STOP, STOP_WAIT_S, sigterm_as_ctrl_c, stop_if_asked_early
@@ -317,7 +317,12 @@ def resume(run_dir: str, spec: SweepSpec, resources: dict, say=print) -> str:
         write_plan(run_dir, **plan(spec))
     for name, what in restore_rows(run_dir).items():
         say(f"{name}: {what}")
-    problem = tune_state_problem(run_dir)
+    problem, lacked = tune_state_problem(run_dir), []
+    if problem and spec.search.method == "optuna":
+        problem, lacked = _adoptable(run_dir, problem)
+    if lacked:
+        say(f"Tune's state lacks {len(lacked)} trial(s) started after it was last saved ({', '.join(lacked[:3])}): "
+            "they continue as the trials their Optuna studies hold")
     tuner = None
     if not problem:
         try:
@@ -331,6 +336,28 @@ def resume(run_dir: str, spec: SweepSpec, resources: dict, say=print) -> str:
         tuner = rebuild(run_dir, spec, trainable, run_config, problem, resources, say)
     _fit(tuner, spec.search.method == "grid")
     return run_dir
+
+
+def _adoptable(run_dir: str, problem: str) -> tuple[str, list[str]]:
+    """An Optuna sweep whose Tune state lacks only trials that started after it
+    was saved (the driver killed in between): no problem, those trials (their
+    studies hold them; CellwiseOptuna.adopt), their unfinished ones' rows set aside
+    as earlier rows, since Tune starts their result.json afresh. Else the problem."""
+    with local_view(run_dir) as local:
+        statuses, unreadable = tune_statuses(local)
+        started = {p.parent.name for p in Path(local).glob(f"*/{RESULTS_FILE}")}
+        lacked = sorted(started - set(statuses))
+        if unreadable or not statuses or not lacked or problem != _lacks(lacked):
+            return problem, []
+        unfinished = [name for name in lacked
+                      if not any(row.get("final_eval") for row in read_results(Path(local) / name)[-1:])]
+    if not is_remote(run_dir):
+        set_aside_results(run_dir, unfinished)
+    return "", lacked
+
+
+def _lacks(missing: list[str]) -> str:
+    return f"Tune's experiment state lacks {len(missing)} trial(s) that have results ({', '.join(missing[:3])})"
 
 
 def tune_state_problem(run_dir: str) -> str:
@@ -350,7 +377,7 @@ def tune_state_problem(run_dir: str) -> str:
     if missing and not statuses:  # deleted, or a driver killed before Tune first saved it
         return f"Tune's experiment state is missing, and {len(missing)} trial(s) have results ({', '.join(missing[:3])})"
     if missing:
-        return f"Tune's experiment state lacks {len(missing)} trial(s) that have results ({', '.join(missing[:3])})"
+        return _lacks(missing)
     if lost:
         return (f"Tune recorded {len(lost)} trial(s) finished whose final results are gone and cannot be restored "
                 f"from a checkpoint ({', '.join(lost[:3])}): Tune would not run them again")

@@ -11,7 +11,7 @@ from orchestrator.rundir.layout import (DRIVER_LOG, EARLIER_RESULTS, ERROR_FILE,
                                         RESULTS_FILE, SPEC_FILE, STARTED_OVER, STARTED_OVER_FILE, STOP_FILE, TRIAL_LOCK_FILE,
                                         WANDB_FAILED, is_trial_dir, small_text, sqlite_url, trial_names, trials_home)
 from orchestrator.rundir.records import (RecordError, driver_ended, read_plan, record_driver_end, set_aside_for_rebuild,
-                                         set_aside_plan, spec_location,
+                                         set_aside_plan, set_aside_results, spec_location,
                                          spec_record, tune_statuses,
                                          tune_trial_dirs, tune_trial_ids, tune_trials, write_plan, write_spec_record)
 from orchestrator.rundir.rows import (METRIC_KEYS, TrialFiles, catch_up, parse_rows, read_results, repair_results, restore_rows,
@@ -25,6 +25,6 @@ __all__ = ["DRIVER_LOG", "EARLIER_RESULTS", "ERROR_FILE", "FAILS_AGAIN", "Footpr
            "check_launch_dir", "check_report_dir", "check_storage", "claim_trial_dir", "driver_ended",
            "driver_is_live", "is_trial_dir", "load_trials", "parse_rows", "read_plan", "read_results", "read_run",
            "record_driver_end", "record_report", "repair_results", "report_owned", "restore_rows", "row_stored",
-           "set_aside_for_rebuild", "set_aside_plan", "small_text", "spec_location", "spec_record", "sqlite_url",
-           "stored_rows", "trial_names", "trials_home", "tune_statuses", "tune_trial_dirs", "tune_trial_ids", "tune_trials",
+           "set_aside_for_rebuild", "set_aside_plan", "set_aside_results", "small_text", "spec_location", "spec_record",
+           "sqlite_url", "stored_rows", "trial_names", "trials_home", "tune_statuses", "tune_trial_dirs", "tune_trial_ids", "tune_trials",
            "write_plan", "write_spec_record"]

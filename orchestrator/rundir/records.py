@@ -129,6 +129,13 @@ def set_aside_for_rebuild(run_dir: str, unfinished: list[str]) -> None:
     a name no earlier rebuild used."""
     for state in Path(run_dir).glob(TUNE_STATE.replace("-*", "*")):
         os.replace(state, free_path(state.parent, state.name + ".damaged"))
+    set_aside_results(run_dir, unfinished)
+
+
+def set_aside_results(run_dir: str, unfinished: list[str]) -> None:
+    """Each unfinished trial's rows moved onto its EARLIER_RESULTS, before Tune
+    starts it as a new trial in its directory (a rebuild, or an Optuna trial its
+    saved state lacked), which starts its result.json afresh."""
     for name in unfinished:
         results = Path(run_dir, name, RESULTS_FILE)
         if results.is_file():
