@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The device check (issue 60) on a fresh GPU machine. Here first: scripts/gpu-prepare (writes
-# .gpu/, mamba-ssm compiled here: the device's set-up took 10-14 s on 2026-11-28) and
-# `git show REV:workloads/arrays.py > .gpu/arrays_REV.py` for the arrays bench's third side
-# (AGAINST=.gpu/arrays_REV.py). Then, as 15 minutes of device time hold, two calls, the
-# second at once after the first (a machine goes back 30 s after a call):
-#   carry: [".gpu"]   command: STEPS="tests path profile" bash bench/gpu_check.sh   timeout_s: 330
+# .gpu/, mamba-ssm compiled here: the device's set-up took 9-14 s on 2026-11-28) and, to
+# measure a change to the arrays side by side, `git show REV:workloads/arrays.py >
+# .gpu/arrays_REV.py` (then AGAINST=.gpu/arrays_REV.py: the arrays bench's third side).
+# Then, as 15 minutes of device time hold, two calls, the second at once after the first
+# (a machine goes back 30 s after a call; a start took about 50 s on 2026-11-28):
+#   carry: [".gpu"]   command: STEPS="tests path profile" bash bench/gpu_check.sh   timeout_s: 345
 #   carry: [".gpu"]   command: STEPS="arrays sweep" bash bench/gpu_check.sh       timeout_s: 330
 # It installs the project from .gpu (scripts/gpu-env.sh: seconds, no build), then:
 #   1. pytest -m gpu (our scans against mamba-ssm's and fla's kernels, the fused scans of
@@ -29,8 +30,9 @@ set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=${OUT:-/tmp/gpu_check}
 STEPS=${STEPS:-"tests path profile arrays sweep"}
-ARRAYS=${ARRAYS:-"--archs transformer mamba hybrid --n 16 64 --k 1 4 8 16"}
-AGAINST=${AGAINST:-$(ls .gpu/arrays_*.py 2>/dev/null | head -1)}
+# the hybrid first: the H200's run of 2026-11-28 was cut before its rows
+ARRAYS=${ARRAYS:-"--archs hybrid transformer mamba --n 16 64 --k 1 4 8 16"}
+AGAINST=${AGAINST:-}
 mkdir -p "$OUT/results" /tmp/gpu_logs
 started=$SECONDS
 source scripts/gpu-env.sh > /tmp/gpu_logs/setup.log 2>&1 || { echo "set-up failed"; tail -20 /tmp/gpu_logs/setup.log; exit 1; }
@@ -62,7 +64,7 @@ if wanted path; then
         --out "$OUT/results/gpu_path_$device.json"
 fi
 wait
-wanted profile && step profile 80 python3 bench/profile_step.py --steps 3 --array-k 8 \
+wanted profile && step profile 110 python3 bench/profile_step.py --archs hybrid transformer mamba --steps 3 --array-k 8 \
     --out "$OUT/results/profile_$device.json"
 # shellcheck disable=SC2086
 wanted arrays && step arrays 180 python3 bench/bench_arrays.py $ARRAYS --min-seconds 1 \
