@@ -23,8 +23,8 @@ MOST_MEMBERS = 16  # auto's cap: the largest array the device check measures (be
 
 def members_per_array(resources_spec, on_gpu: bool, trials: list[TrialConfig]) -> int:
     """How many members an array may hold: the spec's `fuse`, or for `auto`, on a
-    GPU, as many as the most memory-hungry trial's estimate fits on one GPU (with
-    packing's headroom), at most MOST_MEMBERS; on CPU 1, where arrays measured
+    GPU, as many as one GPU holds (with packing's headroom) by every trial's array
+    estimate (workloads.memory.array_estimate), at most MOST_MEMBERS; on CPU 1, where arrays measured
     slower (bench/results/arrays_cpu.json)."""
     fuse = resources_spec.fuse
     if fuse != "auto":
@@ -32,10 +32,11 @@ def members_per_array(resources_spec, on_gpu: bool, trials: list[TrialConfig]) -
     if not on_gpu or not trials:
         return 1
     from orchestrator.packing import GPU_HEADROOM, gpu_memory_gb
-    from workloads.memory import GiB, trial_estimate
+    from workloads.memory import GiB, array_estimate
 
-    need = max(trial_estimate(t).total for t in trials) / GiB
-    return max(1, min(MOST_MEMBERS, int(gpu_memory_gb(resources_spec) * GPU_HEADROOM // need)))
+    room = gpu_memory_gb(resources_spec) * GPU_HEADROOM * GiB
+    fits = [k for k in range(1, MOST_MEMBERS + 1) if all(array_estimate(t, k).total <= room for t in trials)]
+    return max(fits, default=1)
 
 
 def arrays(trials: list[dict], fuse: int) -> list[dict]:

@@ -57,10 +57,10 @@ def gpu_memory_said(resources, measured_on: Optional[str] = None) -> str:
 def gpu_share(resources, trial: TrialConfig, members: int = 1) -> tuple[float, float]:
     """The GPU share a trial asks for (gpus_per_trial, or auto's choice) and its
     estimated peak memory in GB, given a spec's `resources`; for an array of
-    `members` such trials, their sum (orchestrator/arrays.py)."""
-    from workloads.memory import GiB, trial_estimate
+    `members` such trials (orchestrator/arrays.py), the array's (workloads.memory.array_estimate)."""
+    from workloads.memory import GiB, array_estimate
 
-    need = members * trial_estimate(trial).total / GiB
+    need = array_estimate(trial, members).total / GiB
     share = resources.gpus_per_trial
     if share == "auto":
         room = gpu_memory_gb(resources) * GPU_HEADROOM

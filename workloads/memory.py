@@ -109,3 +109,13 @@ def estimate(trial: TrialConfig, vocab_size: int, n_params: int) -> MemoryEstima
 def trial_estimate(trial: TrialConfig) -> MemoryEstimate:
     """`estimate` with the trial's own vocabulary and parameter count."""
     return estimate(trial, trial.task.vocab_size, trial.model.n_params)
+
+
+def array_estimate(trial: TrialConfig, members: int) -> MemoryEstimate:
+    """An array of `members` trials like `trial` (workloads/arrays.py): each
+    member's activations, logits, weights and optimizer state (every layer runs all
+    members' rows at once), and the process and the validation set once (one
+    worker, one validation set: array_key holds the task and its seed)."""
+    one = trial_estimate(trial)
+    return MemoryEstimate(activations=members * one.activations, logits=members * one.logits,
+                          optimizer=members * one.optimizer, overhead=one.overhead, validation=one.validation)

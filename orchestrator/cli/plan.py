@@ -119,7 +119,7 @@ def _print_plan(s, rows, shares, fuse, on_gpu, device_name, devices, rates, meas
 
 def _in_arrays(s, rows: list[dict], shares: dict, fuse: int, on_gpu: bool) -> None:
     """Each grid trial's array (orchestrator/arrays.py) in its row, and on a GPU the
-    share its array asks for and the array's memory (its members' together)."""
+    share its array asks for and the array's memory (workloads.memory.array_estimate)."""
     from orchestrator.arrays import arrays, member_names
     from orchestrator.packing import gpu_share
     from workloads.config import TrialConfig
@@ -137,7 +137,7 @@ def _say_arrays(s, rows: list[dict], fuse: int, on_gpu: bool) -> None:
         what = f"{len(rows)} trials run as {len({r['array'] for r in rows})} trial arrays of at most {fuse}"
     else:
         what = f"a cell's trials are asked for in arrays of at most {fuse}, with its other seeds' trials"
-    per = ", its GPU share the array's (gpu_mem_gb: its members' together)" if on_gpu else ""
+    per = ", its GPU share the array's (gpu_mem_gb: its members' activations and state, one worker)" if on_gpu else ""
     typer.echo(f"resources.fuse {s.resources.fuse}: {what}, each array one Tune trial whose members train as one "
                f"model{per}; each member keeps its own trial directory (docs/gpu.md). The projection below takes "
                "a member's rate in arrays of its size where the rates hold one (bench/bench_sweep.py --fuse K), "

@@ -40,18 +40,21 @@ def test_every_trial_is_in_one_array_of_at_most_fuse_trials_that_train_alike(fus
         assert max(sizes) - min(sizes) <= 1 and len(sizes) == -(-sum(sizes) // fuse)  # as few arrays as fuse allows
 
 
-def test_fuse_auto_is_one_on_cpu_and_what_a_gpu_holds_on_a_gpu():
+@pytest.mark.parametrize("setups, sizes", [(["retrieval"], ["0.5M"]),
+                                           (["vanilla", "cot", "retrieval"], ["0.5M", "1M", "2M"])])
+def test_fuse_auto_is_one_on_cpu_and_what_a_gpu_holds_on_a_gpu(setups, sizes):
+    """As many members as one GPU holds by every trial's array estimate (its
+    members' activations and state, the worker and validation set once)."""
     spec = load_spec(SWEEPS / "istree_grid.yaml").model_copy(deep=True)
-    resources = spec.resources.model_copy(update={"fuse": "auto"})
-    trials = expand(spec)
+    resources = spec.resources.model_copy(update={"fuse": "auto", "gpu_memory_gb": 80.0})
+    trials = [t for t in expand(spec) if t.setup in setups and t.model.size in sizes]
     assert members_per_array(resources, False, trials) == 1
     on_gpu = members_per_array(resources, True, trials)
-    from workloads.memory import GiB, trial_estimate
+    from workloads.memory import GiB, array_estimate
 
-    need = max(trial_estimate(t).total for t in trials) / GiB
-    room = gpu_memory_gb(resources) * 0.9
-    assert 1 <= on_gpu <= MOST_MEMBERS and on_gpu * need <= room
-    assert on_gpu == MOST_MEMBERS or (on_gpu + 1) * need > room
+    room = gpu_memory_gb(resources) * 0.9 * GiB
+    assert 1 <= on_gpu <= MOST_MEMBERS and all(array_estimate(t, on_gpu).total <= room for t in trials)
+    assert on_gpu == MOST_MEMBERS or any(array_estimate(t, on_gpu + 1).total > room for t in trials)
     assert members_per_array(resources.model_copy(update={"fuse": 5}), True, trials) == 5
 
 
@@ -83,11 +86,18 @@ def test_plan_shows_each_trials_array_and_its_share(tmp_path):
     for r in rows:
         by_array.setdefault(r["array"], []).append(r)
     assert sorted(len(v) for v in by_array.values()) == [1, 1, 2, 2]  # three seeds per arch: 2 + 1
+    from workloads.memory import GiB, array_estimate
+
+    alone = runner.invoke(app, ["plan", str(SWEEPS / "istree_micro.yaml"), "--format", "json",
+                                "--device-name", "NVIDIA A100-SXM4-40GB"])
+    one = {r["arch"]: r["gpu_mem_gb"] for r in json.loads(alone.output)}
     for name, members in by_array.items():
         assert name.endswith(f" ({len(members)})")
-        alone = runner.invoke(app, ["plan", str(SWEEPS / "istree_micro.yaml"), "--format", "json",
-                                    "--device-name", "NVIDIA A100-SXM4-40GB"])
-        one = {r["arch"]: r["gpu_mem_gb"] for r in json.loads(alone.output)}
-        assert all(m["gpu_mem_gb"] == pytest.approx(len(members) * one[m["arch"]], abs=0.1) for m in members)
+        k = len(members)
+        for m in members:  # the array's estimate: its members' activations and state, one worker
+            expected = array_estimate(TrialConfig.model_validate(m["config"]), k).total / GiB
+            assert m["gpu_mem_gb"] == pytest.approx(expected, abs=0.1)
+            assert m["gpu_mem_gb"] == pytest.approx(one[m["arch"]], abs=0.1) if k == 1 else \
+                m["gpu_mem_gb"] < k * one[m["arch"]]
     text = runner.invoke(app, ["plan", str(path)]).output
     assert "resources.fuse 2: 6 trials run as 4 trial arrays of at most 2" in text

@@ -149,6 +149,29 @@ def test_estimate_parts_add_up():
     assert e.validation == trial.train.val_samples * trial.task.longest_sample * 17
 
 
+def test_an_array_keeps_its_members_activations_together_and_one_process_and_validation_set():
+    """An array runs every layer on all its members' rows at once: what autograd
+    keeps is its members' together (measured), and its estimate counts that, each
+    member's logits, weights and Adam, and the worker and the validation set once
+    (K lone estimates counted K of each, so `fuse: auto` and an array's GPU share
+    asked for more than it uses)."""
+    from workloads.arrays import ArrayModel
+    from workloads.memory import array_estimate
+
+    models = []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        models.append(build_model(preset("transformer", "0.5M"), vocab_size=81))
+    tokens = torch.randint(0, 81, (2, 2 * SCAN_CHUNK))
+    measured = saved_bytes(ArrayModel(models), tokens.repeat(3, 1))
+    assert measured == pytest.approx(3 * saved_bytes(models[0], tokens), rel=0.02)
+    trial = trial_config("transformer", "0.5M", IsTreeConfig(n=16, setup="retrieval"))
+    one, three = trial_estimate(trial), array_estimate(trial, 3)
+    assert (three.activations, three.logits) == (3 * one.activations, 3 * one.logits)
+    assert three.optimizer == 3 * one.optimizer
+    assert (three.overhead, three.validation) == (one.overhead, one.validation) and one.validation > 0
+
+
 def test_the_largest_part_of_a_trial_that_cannot_fit_names_the_setting_that_lowers_it():
     """`train --val-samples 100000000000` trained on, building a validation set for
     minutes; the refusal named the batch size (issue 28, class 10)."""
