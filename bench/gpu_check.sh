@@ -71,6 +71,22 @@ wanted arrays && step arrays 180 python3 bench/bench_arrays.py $ARRAYS --min-sec
     ${AGAINST:+--against "$AGAINST"} --out "$OUT/results/arrays_$device.json"
 wanted sweep && step sweep 130 python3 bench/bench_sweep.py --device cuda --seconds 90 --eval-every 10000 \
     --out "$OUT/results/sweep_$device.json"
+# 5. (asked for: STEPS="sweep mps") the same slice with MPS, which runs the kernels of the
+#    trials sharing the GPU side by side where without it they take turns: on the H200 of
+#    2026-11-28 eight lone trials at 1/8 GPU each trained 1,388 samples/s together, while a
+#    lone step leaves the GPU idle about 90% at n=16 (compare the two files' aggregates)
+if wanted mps; then
+    if command -v nvidia-cuda-mps-control > /dev/null; then
+        export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
+        mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+        nvidia-cuda-mps-control -d && echo "mps: daemon started"
+        step sweep_mps 130 python3 bench/bench_sweep.py --device cuda --seconds 90 --eval-every 10000 \
+            --out "$OUT/results/sweep_${device}_mps.json"
+        echo quit | nvidia-cuda-mps-control
+    else
+        echo "mps: no nvidia-cuda-mps-control on this machine"
+    fi
+fi
 for run in /tmp/gpu_path-*; do cp "$run"/*.log /tmp/gpu_logs/ 2>/dev/null; done
 tar czf "$OUT/logs.tar.gz" --exclude='checkpoint_*' --exclude='*.pt' -C /tmp gpu_logs $(cd /tmp && ls -d gpu_path-*/runs 2>/dev/null)
 echo "total: $((SECONDS - started)) s"
