@@ -256,31 +256,39 @@ def _trial_storage():
 
 def _checkpoints(work: str, storage):
     """The trial's checkpoints, to restore from in this order, each fetched into
-    `work` when asked for: the one Tune hands over, then every other one in the
-    trial's directory in `storage` (`_trial_storage`'s), newest first (one that
-    cannot be fetched, say deleted, as a CheckpointError, which first_intact passes
-    over as it does a damaged one). A damaged newest one then costs one
-    checkpoint's interval, not the trial; and a sweep whose Tune state was rebuilt
-    (Tune hands nothing over) finds its trials' checkpoints here."""
+    `work` when asked for: every one in the trial's directory in `storage`
+    (`_trial_storage`'s), newest first, the one Tune hands over among them (first,
+    where it is not there). One that cannot be fetched, say deleted, comes as a
+    CheckpointError, which first_intact passes over as it does a damaged one: a
+    damaged newest one then costs one checkpoint's interval, not the trial. Tune
+    hands over the newest one its saved state knows, which is older than the
+    trial where the driver was killed within seconds of a checkpoint (Tune saves
+    its state every 10 s or so): a finished trial then trained its last stretch
+    and reported its last evaluation again. A sweep whose Tune state was rebuilt
+    (Tune hands nothing over) finds its trials' checkpoints here too."""
     given = tune.get_checkpoint()
-    if given is not None:
+    found = []
+    if storage is not None:
+        fs, trial_path = storage
         try:
-            yield Path(given.to_directory(os.path.join(work, "restored-0")))
-        except (OSError, RuntimeError) as e:  # deleted or unreadable: passed over as a damaged one is
-            yield CheckpointError(f"{given.path} cannot be fetched ({type(e).__name__}: {str(e).splitlines()[0][:200]})")
-    if storage is None:
-        return
-    fs, trial_path = storage
-    try:
-        found = [info for info in fs.get_file_info(pyarrow.fs.FileSelector(trial_path, allow_not_found=True))
-                 if info.type == pyarrow.fs.FileType.Directory and info.base_name.startswith("checkpoint_")]
-    except OSError:
-        return
-    found.sort(key=lambda info: info.mtime or 0, reverse=True)
+            found = [info for info in fs.get_file_info(pyarrow.fs.FileSelector(trial_path, allow_not_found=True))
+                     if info.type == pyarrow.fs.FileType.Directory and info.base_name.startswith("checkpoint_")]
+        except OSError:
+            found = []
+        found.sort(key=lambda info: (info.mtime or 0, info.base_name), reverse=True)  # ties: the later number
+    here = [info.path.rstrip("/") for info in found]
+    if given is not None and given.path.rstrip("/") not in here:
+        yield _fetched(given, os.path.join(work, "restored-0"))
     for i, info in enumerate(found, 1):
-        if given is not None and info.path.rstrip("/") == given.path.rstrip("/"):
-            continue
-        try:
-            yield Path(tune.Checkpoint(info.path, filesystem=fs).to_directory(os.path.join(work, f"restored-{i}")))
-        except (OSError, RuntimeError) as e:
-            yield CheckpointError(f"{info.path} cannot be fetched ({type(e).__name__}: {str(e).splitlines()[0][:200]})")
+        is_given = given is not None and info.path.rstrip("/") == given.path.rstrip("/")
+        yield _fetched(given if is_given else tune.Checkpoint(info.path, filesystem=storage[0]),
+                       os.path.join(work, f"restored-{i}"))
+
+
+def _fetched(checkpoint, where: str):
+    """`checkpoint` in the local folder `where`, or a CheckpointError saying why it cannot be fetched."""
+    try:
+        return Path(checkpoint.to_directory(where))
+    except (OSError, RuntimeError) as e:  # deleted or unreadable: passed over as a damaged one is
+        return CheckpointError(f"{checkpoint.path} cannot be fetched ({type(e).__name__}: "
+                               f"{str(e).splitlines()[0][:200]})")

@@ -177,6 +177,34 @@ def test_a_deleted_checkpoint_that_tune_hands_over_falls_back_to_an_older_one(tm
     assert "checkpoint_000001 cannot be fetched" in said[0] and "continuing from the older checkpoint" in said[1], said
 
 
+def test_a_checkpoint_newer_than_the_one_tune_hands_over_is_the_one_restored(tmp_path, monkeypatch):
+    """Tune hands over the newest checkpoint its saved state knows; a driver killed
+    within seconds of a trial's next one (its last, say) leaves a state that does
+    not know it: the trial continued from the older one, trained its last stretch
+    again and reported its last evaluation twice (the Optuna stop/kill/resume test,
+    on a fresh clone). The newest intact one in the trial's directory wins."""
+    import os
+
+    import pyarrow.fs
+    import torch
+    from ray import tune
+
+    from orchestrator import worker
+    from workloads.checkpoint import first_intact
+
+    config = TrialConfig.model_validate(CellwiseOptuna(optuna_spec(num_samples=1)).suggest("a")["trial"])
+    trial_dir = tmp_path / "trial"
+    for name, samples, mtime in (("checkpoint_000005", 4896, 1_000), ("checkpoint_000006", 6144, 2_000)):
+        (trial_dir / name).mkdir(parents=True)
+        torch.save({"config": config.model_dump(mode="json"), "model": {}, "optimizer": {}, "samples": samples},
+                   trial_dir / name / "checkpoint.pt")
+        os.utime(trial_dir / name, (mtime, mtime))
+    monkeypatch.setattr(tune, "get_checkpoint", lambda: tune.Checkpoint(str(trial_dir / "checkpoint_000005")))
+    storage = (pyarrow.fs.LocalFileSystem(), str(trial_dir))
+    chosen = first_intact(worker._checkpoints(str(tmp_path / "work"), storage), config, print)
+    assert torch.load(chosen / "checkpoint.pt", weights_only=True)["samples"] == 6144
+
+
 def test_an_optuna_study_names_its_objective_and_ties_each_trial_to_its_run(tmp_path):
     """optuna-dashboard shows the metric's name, and each Optuna trial leads to its
     Tune trial, its directory and the figures beside the objective (issue 30, item 2)."""
