@@ -49,8 +49,12 @@ def gpu_memory_gb(resources) -> float:
 def gpu_memory_said(resources, measured_on: Optional[str] = None) -> str:
     """'80 GB GPUs (resources.gpu_memory_gb...)': what trials are packed against, and
     why (`measured_on`: auto was given the memory of the GPU a rates file measured)."""
-    why = "" if resources.gpu_memory_gb != "auto" and not measured_on else f": auto, the {measured_on}'s, as its rates record" if measured_on \
-        else ": auto, this machine's GPU" if local_gpu_memory_gb() else ": auto, and this machine has no GPU"
+    if measured_on:
+        why = f": auto, the {measured_on}'s, as its rates record"
+    elif resources.gpu_memory_gb != "auto":
+        why = ""
+    else:
+        why = ": auto, this machine's GPU" if local_gpu_memory_gb() else ": auto, and this machine has no GPU"
     return f"{gpu_memory_gb(resources):.0f} GB GPUs (resources.gpu_memory_gb{why})"
 
 

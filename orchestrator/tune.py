@@ -317,10 +317,12 @@ def resume(run_dir: str, spec: SweepSpec, resources: dict, say=print) -> str:
         write_plan(run_dir, **plan(spec))
     for name, what in restore_rows(run_dir).items():
         say(f"{name}: {what}")
-    problem, lacked = tune_state_problem(run_dir), []
-    if problem and spec.search.method == "optuna":
-        problem, lacked = _adoptable(run_dir, problem)
-    if lacked:
+    problem, lacked = _tune_state(run_dir)
+    if lacked and spec.search.method == "optuna":  # CellwiseOptuna.adopt takes them back
+        if not is_remote(run_dir):  # Tune starts their result.json afresh: the rows so far become earlier rows
+            set_aside_results(run_dir, [name for name in lacked if not any(
+                row.get("final_eval") for row in read_results(Path(run_dir) / name)[-1:])])
+        problem = ""
         say(f"Tune's state lacks {len(lacked)} trial(s) started after it was last saved ({', '.join(lacked[:3])}): "
             "they continue as the trials their Optuna studies hold")
     tuner = None
@@ -338,50 +340,37 @@ def resume(run_dir: str, spec: SweepSpec, resources: dict, say=print) -> str:
     return run_dir
 
 
-def _adoptable(run_dir: str, problem: str) -> tuple[str, list[str]]:
-    """An Optuna sweep whose Tune state lacks only trials that started after it
-    was saved (the driver killed in between): no problem, those trials (their
-    studies hold them; CellwiseOptuna.adopt), their unfinished ones' rows set aside
-    as earlier rows, since Tune starts their result.json afresh. Else the problem."""
-    with local_view(run_dir) as local:
-        statuses, unreadable = tune_statuses(local)
-        started = {p.parent.name for p in Path(local).glob(f"*/{RESULTS_FILE}")}
-        lacked = sorted(started - set(statuses))
-        if unreadable or not statuses or not lacked or problem != _lacks(lacked):
-            return problem, []
-        unfinished = [name for name in lacked
-                      if not any(row.get("final_eval") for row in read_results(Path(local) / name)[-1:])]
-    if not is_remote(run_dir):
-        set_aside_results(run_dir, unfinished)
-    return "", lacked
-
-
-def _lacks(missing: list[str]) -> str:
-    return f"Tune's experiment state lacks {len(missing)} trial(s) that have results ({', '.join(missing[:3])})"
-
-
 def tune_state_problem(run_dir: str) -> str:
     """Why Tune's record of the run cannot be trusted ('' when it can): its newest
     experiment state unreadable, missing a trial whose directory holds results, or
     recording finished a trial whose final row is gone and could not be restored
     (its directory deleted, its result.json a directory): Tune would never run such
     a trial again, and every resume would leave it interrupted (issue 52, class 6)."""
+    return _tune_state(run_dir)[0]
+
+
+def _tune_state(run_dir: str) -> tuple[str, list[str]]:
+    """`tune_state_problem`, and where its one problem is trials the state lacks
+    that have results (a readable state saved before they started: the driver
+    killed in between), those trials; else none."""
     with local_view(run_dir) as local:
         statuses, problem = tune_statuses(local)
         if problem:
-            return problem
+            return problem, []
         started = {p.parent.name for p in Path(local).glob(f"*/{RESULTS_FILE}")}
         missing = sorted(started - set(statuses))
         lost = sorted(name for name, status in statuses.items() if status == "TERMINATED"
                       and not any(row.get("final_eval") for row in read_results(Path(local) / name)[-1:]))
     if missing and not statuses:  # deleted, or a driver killed before Tune first saved it
-        return f"Tune's experiment state is missing, and {len(missing)} trial(s) have results ({', '.join(missing[:3])})"
+        return (f"Tune's experiment state is missing, and {len(missing)} trial(s) have results "
+                f"({', '.join(missing[:3])})"), []
     if missing:
-        return _lacks(missing)
+        return (f"Tune's experiment state lacks {len(missing)} trial(s) that have results ({', '.join(missing[:3])})",
+                [] if lost else missing)
     if lost:
         return (f"Tune recorded {len(lost)} trial(s) finished whose final results are gone and cannot be restored "
-                f"from a checkpoint ({', '.join(lost[:3])}): Tune would not run them again")
-    return ""
+                f"from a checkpoint ({', '.join(lost[:3])}): Tune would not run them again"), []
+    return "", []
 
 
 def rebuild(run_dir: str, spec: SweepSpec, trainable, run_config, problem: str, resources: dict, say=print):
