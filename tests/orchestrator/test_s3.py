@@ -72,80 +72,6 @@ def test_a_launch_to_a_missing_bucket_starts_nothing(s3, tmp_path, ray_temp):
     assert not list(Path(ray_temp).rglob("session_*")), "Ray was started for a sweep that could not be stored"
 
 
-@pytest.mark.slow
-def test_status_report_and_resume_work_on_an_s3_run_directory(s3, tmp_path, ray_temp):
-    spec_path = killme_spec(tmp_path, name="s3run", samples=8 * HALF_EVERY, every=HALF_EVERY)
-    run = f"s3://{BUCKET}/runs/s3run"
-    proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", f"s3://{BUCKET}/runs", ray_temp=ray_temp,
-                                port=free_port()), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, cwd=tmp_path)  # a remote run's local report copy: ./reports/NAME
-    # Workers upload each checkpoint straight to the bucket: stop in the second trial.
-    deadline = time.time() + 600
-    while time.time() < deadline and proc.poll() is None:
-        by_trial = {}
-        for key in _keys(s3, "runs/s3run/"):
-            trial, part = (key.split("/") + [""])[2:4]
-            if part.startswith("checkpoint_"):
-                by_trial.setdefault(trial, set()).add(part)
-        # A second trial with its second checkpoint: the driver has recorded its first.
-        if len(by_trial) >= 2 and all(len(parts) >= 2 for parts in by_trial.values()):
-            break
-        time.sleep(0.5)
-    proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=300)
-    assert proc.returncode == 130 and f"icr-sweep resume {run}" in out, out[-3000:]
-    kill_leftovers(ray_temp)
-    assert run_spec(run) == load_spec(spec_path).model_copy(update={"storage": f"s3://{BUCKET}/runs"})
-    assert read_file(f"{run}/report.md") is not None  # the launch's own report went beside the trials
-
-    status = subprocess.run(command("status", run), capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert status.returncode == 0, status.stderr[-3000:]
-    assert status.stdout.count("finished") >= 1 and "pending" in status.stdout + status.stderr
-    # The driver stopped: its trials are interrupted, not running (issue 52: Tune's last record said running).
-    assert "interrupted" in status.stdout and "running" not in status.stdout, status.stdout
-    assert ".icr-driver.json" in {Path(k).name for k in _keys(s3, "runs/s3run/")}
-
-    before = download_run(run, tmp_path / "before")
-    finished = [d.name for d in before.iterdir() if (d / "result.json").exists()
-                and '"final_eval": true' in (d / "result.json").read_text()]
-    midway = [d.name for d in before.iterdir() if (d / "result.json").exists() and d.name not in finished]
-    assert finished and midway, "the launch was not stopped between trials' checkpoints"
-    # The notebook API reads the same run from the bucket: every evaluation of each trial.
-    from icr_sweep import load_run
-
-    frame = load_run(run)
-    for name in finished + midway:
-        rows = [json.loads(line) for line in (before / name / "result.json").read_text().splitlines()]
-        evaluated = [r["samples"] for r in rows if r.get("evaluated", True)]
-        mine = frame[frame["trial"] == name]
-        assert mine["samples"].tolist() == evaluated and mine["evaluation"].tolist() == list(range(len(evaluated)))
-        assert (mine["state"] == ("finished" if name in finished else mine["state"].iloc[0])).all()
-    assert set(frame.loc[frame["state"] == "finished", "trial"]) == set(finished)
-
-    resumed = subprocess.run(cli("resume", run, ray_temp=ray_temp, port=free_port()), capture_output=True, text=True,
-                             timeout=900, cwd=tmp_path)
-    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
-    after = download_run(run, tmp_path / "after")
-    for name in finished:
-        assert (after / name / "result.json").read_text() == (before / name / "result.json").read_text(), f"{name} rerun"
-    samples = [json.loads(line)["samples"] for line in (after / midway[0] / "result.json").read_text().splitlines()]
-    # Continued from a checkpoint, not from scratch. With S3 storage the driver may
-    # have logged a result whose checkpoint it had not yet recorded when stopped:
-    # that one evaluation window is trained again (seen, evaluating every 1024: 1024, 2048, 2048, 3072, ...).
-    evaluations = list(range(HALF_EVERY, 8 * HALF_EVERY + 1, HALF_EVERY))
-    assert samples.count(HALF_EVERY) == 1 and sorted(set(samples)) == evaluations, samples
-    assert len(samples) - len(set(samples)) <= 1, f"{midway[0]} redid more than one window: {samples}"
-
-    report = subprocess.run(command("report", run, "--out", str(tmp_path / "local")), capture_output=True,
-                            text=True, timeout=120, cwd=tmp_path)
-    assert report.returncode == 0, report.stderr[-3000:]
-    assert "3 trials: 3 finished." in read_file(f"{run}/report.md").decode()
-    assert (tmp_path / "local" / "report.md").read_text() == read_file(f"{run}/report.md").decode()
-    assert read_file(f"{run}/best.csv") and [k for k in _keys(s3, "runs/s3run/exact_match_")]
-    assert (tmp_path / "reports" / "s3run" / "report.md").exists()  # launch's and resume's default local copy
-    assert SPEC_FILE in {Path(k).name for k in _keys(s3, "runs/s3run/")}
-
-
 def test_a_store_that_accepts_and_never_answers_is_given_up_on_within_the_wait(tmp_path, silent_server):
     """Issue 42, class 3: `status s3://...` against such an endpoint said "did not
     answer within 20 s" after 102 s: pyarrow held the process at exit for the
@@ -187,24 +113,54 @@ def pausable_s3(tmp_path):
     server.wait()
 
 
+def _checkpoints_by_trial(client, prefix: str) -> dict[str, set[str]]:
+    """The checkpoint folders each trial of a run has in the bucket so far."""
+    by_trial: dict[str, set[str]] = {}
+    for key in _keys(client, prefix):
+        trial, part = (key.split("/") + [""])[2:4]
+        if part.startswith("checkpoint_"):
+            by_trial.setdefault(trial, set()).add(part)
+    return by_trial
+
+
 @pytest.mark.slow
-def test_a_store_that_falls_silent_mid_sweep_stops_it_with_the_resume_command(pausable_s3, tmp_path, ray_temp):
-    """Issue 52, class 5: S3 paused once both trials had checkpointed: the driver
-    retried its state saves for good (still running 5 minutes later). Now the sweep
-    stops, says why and how to go on, and resumes to the end once S3 answers."""
+def test_an_s3_run_is_stopped_read_resumed_falls_silent_and_resumes_to_the_end(pausable_s3, tmp_path, ray_temp,
+                                                                               monkeypatch):
+    """One run on S3 through what a remote run meets (issue 63: two launches were one
+    scenario): Ctrl-C in its second trial; status, report and load_run read it from
+    the bucket; a resume, during which the store falls silent (issue 52, class 5: the
+    driver retried its state saves for good, still running 5 minutes later): it
+    stops, says why and how to go on; a second resume finishes, each finished trial
+    kept as it was and the stopped one continued from its checkpoint."""
     server, client, env = pausable_s3
-    spec_path = killme_spec(tmp_path, name="silent", samples=12 * HALF_EVERY, every=HALF_EVERY)
-    run = f"s3://{BUCKET}/runs/silent"
-    proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", f"s3://{BUCKET}/runs", ray_temp=ray_temp,
-                                port=free_port()), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, cwd=tmp_path, env=env)
-    deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None:
-        with_checkpoints = {key.split("/")[2] for key in _keys(client, "runs/silent/") if "/checkpoint_" in key}
-        if len(with_checkpoints) >= 2:
-            break
-        time.sleep(0.5)
-    assert proc.poll() is None, "the sweep ended before the store was paused"
+    for name in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
+        monkeypatch.setenv(name, env[name])  # this process reads the bucket too
+    spec_path = killme_spec(tmp_path, name="s3run", samples=12 * HALF_EVERY, every=HALF_EVERY)
+    run = f"s3://{BUCKET}/runs/s3run"
+
+    def start(*args: str) -> subprocess.Popen:
+        return subprocess.Popen(cli(*args, ray_temp=ray_temp, port=free_port()), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True, cwd=tmp_path, env=env)
+
+    def wait_until(proc, ready) -> None:
+        deadline = time.time() + 600
+        while time.time() < deadline and proc.poll() is None and not ready(_checkpoints_by_trial(client, "runs/s3run/")):
+            time.sleep(0.5)
+        assert proc.poll() is None, f"the sweep ended before the moment this test waits for: {proc.communicate()[0][-3000:]}"
+
+    # cwd: a remote run's local report copy goes to ./reports/NAME. Workers upload each
+    # checkpoint straight to the bucket: a second trial with its second checkpoint
+    # (the driver has recorded its first).
+    proc = start("launch", str(spec_path), "--storage", f"s3://{BUCKET}/runs")
+    wait_until(proc, lambda by_trial: len(by_trial) >= 2 and all(len(parts) >= 2 for parts in by_trial.values()))
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 130 and f"icr-sweep resume {run}" in out, out[-3000:]
+    kill_leftovers(ray_temp)
+    before, finished, midway = _read_the_stopped_s3_run(run, spec_path, client, tmp_path, env)
+
+    proc = start("resume", run)  # until the third trial has checkpointed: then the store falls silent
+    wait_until(proc, lambda by_trial: len(by_trial) >= 3)
     server.send_signal(signal.SIGSTOP)
     try:
         out, _ = proc.communicate(timeout=300)  # a hang, not a speed: before, it never ended
@@ -220,13 +176,59 @@ def test_a_store_that_falls_silent_mid_sweep_stops_it_with_the_resume_command(pa
     resumed = subprocess.run(cli("resume", run, ray_temp=ray_temp, port=free_port()), capture_output=True, text=True,
                              timeout=900, cwd=tmp_path, env=env)
     assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
-    assert "3 trials: 3 finished." in read_file_with(env, f"{run}/report.md")
+    after = download_run(run, tmp_path / "after")
+    for name in finished:
+        assert (after / name / "result.json").read_text() == (before / name / "result.json").read_text(), f"{name} rerun"
+    samples = [json.loads(line)["samples"] for line in (after / midway / "result.json").read_text().splitlines()]
+    # Continued from a checkpoint, not from scratch. With S3 storage the driver may
+    # have logged a result whose checkpoint it had not yet recorded when stopped:
+    # that one evaluation window is trained again (seen, evaluating every 1024: 1024, 2048, 2048, 3072, ...).
+    evaluations = list(range(HALF_EVERY, 12 * HALF_EVERY + 1, HALF_EVERY))
+    assert samples.count(HALF_EVERY) == 1 and sorted(set(samples)) == evaluations, samples
+    assert len(samples) - len(set(samples)) <= 1, f"{midway} redid more than one window: {samples}"
+    _report_of_the_finished_s3_run(run, client, tmp_path, env)
 
 
-def read_file_with(env: dict, uri: str) -> str:
-    """A file of the paused store's, read in a process with its environment."""
-    code = f"from orchestrator.storage import read_file; print(read_file({uri!r}).decode())"
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60).stdout
+def _read_the_stopped_s3_run(run: str, spec_path: Path, client, tmp_path: Path, env: dict) -> tuple[Path, list, str]:
+    """The stopped run as status, the notebook API and a download read it from the
+    bucket. Returns (its download, the finished trials, the interrupted one)."""
+    assert run_spec(run) == load_spec(spec_path).model_copy(update={"storage": f"s3://{BUCKET}/runs"})
+    assert read_file(f"{run}/report.md") is not None  # the launch's own report went beside the trials
+    status = subprocess.run(command("status", run), capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+    assert status.returncode == 0, status.stderr[-3000:]
+    assert status.stdout.count("finished") >= 1 and "pending" in status.stdout + status.stderr
+    # The driver stopped: its trials are interrupted, not running (issue 52: Tune's last record said running).
+    assert "interrupted" in status.stdout and "running" not in status.stdout, status.stdout
+    assert ".icr-driver.json" in {Path(k).name for k in _keys(client, "runs/s3run/")}
+
+    before = download_run(run, tmp_path / "before")
+    finished = [d.name for d in before.iterdir() if (d / "result.json").exists()
+                and '"final_eval": true' in (d / "result.json").read_text()]
+    midway = [d.name for d in before.iterdir() if (d / "result.json").exists() and d.name not in finished]
+    assert finished and len(midway) == 1, "the launch was not stopped between trials' checkpoints"
+    # The notebook API reads the same run from the bucket: every evaluation of each trial.
+    from icr_sweep import load_run
+
+    frame = load_run(run)
+    for name in finished + midway:
+        rows = [json.loads(line) for line in (before / name / "result.json").read_text().splitlines()]
+        evaluated = [r["samples"] for r in rows if r.get("evaluated", True)]
+        mine = frame[frame["trial"] == name]
+        assert mine["samples"].tolist() == evaluated and mine["evaluation"].tolist() == list(range(len(evaluated)))
+        assert (mine["state"] == ("finished" if name in finished else mine["state"].iloc[0])).all()
+    assert set(frame.loc[frame["state"] == "finished", "trial"]) == set(finished)
+    return before, finished, midway[0]
+
+
+def _report_of_the_finished_s3_run(run: str, client, tmp_path: Path, env: dict) -> None:
+    report = subprocess.run(command("report", run, "--out", str(tmp_path / "local")), capture_output=True,
+                            text=True, timeout=120, cwd=tmp_path, env=env)
+    assert report.returncode == 0, report.stderr[-3000:]
+    assert "3 trials: 3 finished." in read_file(f"{run}/report.md").decode()
+    assert (tmp_path / "local" / "report.md").read_text() == read_file(f"{run}/report.md").decode()
+    assert read_file(f"{run}/best.csv") and [k for k in _keys(client, "runs/s3run/exact_match_")]
+    assert (tmp_path / "reports" / "s3run" / "report.md").exists()  # launch's and resume's default local copy
+    assert SPEC_FILE in {Path(k).name for k in _keys(client, "runs/s3run/")}
 
 
 def test_status_of_a_storage_root_names_its_runs_without_copying_them(s3, tmp_path):
