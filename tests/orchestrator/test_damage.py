@@ -115,17 +115,39 @@ def test_a_trial_without_a_checkpoint_but_with_rows_starts_over_saying_so(tmp_pa
 
 
 @pytest.mark.slow
-def test_an_array_whose_checkpoints_are_gone_starts_over_saying_so_and_writes_no_row_twice(tmp_path, ray_temp):
-    """The reproduction: an interrupted array whose array-<first>/ folder is deleted
-    trained its members again from 0, their result.json holding the first rows
-    twice, with a message that it continued "from the newest intact checkpoint"."""
+def test_an_array_whose_worker_was_killed_is_retried_and_one_whose_checkpoints_are_gone_starts_over(tmp_path,
+                                                                                                   ray_temp):
+    """Two damages of one array, each resumed (issue 63: one launch for both).
+    Issue 65, class 7: its worker killed (max_failures: 0) left every member an
+    error.txt; resume said they "failed before", trained nothing, exited 1, and advised
+    another resume. A member's own failure stays; its array's is retried, from its
+    checkpoint. Then the reproduction of the other: an interrupted array whose
+    array-<first>/ folder is deleted trained its members again from 0, their
+    result.json holding the first rows twice, with a message that it continued "from
+    the newest intact checkpoint"."""
     members = MEMBERS
-    proc, run = _array_launched(tmp_path, ray_temp, "damaged", 6144, lambda run: all(
-        sum(bool(r.get("evaluated")) for r in results_so_far(run / m)) >= 2 for m in members))
+    # Killed after its first evaluation: five more are left to catch it midway, twice.
+    proc, run = _array_launched(tmp_path, ray_temp, "damaged", 6144, _array_killed(members), max_failures=0)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 1, out[-3000:]
+    states = load_trials(run).set_index("trial")["state"]
+    assert (states == "error").all(), states
+    assert "Retry them from their checkpoints with:" in out, out[-3000:]
+
+    proc = subprocess.Popen(cli("resume", str(run), ray_temp=ray_temp, port=free_port()), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None and not all(
+            sum(bool(r.get("evaluated")) for r in results_so_far(run / m)) >= 3 for m in members):
+        time.sleep(0.1)
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=300)
-    assert proc.returncode == 130, out[-3000:]
+    assert proc.returncode == 130 and "failed before" not in out, out[-3000:]
     assert (load_trials(run).set_index("trial")["state"] == "interrupted").all(), out[-3000:]
+    for m in members:  # retried from the checkpoint of its first evaluation: each evaluation once
+        evaluations = [r["samples"] for r in read_results(run / m) if r.get("evaluated", True)]
+        assert len(evaluations) >= 3 and evaluations == list(range(1024, 1024 * len(evaluations) + 1, 1024)), evaluations
+
     (array,) = run.glob("array-*")
     shutil.rmtree(array)
     before = {m: max(r["samples"] for r in read_results(run / m)) for m in members}
@@ -143,23 +165,22 @@ def test_an_array_whose_checkpoints_are_gone_starts_over_saying_so_and_writes_no
         assert [r["samples"] for r in read_results(run / m) if r.get("evaluated", True)] == list(range(1024, 6145, 1024))
         kept = parse_rows((run / m / STARTED_OVER_FILE).read_text())
         assert max(r["samples"] for r in kept) == before[m]  # the earlier rows, set aside
+        assert not (run / m / "error.txt").exists()
     assert (load_trials(run)["state"] == "finished").all()
 
 
-@pytest.mark.slow
-def test_an_array_whose_worker_was_killed_is_retried_by_resume(tmp_path, ray_temp):
-    """Issue 65, class 7: an array's worker killed (max_failures: 0) left every member
-    an error.txt; resume said they "failed before", trained nothing, exited 1, and
-    advised another resume. A member's own failure stays; its array's is retried."""
+def _array_killed(members: list[str]):
+    """`until` for _array_launched: once every member has evaluated, SIGKILLs the
+    array's worker (Tune runs a trial in a working directory named after it)."""
     import os
 
-    members, killed = MEMBERS, []
+    killed = []
 
     def kill_the_array(run) -> bool:
         if not all(any(r.get("evaluated") for r in results_so_far(run / m)) for m in members):
             return False
         for pid in (p for p in os.listdir("/proc") if p.isdigit()):
-            try:  # the array's worker: Tune runs a trial in a working directory named after it
+            try:
                 if os.readlink(f"/proc/{pid}/cwd").endswith("/array-transformer-cot-tiny-n5-lr3e-3-s0"):
                     os.kill(int(pid), signal.SIGKILL)
                     killed.append(pid)
@@ -167,21 +188,7 @@ def test_an_array_whose_worker_was_killed_is_retried_by_resume(tmp_path, ray_tem
                 continue
         return bool(killed)
 
-    # Killed after its first evaluation: five more are left to catch it midway, and for the resume (issue 63: 12,288).
-    proc, run = _array_launched(tmp_path, ray_temp, "crashed", 6144, kill_the_array, max_failures=0)
-    out, _ = proc.communicate(timeout=300)
-    assert killed and proc.returncode == 1, out[-3000:]
-    states = load_trials(run).set_index("trial")["state"]
-    assert (states == "error").all(), states
-    assert "Retry them from their checkpoints with:" in out, out[-3000:]
-    result = subprocess.run(cli("resume", str(run), ray_temp=ray_temp, port=free_port()), capture_output=True,
-                            text=True, timeout=900)
-    console = result.stdout + result.stderr
-    assert result.returncode == 0 and "failed before" not in console, console[-3000:]
-    assert (load_trials(run)["state"] == "finished").all()
-    for m in members:
-        evaluations = [r["samples"] for r in read_results(run / m) if r.get("evaluated", True)]
-        assert evaluations == list(range(1024, 6145, 1024)) and not (run / m / "error.txt").exists(), evaluations
+    return kill_the_array
 
 
 def test_a_members_own_failure_is_marked_to_stay_and_its_arrays_is_not(tmp_path):

@@ -8,6 +8,7 @@ import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -29,7 +30,10 @@ HALF = 12 * HALF_EVERY  # the killme spec's twelve evaluations at half the train
 def test_a_tiny_sweep_completes_with_its_report_and_the_dashboard_up(tmp_path, ray_temp):
     """And two trials fail for good, each with the advice its failure needs: a rate
     that diverges, and RWKV-7 with heads of one channel, whose loss is NaN before
-    any update (issue 42, class 4: retried from scratch, and advised to resume)."""
+    any update (issue 42, class 4: retried from scratch, and advised to resume).
+    A second launch a second later, asking for the same dashboard port, runs beside
+    it with a dashboard of its own (issue 42, class 5: both launches took the port
+    and the second failed after a minute with an empty reason)."""
     storage, port = tmp_path / "runs", free_port()
     spec = yaml.safe_load((SWEEPS / "istree_micro.yaml").read_text())
     spec["lr"]["transformer"] = [3e-3, 1e12]  # the second one diverges at once: a trial that fails for good
@@ -41,15 +45,28 @@ def test_a_tiny_sweep_completes_with_its_report_and_the_dashboard_up(tmp_path, r
     stale = {**os.environ, "RAY_ADDRESS": "127.0.0.1:9"}
     proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=port),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True, env=stale)
-    answered_while_running, sockets = False, []
-    while proc.poll() is None and not answered_while_running:
-        answered_while_running = dashboard_answers(port) and proc.poll() is None
-        time.sleep(0.5)
-    while proc.poll() is None and not sockets:  # once a trial's worker is up (issue 52, class 2)
-        if next((storage / "istree_micro").glob("*/params.json"), None):
-            sockets = listening(ray_temp)
-        time.sleep(0.5)
-    out, _ = proc.communicate(timeout=900)
+    lines: list[str] = []  # its console as it comes
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    with own_ray_temp() as other_temp:
+        time.sleep(1)
+        second = subprocess.Popen(cli("launch", str(SWEEPS / "istree_micro.yaml"), "--storage", str(tmp_path / "b"),
+                                      ray_temp=other_temp, port=port),
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        answered_while_running, sockets = False, []
+        while proc.poll() is None and not answered_while_running:
+            if (mine := _dashboard_port("".join(lines))) is not None:
+                answered_while_running = dashboard_answers(mine) and proc.poll() is None
+            time.sleep(0.5)
+        while proc.poll() is None and not sockets:  # once a trial's worker is up (issue 52, class 2)
+            if next((storage / "istree_micro").glob("*/params.json"), None):
+                sockets = listening(ray_temp)
+            time.sleep(0.5)
+        proc.wait(timeout=900)
+        second_out = second.communicate(timeout=600)[0]
+    reader.join(timeout=60)
+    out = "".join(lines)
+    _both_ran_with_a_dashboard_each(port, out, second, second_out)
     names = {name for _, _, name in sockets}
     assert {"gcs_server", "raylet", "ray::DashboardA"} <= names, sockets
     assert all(on_loopback(address) for address, _, _ in sockets), sockets
@@ -67,9 +84,15 @@ def test_a_tiny_sweep_completes_with_its_report_and_the_dashboard_up(tmp_path, r
     assert "RayTaskError" not in out and "== Status ==" not in out, out[-3000:]
     assert f"retrying {at_once} after a failure" in out and f"failed {at_once} (its error: " in out, out[-3000:]
     assert answered_while_running, "the dashboard did not answer while the sweep ran"
-    assert f"Ray dashboard: http://127.0.0.1:{port}" in out and "ray get-auth-token" in out
+    assert "ray get-auth-token" in out
 
-    run_dir = storage / "istree_micro"
+    _the_report_and_trials_of(storage / "istree_micro", spec_path, diverging, at_once)
+    again = subprocess.run(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=port),
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode != 0 and "icr-sweep resume" in again.stderr
+
+
+def _the_report_and_trials_of(run_dir: Path, spec_path: Path, diverging: str, at_once: str) -> None:
     report = (run_dir / "report.md").read_text()
     trials = expand(load_spec(spec_path))
     assert len(trials) == 4
@@ -88,10 +111,6 @@ def test_a_tiny_sweep_completes_with_its_report_and_the_dashboard_up(tmp_path, r
         last = results_so_far(run_dir / name)[-1]
         assert last["gpu_share"] == 0 and last["cuda_devices"] == "", last
     assert (run_dir / "results.csv").exists() and list(run_dir.glob("exact_match_*.png")) and list(run_dir.glob("gen_accuracy_*.png"))
-
-    again = subprocess.run(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=port),
-                           capture_output=True, text=True, timeout=120)
-    assert again.returncode != 0 and "icr-sweep resume" in again.stderr
 
 
 @pytest.fixture(scope="module")
@@ -498,25 +517,19 @@ def test_a_disk_that_fills_mid_sweep_ends_in_a_report_and_resumes_with_every_eva
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
 
 
-def test_two_launches_a_second_apart_both_run_with_a_dashboard_each(tmp_path, ray_temp):
-    """Issue 42, class 5: both launches took the dashboard's port and the second
-    failed after a minute with an empty reason."""
-    port = free_port()
-    with own_ray_temp() as other_temp:
-        procs = []
-        for storage, temp in ((tmp_path / "a", ray_temp), (tmp_path / "b", other_temp)):
-            procs.append(subprocess.Popen(cli("launch", str(SWEEPS / "istree_micro.yaml"), "--storage", str(storage),
-                                              ray_temp=temp, port=port),
-                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True))
-            time.sleep(1)
-        outs = [p.communicate(timeout=600)[0] for p in procs]
-    for p, out in zip(procs, outs):
-        assert p.returncode == 0, out[-3000:]
-    ports = [int(re.search(r"Ray dashboard: http://127\.0\.0\.1:(\d+)", out).group(1)) for out in outs]
-    assert port in ports and len(set(ports)) == 2, ports
-    second = ports.index(port) ^ 1  # the one that found the port taken (the later one, unless the machine stalled)
-    assert f"Port {port} is taken; the dashboard listens on {ports[second]} instead" in outs[second]
+def _dashboard_port(console: str) -> int | None:
+    found = re.search(r"Ray dashboard: http://127\.0\.0\.1:(\d+)", console)
+    return int(found.group(1)) if found else None
 
+
+def _both_ran_with_a_dashboard_each(port: int, out: str, second: subprocess.Popen, second_out: str) -> None:
+    """Two launches a second apart, both asking for `port`: the second ran to the end
+    too, and the one that found the port taken says where its dashboard listens."""
+    assert second.returncode == 0, second_out[-3000:]
+    ports = [_dashboard_port(out), _dashboard_port(second_out)]
+    assert port in ports and len(set(ports)) == 2, ports
+    later = ports.index(port) ^ 1  # the one that found the port taken (the later one, unless the machine stalled)
+    assert f"Port {port} is taken; the dashboard listens on {ports[later]} instead" in (out, second_out)[later]
 
 
 def test_the_ray_processes_a_killed_driver_left_are_ended_by_the_next_start(tmp_path, ray_temp):
