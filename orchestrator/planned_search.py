@@ -60,27 +60,40 @@ class PlannedTrials(Searcher):
         self.handed, self.next = tune_trial_dirs(checkpoint_dir), 0
 
 
-class PlannedGrid(SearchGenerator):
-    """Tune's search algorithm over PlannedTrials (limited to `max_concurrent`
-    running at once where given; Tune's own wrapping is for a bare Searcher). Its
-    count of trials made, which ends the search at the plan's length, is restored
-    as the trials Tune's restored state holds, not as saved beside it."""
+class LimitedSearch(SearchGenerator):
+    """Tune's search algorithm over `searcher`, limited to `max_concurrent` trials
+    running at once where given: what Tune makes of a bare Searcher and
+    max_concurrent_trials, but for its restore. The limiter's live trials are
+    restored from a file Tune writes after its experiment state; a driver killed, or
+    a store fallen silent, between the two writes (or uploads) leaves them out of
+    step, and a live trial that Tune's state lacks (made after it was saved) or holds
+    as ended (ended after the searcher's file was written) is never run again, so
+    never completes, and held its place for good: a resume waited forever."""
+
+    def __init__(self, searcher: Searcher, max_concurrent: int | None = None):
+        super().__init__(ConcurrencyLimiter(searcher, max_concurrent) if max_concurrent else searcher)
+
+    def restore_from_dir(self, dirpath: str) -> None:
+        super().restore_from_dir(dirpath)
+        if isinstance(self.searcher, ConcurrencyLimiter):
+            limiter = self.searcher
+            limiter.live_trials &= tune_trial_ids(dirpath, ended=False)
+            limiter.num_unfinished_live_trials = len(limiter.live_trials)
+
+
+class PlannedGrid(LimitedSearch):
+    """LimitedSearch over PlannedTrials. Its count of trials made, which ends the
+    search at the plan's length, is restored as the trials Tune's restored state
+    holds, not as saved beside it."""
 
     def __init__(self, key: str, points: list[dict], names: list[str], max_concurrent: int | None = None):
         self.planned = PlannedTrials(key, points, names)
-        super().__init__(ConcurrencyLimiter(self.planned, max_concurrent) if max_concurrent else self.planned)
+        super().__init__(self.planned, max_concurrent)
 
     def restore_from_dir(self, dirpath: str) -> None:
         super().restore_from_dir(dirpath)
         self._counter = len(self.planned.handed & set(self.planned.names))
         self._finished = False  # the searcher says when every planned trial is made
-        if isinstance(self.searcher, ConcurrencyLimiter):
-            # The limiter's saved live trials, less those Tune's state lacks (made after
-            # Tune last saved it: a driver killed, a store fallen silent): those would
-            # never complete, and held their places for good (a resume waited forever).
-            limiter = self.searcher
-            limiter.live_trials &= tune_trial_ids(dirpath)
-            limiter.num_unfinished_live_trials = len(limiter.live_trials)
 
 
 def pending_trials() -> int:

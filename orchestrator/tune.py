@@ -23,7 +23,7 @@ from orchestrator.grid import cell_budget, cells, plan, planned_trials, planned_
 from orchestrator.optuna_search import RESUMING, CellwiseOptuna, optuna_storage
 from orchestrator.packing import gpu_share
 from orchestrator.progress import SweepProgress
-from orchestrator.planned_search import PlannedGrid, pending_for_grid
+from orchestrator.planned_search import LimitedSearch, PlannedGrid, pending_for_grid
 from orchestrator.rundir import (MLFLOW_FILE, PARAMS_FILE, RESULTS_FILE, STOP_FILE, RecordError, load_trials, read_plan,
                                   read_results, set_aside_plan,
                                   restore_rows, set_aside_for_rebuild, set_aside_results, sqlite_url, tune_statuses,
@@ -271,9 +271,9 @@ def launch(spec: SweepSpec, resources: dict) -> str:
         tuner = _grid_tuner(spec, list(stored["trials"].values()), trainable, run_config, _fuse(spec, resources))
     else:
         tune_config = tune.TuneConfig(
-            search_alg=CellwiseOptuna(spec, optuna_storage(spec, run_dir), _fuse(spec, resources)),
+            search_alg=LimitedSearch(CellwiseOptuna(spec, optuna_storage(spec, run_dir), _fuse(spec, resources)),
+                                     spec.resources.max_concurrent),
             num_samples=sum(cell_budget(spec, cell) for cell in cells(spec)),
-            max_concurrent_trials=spec.resources.max_concurrent,
             trial_name_creator=_trial_name, trial_dirname_creator=_trial_name,
         )
         tuner = tune.Tuner(trainable, param_space={}, tune_config=tune_config, run_config=run_config)

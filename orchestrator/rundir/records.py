@@ -187,11 +187,13 @@ def _tune_state(path: Path) -> list[dict]:
     return [json.loads(trial_json) for trial_json, _ in json.loads(path.read_text())["trial_data"]]
 
 
-def tune_trial_ids(run_dir: str | Path) -> set[str]:
-    """Tune's id of each trial (or array) in its newest experiment state; empty where
-    there is no state."""
+def tune_trial_ids(run_dir: str | Path, ended: bool = True) -> set[str]:
+    """Tune's id of each trial (or array) in its newest experiment state (`ended`
+    False: of those it has not ended, TERMINATED, which a restore never runs again);
+    empty where there is no state."""
     newest = _newest_state(run_dir)
-    return {trial["trial_id"] for trial in _tune_state(newest) if "trial_id" in trial} if newest else set()
+    return {trial["trial_id"] for trial in _tune_state(newest)
+            if "trial_id" in trial and (ended or trial.get("status") != "TERMINATED")} if newest else set()
 
 
 def tune_trial_dirs(run_dir: str | Path) -> set[str]:

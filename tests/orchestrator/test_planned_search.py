@@ -8,7 +8,7 @@ import pytest
 from ray.tune.experiment import Experiment
 
 from orchestrator import planned_search
-from orchestrator.planned_search import PENDING_ENV, PlannedGrid, pending_for_grid
+from orchestrator.planned_search import PENDING_ENV, LimitedSearch, PlannedGrid, pending_for_grid
 
 
 def _generator(names, max_concurrent=None):
@@ -43,9 +43,10 @@ def test_a_grid_with_max_concurrent_holds_back_trials_until_one_completes():
     assert search.next_trial().config["trial"]["trial"] == "c"
 
 
-def _experiment_state(folder, names, ids=None):
-    trial_data = [[json.dumps({"relative_logdir": name, "status": "TERMINATED", "trial_id": trial_id}), "{}"]
-                  for name, trial_id in zip(names, ids or [f"id-{name}" for name in names])]
+def _experiment_state(folder, names, ids=None, statuses=None):
+    trial_data = [[json.dumps({"relative_logdir": name, "status": status, "trial_id": trial_id}), "{}"]
+                  for name, trial_id, status in zip(names, ids or [f"id-{name}" for name in names],
+                                                    statuses or ["TERMINATED"] * len(names))]
     (folder / "experiment_state-2026-11-27_00-00-00.json").write_text(json.dumps({"trial_data": trial_data}))
 
 
@@ -66,27 +67,33 @@ def test_a_restored_grid_hands_out_exactly_the_trials_tunes_state_lacks(tmp_path
     assert _created(after) == ["b", "d", "e"]
 
 
-@pytest.mark.parametrize("tune_kept_it", [False, True], ids=["tune-state-lacks-it", "tune-state-holds-it"])
-def test_a_restored_grid_with_max_concurrent_is_not_held_by_a_trial_tunes_state_lacks(tmp_path, tune_kept_it):
+@pytest.mark.parametrize("tune_kept_it", [None, "RUNNING", "ERROR", "TERMINATED"],
+                         ids=["tune-state-lacks-it", "running", "failed", "ended-after-the-searchers-file"])
+def test_a_restored_grid_with_max_concurrent_is_held_only_by_a_trial_tune_runs_again(tmp_path, tune_kept_it):
     """A CI run's resume after an S3 store fell silent waited for good: Tune's
     ConcurrencyLimiter restored as live a trial made after Tune last saved its state,
-    which therefore never completed and held the one place of max_concurrent 1. A
-    live trial Tune's state holds keeps its place until it completes."""
+    which therefore never completed and held the one place of max_concurrent 1. So
+    does one Tune's state holds as ended (TERMINATED) where the searcher's file is the
+    older: written after Tune's state, it is the one a kill or a silent store between
+    the two leaves behind; Tune never runs that trial again. A trial Tune resumes
+    (running, or failed: resume retries it) keeps its place until it completes."""
     names = ["s0", "s1", "s2"]
     before = _generator(names, max_concurrent=1)
     first = before.next_trial()
     before.on_trial_complete(first.trial_id, result={})
-    live = before.next_trial()  # s1, running when the driver stopped
+    live = before.next_trial()  # s1, running when the searcher's file was written
     before.save_to_dir(str(tmp_path), session_str="s")
-    kept = [("s0", first.trial_id)] + ([("s1", live.trial_id)] if tune_kept_it else [])
-    _experiment_state(tmp_path, [name for name, _ in kept], ids=[trial_id for _, trial_id in kept])
+    kept = [("s0", first.trial_id, "TERMINATED")] + ([("s1", live.trial_id, tune_kept_it)] if tune_kept_it else [])
+    _experiment_state(tmp_path, *map(list, zip(*kept)))
 
     after = _generator(names, max_concurrent=1)
     after.restore_from_dir(str(tmp_path))
-    if tune_kept_it:
+    if tune_kept_it in ("RUNNING", "ERROR"):
         assert after.next_trial() is None  # s1 is Tune's to resume, and holds the place
         after.on_trial_complete(live.trial_id, result={})
         assert after.next_trial().config["trial"]["trial"] == "s2"
+    elif tune_kept_it == "TERMINATED":
+        assert after.next_trial().config["trial"]["trial"] == "s2"  # s1 is done: its place is free
     else:
         assert after.next_trial().config["trial"]["trial"] == "s1"  # made again, not lost
 
@@ -103,3 +110,28 @@ def test_a_grid_gets_tunes_own_pending_allowance_and_optuna_and_a_users_setting_
     with pending_for_grid(grid=True):
         assert os.environ[PENDING_ENV] == "8"
     assert os.environ[PENDING_ENV] == "8"
+
+
+@pytest.mark.parametrize("status", ["RUNNING", "TERMINATED"])
+def test_an_optuna_sweeps_limiter_is_restored_as_a_grids_is(tmp_path, status):
+    """An Optuna sweep with max_concurrent had Tune's own wrapping, restored as saved:
+    a trial ended after the searcher's file was written held the one place for good.
+    Its search is a LimitedSearch like the grid's, the place freed alike."""
+    from orchestrator.optuna_search import CellwiseOptuna
+    from tests.orchestrator.test_tune import optuna_spec
+
+    def search():
+        limited = LimitedSearch(CellwiseOptuna(optuna_spec(num_samples=3), f"sqlite:///{tmp_path / 'optuna.db'}"), 1)
+        limited.set_search_properties("val_exact_match", "max", {})
+        limited.add_configurations([Experiment("o", lambda c: None, config={}, num_samples=6)])
+        return limited
+
+    before = search()
+    first = before.next_trial()
+    assert before.next_trial() is None  # max_concurrent 1: the second waits for the first
+    before.save_to_dir(str(tmp_path), session_str="s")
+    _experiment_state(tmp_path, [first.config["name"]], ids=[first.trial_id], statuses=[status])
+
+    after = search()
+    after.restore_from_dir(str(tmp_path))
+    assert (after.next_trial() is None) == (status == "RUNNING")
