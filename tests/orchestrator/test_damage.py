@@ -146,7 +146,8 @@ def test_an_array_whose_worker_was_killed_is_retried_and_one_whose_checkpoints_a
     assert (load_trials(run).set_index("trial")["state"] == "interrupted").all(), out[-3000:]
     for m in members:  # retried from the checkpoint of its first evaluation: each evaluation once
         evaluations = [r["samples"] for r in read_results(run / m) if r.get("evaluated", True)]
-        assert len(evaluations) >= 3 and evaluations == list(range(1024, 1024 * len(evaluations) + 1, 1024)), evaluations
+        assert len(evaluations) >= 3, evaluations
+        assert evaluations == list(range(1024, 1024 * len(evaluations) + 1, 1024)), evaluations
 
     (array,) = run.glob("array-*")
     shutil.rmtree(array)

@@ -142,11 +142,11 @@ def test_an_s3_run_is_stopped_read_resumed_falls_silent_and_resumes_to_the_end(p
         return subprocess.Popen(cli(*args, ray_temp=ray_temp, port=free_port()), stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True, cwd=tmp_path, env=env)
 
-    def wait_until(proc, ready) -> None:
+    def wait_until(proc, ready, prefix="runs/s3run/") -> None:
         deadline = time.time() + 600
-        while time.time() < deadline and proc.poll() is None and not ready(_checkpoints_by_trial(client, "runs/s3run/")):
+        while time.time() < deadline and proc.poll() is None and not ready(_checkpoints_by_trial(client, prefix)):
             time.sleep(0.5)
-        assert proc.poll() is None, f"the sweep ended before the moment this test waits for: {proc.communicate()[0][-3000:]}"
+        assert proc.poll() is None, f"the sweep ended before the moment awaited: {proc.communicate()[0][-3000:]}"
 
     # cwd: a remote run's local report copy goes to ./reports/NAME. Workers upload each
     # checkpoint straight to the bucket: a second trial with its second checkpoint
@@ -178,7 +178,7 @@ def test_an_s3_run_is_stopped_read_resumed_falls_silent_and_resumes_to_the_end(p
     assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
     after = download_run(run, tmp_path / "after")
     for name in finished:
-        assert (after / name / "result.json").read_text() == (before / name / "result.json").read_text(), f"{name} rerun"
+        assert (after / name / "result.json").read_text() == (before / name / "result.json").read_text(), name
     samples = [json.loads(line)["samples"] for line in (after / midway / "result.json").read_text().splitlines()]
     # Continued from a checkpoint, not from scratch. With S3 storage the driver may
     # have logged a result whose checkpoint it had not yet recorded when stopped:
