@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.rundir import RunDirError, check_storage
-from orchestrator.rundir import SPEC_FILE
+from orchestrator.rundir import SPEC_FILE, STARTED_OVER_FILE
 from orchestrator.spec import load_spec, run_spec
 from orchestrator.storage import download_run, read_file
 from tests.orchestrator.e2e import HALF_EVERY, SWEEPS, cli, free_port, kill_leftovers, killme_spec
@@ -186,6 +186,7 @@ def test_an_s3_run_is_stopped_read_resumed_falls_silent_and_resumes_to_the_end(p
     evaluations = list(range(HALF_EVERY, 12 * HALF_EVERY + 1, HALF_EVERY))
     assert samples.count(HALF_EVERY) == 1 and sorted(set(samples)) == evaluations, samples
     assert len(samples) - len(set(samples)) <= 1, f"{midway} redid more than one window: {samples}"
+    assert not (after / midway / STARTED_OVER_FILE).exists(), f"{midway} started over from sample 0"
     _report_of_the_finished_s3_run(run, client, tmp_path, env)
 
 
