@@ -16,7 +16,7 @@ import pytest
 import torch
 import yaml
 
-from orchestrator.rundir import load_trials, read_results, read_run
+from orchestrator.rundir import STARTED_OVER_FILE, load_trials, read_results, read_run
 from orchestrator.grid import expand
 from orchestrator.spec import load_spec
 from tests.orchestrator.e2e import (HALF_EVERY, SWEEPS, cli, dashboard_answers, free_port, kill_leftovers, killme_spec,
@@ -151,6 +151,7 @@ def test_a_killed_driver_resumes_without_rerunning_finished_trials(tmp_path, ray
         assert (run_dir / name / "result.json").read_text() == text, f"{name} was run again"
     samples = [r["samples"] for r in results_so_far(run_dir / interrupted)]
     assert samples == sorted(set(samples)), f"{interrupted} restarted instead of continuing: {samples}"
+    assert not (run_dir / interrupted / STARTED_OVER_FILE).exists(), f"{interrupted} started over from sample 0"
     assert samples[-1] == HALF
 
 
