@@ -127,9 +127,10 @@ def test_an_array_whose_worker_was_killed_is_retried_and_one_whose_checkpoints_a
     the newest intact checkpoint"."""
     members = MEMBERS
     # Killed after its first evaluation: five more are left to catch it midway, twice.
-    proc, run = _array_launched(tmp_path, ray_temp, "damaged", 6144, _array_killed(members), max_failures=0)
+    kill_the_array, killed = _array_killed(members)
+    proc, run = _array_launched(tmp_path, ray_temp, "damaged", 6144, kill_the_array, max_failures=0)
     out, _ = proc.communicate(timeout=300)
-    assert proc.returncode == 1, out[-3000:]
+    assert killed and proc.returncode == 1, out[-3000:]
     states = load_trials(run).set_index("trial")["state"]
     assert (states == "error").all(), states
     assert "Retry them from their checkpoints with:" in out, out[-3000:]
@@ -171,8 +172,9 @@ def test_an_array_whose_worker_was_killed_is_retried_and_one_whose_checkpoints_a
 
 
 def _array_killed(members: list[str]):
-    """`until` for _array_launched: once every member has evaluated, SIGKILLs the
-    array's worker (Tune runs a trial in a working directory named after it)."""
+    """(`until` for _array_launched, the pids it killed): once every member has
+    evaluated, SIGKILLs the array's worker (Tune runs a trial in a working directory
+    named after it)."""
     import os
 
     killed = []
@@ -189,7 +191,7 @@ def _array_killed(members: list[str]):
                 continue
         return bool(killed)
 
-    return kill_the_array
+    return kill_the_array, killed
 
 
 def test_a_members_own_failure_is_marked_to_stay_and_its_arrays_is_not(tmp_path):

@@ -142,9 +142,10 @@ def test_an_s3_run_is_stopped_read_resumed_falls_silent_and_resumes_to_the_end(p
         return subprocess.Popen(cli(*args, ray_temp=ray_temp, port=free_port()), stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True, cwd=tmp_path, env=env)
 
-    def wait_until(proc, ready, prefix="runs/s3run/") -> None:
+    def wait_until(proc, ready) -> None:
         deadline = time.time() + 600
-        while time.time() < deadline and proc.poll() is None and not ready(_checkpoints_by_trial(client, prefix)):
+        while (time.time() < deadline and proc.poll() is None
+               and not ready(_checkpoints_by_trial(client, "runs/s3run/"))):
             time.sleep(0.5)
         assert proc.poll() is None, f"the sweep ended before the moment awaited: {proc.communicate()[0][-3000:]}"
 
