@@ -423,6 +423,126 @@ def plot_frontier(table: pd.DataFrame, out_dir: Path, solved: float, sample_leng
     return path
 
 
+LR_WINDOW = ("lr", "seed_ids", "held_out_by_seed", "held_out", "solves")
+
+
+def lr_window(df: pd.DataFrame, solved: float = SOLVED) -> pd.DataFrame:
+    """The learning-rate window (issue 62): per cell (arch, setup, size, n) that
+    finished at two or more learning rates with a held-out exact match, and per rate,
+    each seed's held-out exact match (by seed), their mean, and whether the mean
+    reaches `solved`: the rates where the model solves, not only its best one.
+    Recurrent models learn recall only inside a narrow window of rates (Okpekpe and
+    Orvieto, 2025), so one rate per architecture can read training as capacity."""
+    if "test_exact_match" not in df or "state" not in df:
+        return pd.DataFrame(columns=GROUP + list(LR_WINDOW))
+    done = df[(df["state"] == "finished") & df["test_exact_match"].notna()]
+    done = done[done.groupby(GROUP)["lr"].transform("nunique") >= 2]
+    rows = []
+    for (*cell, lr), trials in done.groupby(GROUP + ["lr"], sort=True):
+        by_seed = trials.sort_values("seed")
+        mean = float(by_seed["test_exact_match"].mean())
+        rows.append(dict(zip(GROUP, cell), lr=float(lr), seed_ids="/".join(str(int(s)) for s in by_seed["seed"]),
+                         held_out_by_seed="/".join(f"{v:.3f}" for v in by_seed["test_exact_match"]),
+                         held_out=mean, solves=mean >= solved))
+    return pd.DataFrame(rows, columns=GROUP + list(LR_WINDOW))
+
+
+def window_text(rates: pd.DataFrame) -> str:
+    """One cell's window in words, from its rows of `lr_window`: "1e-3 to 3e-3 (2 of
+    3 rates)", a rate inside that does not solve named ("..., not 2e-3"), "none of
+    3 rates"."""
+    rates = rates.sort_values("lr")
+    solving = rates.loc[rates["solves"], "lr"].tolist()
+    if not solving:
+        return f"none of {len(rates)} rates"
+    span = _rate(solving[0]) if len(solving) == 1 else f"{_rate(solving[0])} to {_rate(solving[-1])}"
+    gaps = [_rate(lr) for lr, ok in zip(rates["lr"], rates["solves"]) if not ok and solving[0] < lr < solving[-1]]
+    return f"{span} ({len(solving)} of {len(rates)} rates" + (f"; not {', '.join(gaps)}" if gaps else "") + ")"
+
+
+def _window_spans(lrs: list[float]) -> list[tuple[float, float]]:
+    """Each rate's stretch of a log axis: to the geometric midpoints with its
+    neighbours (at either end, as far out as in)."""
+    logs = [math.log(lr) for lr in lrs]
+    mids = [(a + b) / 2 for a, b in zip(logs, logs[1:])]
+    edges = [2 * logs[0] - mids[0], *mids, 2 * logs[-1] - mids[-1]]
+    return [(math.exp(lo), math.exp(hi)) for lo, hi in zip(edges, edges[1:])]
+
+
+def plot_lr_window(window: pd.DataFrame, out_dir: Path, solved: float = SOLVED,
+                   task: str = DEFAULT_TASK) -> list[Path]:
+    """lr_window_<size>.png per base size: a panel per setup (rows) and n (columns),
+    held-out exact match against the learning rate, each seed a point and the mean
+    over seeds a line per model, the rates where that mean reaches `solved` shaded
+    in the model's colour."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    task_cls, paths = TASKS[task][1], []
+    for size, part in by_base_size(window):
+        setups, ns = sorted(set(part["setup"]), key=setup_key), sorted(part["n"].unique())
+        fig, axes = plt.subplots(len(setups), len(ns), figsize=(max(5, 3.2 * len(ns)), 2.9 * len(setups)),
+                                 sharey=True, squeeze=False)
+        numbers = variant_numbers(part["model"].tolist())
+        for (i, setup), (j, n) in ((a, b) for a in enumerate(setups) for b in enumerate(ns)):
+            ax = axes[i][j]
+            cell = part[(part["setup"] == setup) & (part["n"] == n)]
+            for model, rows in sorted(cell.groupby("model"), key=lambda g: model_key(g[0])):
+                rows = rows.sort_values("lr")
+                style = arch_style(rows["arch"].iloc[0], variant=numbers[model])
+                ax.plot(rows["lr"], rows["held_out"], label=model, **style)
+                for lr, seeds in zip(rows["lr"], rows["held_out_by_seed"]):
+                    values = [float(v) for v in seeds.split("/")]
+                    ax.scatter([lr] * len(values), values, s=12, color=style["color"], alpha=0.6, zorder=3)
+                for (lo, hi), ok in zip(_window_spans(rows["lr"].tolist()), rows["solves"]):
+                    if ok:
+                        ax.axvspan(lo, hi, color=style["color"], alpha=0.12, lw=0)
+            ax.axhline(solved, color="grey", lw=0.8, ls="--")
+            ax.set_xscale("log")
+            ax.set_ylim(-0.02, 1.02)
+            ax.set_title(f"{setup}, {task_cls.n_label} = {n}", fontsize=10)
+            ax.grid(alpha=0.3)
+            if i == len(setups) - 1:
+                ax.set_xlabel("learning rate")
+        for row in axes:
+            row[0].set_ylabel("held-out exact match")
+        axes[0][-1].legend(loc="best", fontsize=8)
+        fig.suptitle(f"{task_cls.title or task}, {size} models: the learning-rate window")
+        fig.tight_layout()
+        path = out_dir / f"lr_window_{size}.png"
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def _lr_window_section(df: pd.DataFrame, out_dir: Path, solved: float, task: str) -> list[str]:
+    """The report's section on the learning-rate window: its figures and, per base
+    size, each model's window per setup and n."""
+    window = lr_window(df, solved)
+    if window.empty:
+        return []
+    lines = ["", "## The learning-rate window", "",
+             "Held-out exact match against the learning rate, per cell tried at two or more rates: each seed a "
+             f"point, the mean over seeds a line, and shaded the rates where that mean reaches {solved:g} (the "
+             "model's window). A model that solves inside a narrow window only is a question of training as much "
+             "as of capacity (docs/specs.md).", ""]
+    for path in plot_lr_window(window, out_dir, solved, task):
+        lines += [f"![{path.stem}]({path.name})", ""]
+    for size, part in by_base_size(window):
+        ns = sorted(part["n"].unique())
+        lines += [f"### {size} models: the rates whose held-out exact match reaches {solved:g}", "",
+                  "| setup | model | " + " | ".join(f"n={n}" for n in ns) + " |", "|---|---|" + "---|" * len(ns)]
+        for (setup, model), rows in sorted(part.groupby(["setup", "model"]),
+                                           key=lambda g: (setup_key(g[0][0]), model_key(g[0][1]))):
+            cells = {n: window_text(r) for n, r in rows.groupby("n")}
+            lines.append(f"| {setup} | {model} | " + " | ".join(cells.get(n, "-") for n in ns) + " |")
+        lines.append("")
+    return lines
+
+
 def open_commands(run: Run, run_dir: str, local: Path) -> list[str]:
     """For each tool this run logged to, the one command (or address) that opens it
     on this run: what the console's last lines and report.md's first say. `run_dir`
@@ -537,6 +657,7 @@ def write_report(run: Run, out_dir: Path, solved: float = SOLVED,
               markdown_tables(best, selected_by) if not best.empty else "No finished trial yet.\n"]
     robust = robust_tables(best) if not best.empty else ""
     lines += _robust_section(robust, solved)
+    lines += _lr_window_section(df, out_dir, solved, run.task)
     if not best.empty and best["n"].nunique() >= 2:
         lines += _frontier_section(best, run, out_dir, solved, robust=bool(robust))
     lines += _findings_reasons(found)

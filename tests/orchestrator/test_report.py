@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 from orchestrator.cli import app
 from orchestrator.grid import expand, plan
-from orchestrator.report import best_by_cell, frontier, markdown_tables, robust_tables, write_report
+from orchestrator.report import (best_by_cell, frontier, lr_window, markdown_tables, robust_tables, window_text,
+                                 write_report)
 from orchestrator.rundir import PLAN_FILE, SPEC_FILE, RunLock, load_trials, read_plan, read_results, read_run, write_plan
 from orchestrator.spec import SweepSpec
 
@@ -844,6 +845,52 @@ def test_a_run_without_a_held_out_set_has_no_robust_table():
     best = best_by_cell(_trials([("mamba", 5, 1e-3, 0, 0.5), ("mamba", 5, 3e-3, 0, 0.95)]))
     assert math.isnan(best.loc[0, "robust_exact_match"]) and best.loc[0, "rates_solving"] == 1
     assert robust_tables(best) == ""
+
+
+def test_the_learning_rate_window_is_the_rates_whose_held_out_mean_over_seeds_solves():
+    """Issue 62: the window read on the held-out set, not on the validation that chose
+    the rate (Mamba at 1e-2: 0.99 on validation, 0.89 held out), with a rate inside it
+    that does not solve named, and a cell tried at one rate left out."""
+    held_out = {"transformer": {1e-3: (0.95, 0.97), 3e-3: (0.96, 0.96), 1e-2: (0.91, 0.93)},
+                "mamba": {1e-3: (0.30, 0.40), 3e-3: (0.95, 0.93), 1e-2: (0.92, 0.86)},
+                "hybrid": {1e-3: (0.95, 0.95), 3e-3: (0.50, 0.60), 1e-2: (0.91, 0.93)}}
+    rows = [(arch, 5, lr, seed, 0.99, pair[seed]) for arch, rates in held_out.items()
+            for lr, pair in rates.items() for seed in (0, 1)] + [("mamba", 6, 1e-3, 0, 0.99, 0.99)]
+    df = _trials([row[:5] for row in rows]).assign(test_exact_match=[row[5] for row in rows])
+    window = lr_window(df)
+    assert set(window["n"]) == {5}  # n=6: one rate, no window
+    mamba = window[window["arch"] == "mamba"].set_index("lr")
+    assert mamba.loc[1e-2, "held_out_by_seed"] == "0.920/0.860" and mamba.loc[1e-2, "seed_ids"] == "0/1"
+    assert mamba.loc[1e-2, "held_out"] == pytest.approx(0.89) and not mamba.loc[1e-2, "solves"]
+    text = {arch: window_text(rows) for arch, rows in window.groupby("arch")}
+    assert text == {"transformer": "1e-3 to 1e-2 (3 of 3 rates)", "mamba": "3e-3 (1 of 3 rates)",
+                    "hybrid": "1e-3 to 1e-2 (2 of 3 rates; not 3e-3)"}
+    assert window_text(window[window["arch"] == "mamba"].assign(solves=False)) == "none of 3 rates"
+    assert lr_window(df.drop(columns="test_exact_match")).empty  # runs of earlier versions: no held-out set
+
+
+def test_the_report_draws_the_learning_rate_window_where_a_cell_tried_several_rates(tmp_path):
+    """fake_run tries the Transformer at 1e-3 and 3e-3 and Mamba at 3e-4: a window
+    for the Transformer's cells alone; once the held-out values are gone from the
+    stored rows, the section and its figure go too."""
+    run, trials = fake_run(tmp_path, accuracy)
+
+    def held_out(value):
+        for trial in trials:
+            path = run / trial.name / "result.json"
+            rows = [json.loads(line) for line in path.read_text().splitlines()]
+            rows[-1]["test_exact_match"] = value(trial)
+            path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    held_out(lambda t: 0.95 if t.train.lr == 1e-3 else 0.5)
+    text, _ = write_report(read_run(run), run)
+    section = text.split("## The learning-rate window")[1].split("\n## ")[0]
+    assert "![lr_window_0.5M](lr_window_0.5M.png)" in section and (run / "lr_window_0.5M.png").is_file()
+    assert "| cot | transformer | 1e-3 (1 of 2 rates) | 1e-3 (1 of 2 rates) |" in section
+    assert "mamba" not in section
+    held_out(lambda t: None)
+    text, _ = write_report(read_run(run), run)
+    assert "learning-rate window" not in text and not (run / "lr_window_0.5M.png").exists()
 
 
 @pytest.mark.parametrize("damage", ["first row appended again", "last two rows swapped"])
