@@ -853,7 +853,7 @@ def test_the_learning_rate_window_is_the_rates_whose_held_out_mean_over_seeds_so
     that does not solve named, and a cell tried at one rate left out."""
     held_out = {"transformer": {1e-3: (0.95, 0.97), 3e-3: (0.96, 0.96), 1e-2: (0.91, 0.93)},
                 "mamba": {1e-3: (0.30, 0.40), 3e-3: (0.95, 0.93), 1e-2: (0.92, 0.86)},
-                "hybrid": {1e-3: (0.95, 0.95), 3e-3: (0.50, 0.60), 1e-2: (0.91, 0.93)}}
+                "hybrid": {1e-3: (0.95, 0.85), 3e-3: (0.50, 0.60), 1e-2: (0.91, 0.93)}}  # 1e-3: 0.9 exactly
     rows = [(arch, 5, lr, seed, 0.99, pair[seed]) for arch, rates in held_out.items()
             for lr, pair in rates.items() for seed in (0, 1)] + [("mamba", 6, 1e-3, 0, 0.99, 0.99)]
     df = _trials([row[:5] for row in rows]).assign(test_exact_match=[row[5] for row in rows])
