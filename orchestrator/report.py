@@ -304,15 +304,23 @@ def plot(best: pd.DataFrame, out_dir: Path, task: str = DEFAULT_TASK) -> list[Pa
                     ax.set_ylim(-0.02, 1.02)
                 ax.grid(alpha=0.3)
             axes[0][0].set_ylabel(METRICS[metric].short)  # in words, from the registry
-            axes[0][-1].legend(loc="best", fontsize=9)
             short, name = METRICS[metric].short, METRICS[metric].plot
-            fig.suptitle(f"{task_cls.title or task}, {size} models: {short}")
-            fig.tight_layout()
-            path = out_dir / f"{name}_{size}.png"
-            fig.savefig(path, dpi=120)
-            plt.close(fig)
-            paths.append(path)
+            paths.append(_saved(fig, axes[0][-1], f"{task_cls.title or task}, {size} models: {short}",
+                                out_dir / f"{name}_{size}.png"))
     return paths
+
+
+def _saved(fig, legend_axes, title: str, path: Path, legend_size: int = 9) -> Path:
+    """`fig` with its legend (on `legend_axes`) and title, written to `path` at the
+    report's resolution and closed."""
+    import matplotlib.pyplot as plt
+
+    legend_axes.legend(loc="best", fontsize=legend_size)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
 
 
 def frontier(best: pd.DataFrame, solved: float = SOLVED, model_of=None, metric: str = HEADLINE) -> pd.DataFrame:
@@ -509,13 +517,8 @@ def plot_lr_window(window: pd.DataFrame, out_dir: Path, solved: float = SOLVED,
                 ax.set_xlabel("learning rate")
         for row in axes:
             row[0].set_ylabel("held-out exact match")
-        axes[0][-1].legend(loc="best", fontsize=8)
-        fig.suptitle(f"{task_cls.title or task}, {size} models: the learning-rate window")
-        fig.tight_layout()
-        path = out_dir / f"lr_window_{size}.png"
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        paths.append(path)
+        paths.append(_saved(fig, axes[0][-1], f"{task_cls.title or task}, {size} models: the learning-rate window",
+                            out_dir / f"lr_window_{size}.png", legend_size=8))
     return paths
 
 
