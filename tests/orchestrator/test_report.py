@@ -841,6 +841,17 @@ def test_the_robust_score_picks_each_seeds_rate_on_validation_and_scores_it_held
     assert "0.600 ± 0.424 (1/3 rates solve)" in robust_tables(best.reset_index())
 
 
+def test_a_mean_of_exactly_the_threshold_solves_in_every_count():
+    """0.95 and 0.85 average 0.9, which floats hold as 0.8999999999999999: the rates
+    that solve, the frontier and the learning-rate window each count it solved."""
+    df = _trials([("mamba", 5, lr, seed, em) for lr in (1e-3, 3e-3) for seed, em in ((0, 0.95), (1, 0.85))])
+    df["test_exact_match"] = df["val_exact_match"]
+    best = best_by_cell(df)
+    assert (best.loc[0, "rates_solving"], best.loc[0, "rates"]) == (2, 2)
+    assert frontier(best).loc[0, "largest_solved"] == 5
+    assert lr_window(df)["solves"].all()
+
+
 def test_a_run_without_a_held_out_set_has_no_robust_table():
     best = best_by_cell(_trials([("mamba", 5, 1e-3, 0, 0.5), ("mamba", 5, 3e-3, 0, 0.95)]))
     assert math.isnan(best.loc[0, "robust_exact_match"]) and best.loc[0, "rates_solving"] == 1
