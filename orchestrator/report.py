@@ -5,6 +5,7 @@ always be regenerated from the stored results.
 """
 
 import contextlib
+import itertools
 import math
 from pathlib import Path
 from typing import Optional
@@ -501,7 +502,7 @@ def plot_lr_window(window: pd.DataFrame, out_dir: Path, solved: float = SOLVED,
         fig, axes = plt.subplots(len(setups), len(ns), figsize=(max(5, 3.2 * len(ns)), 2.9 * len(setups)),
                                  sharey=True, squeeze=False)
         numbers = variant_numbers(part["model"].tolist())
-        for (i, setup), (j, n) in ((a, b) for a in enumerate(setups) for b in enumerate(ns)):
+        for (i, setup), (j, n) in itertools.product(enumerate(setups), enumerate(ns)):
             ax = axes[i][j]
             cell = part[(part["setup"] == setup) & (part["n"] == n)]
             for model, rows in sorted(cell.groupby("model"), key=lambda g: model_key(g[0])):

@@ -165,7 +165,7 @@ def test_a_run_with_damaged_tune_state_and_checkpoint_still_resumes(tmp_path, ra
         state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])  # cut short, as on a full disk
     # The kill may have cut the newest checkpoint's write before its file existed (a
     # fresh clone saw checkpoint_000004/ empty): the newest whole one is truncated.
-    checkpoints = sorted(p for p in (run_dir / interrupted).glob("checkpoint_*/checkpoint.pt"))
+    checkpoints = sorted((run_dir / interrupted).glob("checkpoint_*/checkpoint.pt"))
     assert len(checkpoints) >= 2, checkpoints
     newest = checkpoints[-1]
     newest.write_bytes(newest.read_bytes()[:1000])
