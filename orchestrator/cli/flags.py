@@ -55,16 +55,16 @@ SET_OPTION = typer.Option([], "--set", metavar="FIELD=VALUE", help="another fiel
 
 DIM_OPTION = typer.Option([], "--dim", metavar="FIELD=VALUE", help="a model dimension beyond the preset, FIELD=VALUE (d_model, n_layers, the "
                           "attention layers' n_heads and d_mlp, the mixer's fields: d_state, expand, heads, ...), "
-                          "as a spec's axes.model; repeatable")
+                          "or a model option (init=mimetic), as a spec's axes.model; repeatable")
 
 
-def model_dims(arch: str, size: str, dims: list[str]) -> dict[str, int]:
+def model_dims(arch: str, size: str, dims: list[str]) -> dict[str, int | str]:
     """--dim's fields, checked against the preset as a spec's axes.model is; exit 2
     naming the flag at fault."""
     from pydantic import ValidationError
 
     from workloads.models import preset
-    from workloads.models.config import MODEL_DIMENSIONS
+    from workloads.models.config import MODEL_DIMENSIONS, MODEL_OPTIONS
 
     try:
         base = preset(arch, size)
@@ -73,11 +73,15 @@ def model_dims(arch: str, size: str, dims: list[str]) -> dict[str, int]:
     fields = {}
     for item in dims:
         key, sep, value = (part.strip() for part in item.partition("="))
-        if not (sep and key in MODEL_DIMENSIONS and value.isdigit() and int(value) > 0):
-            fail(f"--dim: {item!r} is not FIELD=VALUE with FIELD one of {', '.join(MODEL_DIMENSIONS)} and VALUE a positive integer")
+        if sep and key in MODEL_OPTIONS:
+            if value not in MODEL_OPTIONS[key]:
+                fail(f"--dim: {item!r}: {value!r} is not a value of {key}; its values: {', '.join(MODEL_OPTIONS[key])}")
+        elif not (sep and key in MODEL_DIMENSIONS and value.isdigit() and int(value) > 0):
+            fail(f"--dim: {item!r} is not FIELD=VALUE with FIELD one of {', '.join(MODEL_DIMENSIONS)} and VALUE a "
+                 f"positive integer, or FIELD one of the options {', '.join(MODEL_OPTIONS)} and VALUE one of its values")
         if key not in base.dimensions:
             fail(f"--dim: {arch} has no layer with {key}; its dimensions: {', '.join(sorted(base.dimensions))}")
-        fields[key] = int(value)
+        fields[key] = value if key in MODEL_OPTIONS else int(value)
     try:
         base.variant(fields)
     except ValidationError as e:

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from workloads.config import PER_TRIAL, Device, Seed, TrainConfig
 from workloads.metrics import HEADLINE, METRICS
-from workloads.models.config import DEFAULT_LR, MODEL_DIMENSIONS, PAPER_ARCHS, PAPER_SIZES, Arch, Size
+from workloads.models.config import DEFAULT_LR, MODEL_FIELDS, MODEL_OPTIONS, PAPER_ARCHS, PAPER_SIZES, Arch, Size
 from workloads.tasks import DEFAULT_TASK, TASKS
 
 # Where Ray Tune can store results (pyarrow filesystems); a plain path is local.
@@ -85,15 +85,27 @@ def is_variant_list(value) -> bool:
     return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
 
 
+def _check_field_value(where: str, field: str, value) -> None:
+    """A model dimension takes a positive integer, a model option one of its values."""
+    if field in MODEL_OPTIONS:
+        if value not in MODEL_OPTIONS[field]:
+            raise ValueError(f"{where}: {value!r} is not a value of {field}; its values: "
+                             f"{', '.join(MODEL_OPTIONS[field])}")
+    elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{where}: a positive integer, got {value!r}")
+
+
 def _check_variant_list(arch: str, variants: list[dict], known: str) -> None:
     for i, fields in enumerate(variants):
         for field, v in fields.items():
-            if field not in MODEL_DIMENSIONS:
-                raise ValueError(f"{arch}[{i}]: {field!r} is not a model dimension; known: {known}")
-            if isinstance(v, bool) or v < 1:
-                raise ValueError(f"{arch}[{i}].{field}: a positive integer, got {v!r}")
+            if field not in MODEL_FIELDS:
+                raise ValueError(f"{arch}[{i}]: {field!r} is not a model dimension or option; known: {known}")
+            _check_field_value(f"{arch}[{i}].{field}", field, v)
     if len({tuple(sorted(f.items())) for f in variants}) != len(variants):
         raise ValueError(f"{arch}: a model is listed twice in {variants}")
+
+
+FieldValue = Union[int, str]  # a model dimension's (a positive integer) or a model option's (a named value)
 
 
 class AxesSpec(Section):
@@ -107,11 +119,12 @@ class AxesSpec(Section):
         "what it counts for each task and its bounds. One list for every setup, or one per setup: {vanilla: [5], "
         "cot: [4, 5], retrieval: [4, 5]}")
     seeds: list[Seed] = Field([0], min_length=1)
-    model: dict[str, Union[list[int], dict[str, list[int]], list[dict[str, int]]]] = Field(
+    model: dict[str, Union[list[FieldValue], dict[str, list[FieldValue]], list[dict[str, FieldValue]]]] = Field(
         {}, description="model dimensions to sweep beyond the presets, each a list crossed with sizes, e.g. "
         "{d_state: [4, 16, 64]}: a preset with its fields replaced, named like tiny-dstate4; per arch: "
         "{mamba: {d_state: [4, 16]}, transformer: {d_model: [64]}}; or per arch a list of models, each a preset's "
-        "fields to replace ({} the preset itself), not crossed: {mamba: [{}, {d_state: 1, n_layers: 4}]}")
+        "fields to replace ({} the preset itself), not crossed: {mamba: [{}, {d_state: 1, n_layers: 4}]}. "
+        "Model options take their named values the same way: {mamba: [{}, {init: mimetic}]} (tiny-initmimetic)")
 
     task: dict[str, list[Union[bool, int, float, str]]] = Field(
         {}, description="the task's other config fields to sweep, each a list crossed with setups, e.g. "
@@ -133,7 +146,7 @@ class AxesSpec(Section):
             raise ValueError("give dimensions for every arch ({d_state: [4, 16]}) or per arch "
                              "({mamba: {d_state: [4, 16]}}), not both")
         archs = Arch.__args__
-        known = ", ".join(map(repr, MODEL_DIMENSIONS))
+        known = ", ".join(map(repr, MODEL_FIELDS))
         for key, axes in value.items():
             if (isinstance(axes, dict) or is_variant_list(axes)) and key not in archs:
                 raise ValueError(f"{key!r} is not an arch; known: {', '.join(map(repr, archs))}")
@@ -141,14 +154,16 @@ class AxesSpec(Section):
                 _check_variant_list(key, axes, known)
                 continue
             for field, values in (axes.items() if isinstance(axes, dict) else [(key, axes)]):
-                if field not in MODEL_DIMENSIONS:
-                    raise ValueError(f"{field!r} is not a model dimension to sweep; known: {known}")
+                if field not in MODEL_FIELDS:
+                    raise ValueError(f"{field!r} is not a model dimension or option to sweep; known: {known}")
                 where = f"{key}.{field}" if isinstance(axes, dict) else field
-                if not values or len(set(values)) != len(values) or min(values) < 1:
-                    raise ValueError(f"{where}: a list of distinct positive values, got {values}")
+                if not values or len(set(values)) != len(values):
+                    raise ValueError(f"{where}: a list of distinct values, got {values}")
+                for v in values:
+                    _check_field_value(where, field, v)
         return value
 
-    def model_axes(self, arch: str) -> Union[dict[str, list[int]], list[dict[str, int]]]:
+    def model_axes(self, arch: str) -> Union[dict[str, list[FieldValue]], list[dict[str, FieldValue]]]:
         """The model dimensions swept for `arch`: `model` itself, or its entry for the
         arch (a dict of lists, crossed, or a list of models)."""
         if any(isinstance(v, dict) or is_variant_list(v) for v in self.model.values()):

@@ -148,9 +148,15 @@ BAD_SPECS = {
     "unknown top key": ("name: x\naxis: {n: [8]}\n", ["axis", "unknown key", "axes"]),
     "unknown arch": ("name: x\naxes: {archs: [transformer, rwkv]}\n", ["axes.archs[1]", "'transformer', 'mamba', 'hybrid', 'mamba2'", "rwkv"]),
     "unknown arch in lr": ("name: x\nlr: {rwkv: 1.0e-3}\n", ["lr", "no architecture named 'rwkv'", "mamba2, mamba2_hybrid, gated_deltanet"]),
-    "dimension of no mixer": ("name: x\naxes: {model: {heads: [0]}}\n", ["axes.model", "heads: a list of distinct positive values"]),
+    "dimension of no mixer": ("name: x\naxes: {model: {heads: [0]}}\n", ["axes.model", "heads: a positive integer, got 0"]),
     "unknown dimension in a model list": ("name: x\naxes: {archs: [mamba], model: {mamba: [{}, {d_stat: 1}]}}\n",
                                           ["axes.model", "mamba[1]", "'d_stat' is not a model dimension", "'d_state'"]),
+    "a value no model option has": ("name: x\naxes: {archs: [mamba], model: {mamba: [{}, {init: mimetc}]}}\n",
+                                    ["axes.model", "mamba[1].init: 'mimetc' is not a value of init", "default, mimetic"]),
+    "a model option crossed with a bad value": ("name: x\naxes: {model: {mamba: {init: [default, 3]}}}\n",
+                                                ["axes.model", "mamba.init: 3 is not a value of init"]),
+    "a model option the transformer lacks": ("name: x\naxes: {archs: [transformer], model: {transformer: [{init: mimetic}]}}\n",
+                                             ["axes.model.transformer", "transformer has no init"]),
     "a model listed twice": ("name: x\naxes: {archs: [mamba], model: {mamba: [{d_state: 1}, {d_state: 1}]}}\n",
                              ["axes.model", "mamba: a model is listed twice"]),
     "a model list for an arch not swept": ("name: x\naxes: {archs: [transformer], model: {mamba: [{d_state: 1}]}}\n",
@@ -187,7 +193,7 @@ BAD_SPECS = {
                            ["axes.family: unknown key; allowed keys: archs, setups", "family is a task field (istree): give it "
                             "as task_params.family for every trial, or sweep it as axes.task.family: [...]"]),
     "unknown model axis": ("name: x\naxes: {model: {width: [64]}}\n", ["axes.model", "width", "'d_model'"]),
-    "repeated model axis value": ("name: x\naxes: {model: {d_state: [4, 4]}}\n", ["axes.model", "d_state: a list of distinct positive values"]),
+    "repeated model axis value": ("name: x\naxes: {model: {d_state: [4, 4]}}\n", ["axes.model", "d_state: a list of distinct values"]),
     "model axes for an arch not swept": ("name: x\naxes: {archs: [transformer], model: {mamba: {d_state: [4]}}}\n",
                                          ["axes.model names mamba, which axes.archs does not sweep (transformer)"]),
     "model axes of no arch": ("name: x\naxes: {model: {rwkv: {d_state: [4]}}}\n",
@@ -195,7 +201,7 @@ BAD_SPECS = {
     "model axes both ways": ("name: x\naxes: {model: {mamba: {d_state: [4]}, d_model: [32]}}\n",
                              ["axes.model", "or per arch", "not both"]),
     "repeated per-arch value": ("name: x\naxes: {model: {mamba: {d_state: [4, 4]}}}\n",
-                                ["axes.model", "mamba.d_state: a list of distinct positive values"]),
+                                ["axes.model", "mamba.d_state: a list of distinct values"]),
     "invalid model variant": ("name: x\naxes: {archs: [transformer], sizes: [tiny], model: {d_model: [33]}}\n",
                               ["axes.model with transformer", "d_model 33 is not divisible by n_heads 2"]),
     "unknown task axis": ("name: x\ntask: mqar\naxes: {setups: [vanilla], n: [4], task: {length: [64]}}\n",
@@ -548,6 +554,20 @@ def test_an_arch_can_list_its_models_one_by_one_instead_of_crossing_dimensions()
     assert small.mixer.d_state == 1 and small.n_layers == 4 and small.arch == "mamba"
     assert preset("mamba", "tiny").state_floats >= 3 * small.state_floats
     assert 1 / 1.2 <= small.n_params / preset("mamba", "tiny").n_params <= 1.2
+
+
+def test_a_model_option_is_listed_like_a_dimension_and_names_its_trials():
+    # Issue 62: Mamba and Mamba-2 with the mimetic initialisation beside their presets.
+    spec = SweepSpec(name="x", axes=dict(archs=["transformer", "mamba", "mamba2"], setups=["cot"], sizes=["tiny"], n=[4],
+                                         model={"mamba": [{}, {"init": "mimetic"}], "mamba2": {"init": ["mimetic"]}}))
+    trials = expand(spec)
+    by_name = {t.name: t.model for t in trials}
+    assert set(by_name) == {"transformer-cot-tiny-n4-lr1e-3-s0", "mamba-cot-tiny-n4-lr3e-4-s0",
+                            "mamba-cot-tiny-initmimetic-n4-lr3e-4-s0", "mamba2-cot-tiny-initmimetic-n4-lr3e-4-s0"}
+    mimetic = by_name["mamba-cot-tiny-initmimetic-n4-lr3e-4-s0"]
+    assert mimetic.mixer.init == "mimetic" and by_name["mamba-cot-tiny-n4-lr3e-4-s0"].mixer.init == "default"
+    assert mimetic.with_fields(init="default", size="tiny") == preset("mamba", "tiny")  # nothing else differs
+    assert mimetic.n_params == preset("mamba", "tiny").n_params
 
 
 def test_the_frontier_spec_plans_what_its_comments_say():

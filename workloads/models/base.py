@@ -23,6 +23,11 @@ from typing import ClassVar, Literal, Optional, get_args
 
 from pydantic import BaseModel, ConfigDict
 
+# A selective SSM's initialisation (Mamba's, Mamba-2's): its authors', or the mimetic one
+# (workloads/models/recurrent_parts.py, `mimetic_`).
+Init = Literal["default", "mimetic"]
+INIT_HELP = ("default = the authors' (mamba-ssm's); mimetic = Trockman et al. 2024 (arXiv 2410.11135), the layer "
+             "started as causal linear attention: a state that barely decays and C tied to B (docs/rnns.md)")
 Size = Literal["tiny", "0.5M", "1M", "2M"]  # docs/experiment.md's three; tiny is ours, for tests and CPU demos
 SIZES = get_args(Size)
 
@@ -36,6 +41,9 @@ class MixerConfigBase(BaseModel):
 
     layer: ClassVar[str]  # "module:class" of its torch layer, imported on build
     cpu_cost: ClassVar[float]  # a training step's cost on CPU against attention's, for scheduling
+    # Its fields of named values (a Literal) that a spec's axes.model may set, as it sets
+    # the integer dimensions: Mamba's `init`, not its `scan` (results do not depend on the scan).
+    options: ClassVar[tuple[str, ...]] = ()
 
     def params(self, d_model: int) -> int:
         raise NotImplementedError

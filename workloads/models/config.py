@@ -18,7 +18,7 @@ norm before the head. A model of one kind ends with the norm.
 import importlib
 import pkgutil
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal, Union, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -45,6 +45,9 @@ ATTENTION_DIMENSIONS = ("n_heads", "d_mlp")
 ATTENTION_FIELDS = (*ATTENTION_DIMENSIONS, "rope_theta", "attn_init")  # what only a model with attention layers uses
 MODEL_DIMENSIONS = ("d_model", "n_layers", *ATTENTION_DIMENSIONS, *dict.fromkeys(
     field for cls in MIXERS.values() for field, info in cls.model_fields.items() if info.annotation is int))
+# Model options they can set too: a mixer's fields of named values ({init: [default, mimetic]}).
+MODEL_OPTIONS = {field: get_args(cls.model_fields[field].annotation) for cls in MIXERS.values() for field in cls.options}
+MODEL_FIELDS = (*MODEL_DIMENSIONS, *MODEL_OPTIONS)  # every field a variant of a preset may set
 # Fields written at the top level before the mixer was a config of its own (Mamba's):
 # read into `mixer`, so older checkpoints and specs load unchanged.
 _LEGACY_MIXER_FIELDS = ("d_state", "d_conv", "expand", "scan")
@@ -102,11 +105,11 @@ class ModelConfig(BaseModel):
 
     @property
     def dimensions(self) -> set[str]:
-        """The MODEL_DIMENSIONS this model has a layer for (no d_state for a
+        """The MODEL_FIELDS this model has a layer for (no d_state or init for a
         Transformer, no n_heads for Mamba)."""
         own = {"d_model", "n_layers"} | (set(ATTENTION_DIMENSIONS) if self.attn_layer_idx else set())
         mixer = set(type(self.mixer).model_fields) if self.n_recurrent_layers else set()
-        return (own | mixer) & set(MODEL_DIMENSIONS)
+        return (own | mixer) & set(MODEL_FIELDS)
 
     def variant(self, fields: dict) -> "ModelConfig":
         """This model with `fields` (its own or its mixer's) replaced, named after

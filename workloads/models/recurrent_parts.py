@@ -19,6 +19,30 @@ def dt_bias_init(n: int, dt_min: float = 1e-3, dt_max: float = 0.1, floor: float
     return dt + torch.log(-torch.expm1(-dt))
 
 
+# Mimetic initialisation (Trockman, Harutyunyan, Kolter, Kumar and Bhojanapalli 2024, "Mimetic
+# initialization helps state space models learn to recall", arXiv 2410.11135): a selective
+# SSM started as causal linear attention, whose "attention" y_t = sum_s C_t.B_s dt_s x_s reaches
+# the whole context and matches a token's query to its own key. Two parts (docs/rnns.md says
+# where each is read from): the state barely decays, exp(dt * A) near 1 (A near 0, dt near 1),
+# and C's projection starts equal to B's, so C_t.B_s is a Gram matrix (q = k) with |B_t|^2 on its
+# diagonal. A = -exp(-8) = -3.4e-4: a decay of at least 0.99 per token for dt up to 30.
+MIMETIC_A_LOG = -8.0
+MIMETIC_DT = 1.0
+
+
+def mimetic_(A_log: torch.Tensor, dt_bias: torch.Tensor, ties: list[tuple[torch.Tensor, slice, slice]]) -> None:
+    """Sets a layer's parameters to the mimetic initialisation in place: every A to
+    -exp(MIMETIC_A_LOG), the time-step bias so that softplus(bias) = MIMETIC_DT, and
+    for each (weight, B's rows, C's rows) of `ties` C's rows to a copy of B's (the
+    projection that makes them, and the convolution after it where there is one).
+    It draws no random numbers: the other parameters are the default init's, draw for draw."""
+    with torch.no_grad():
+        A_log.fill_(MIMETIC_A_LOG)
+        dt_bias.fill_(math.log(math.expm1(MIMETIC_DT)))
+        for weight, b_rows, c_rows in ties:
+            weight[c_rows] = weight[b_rows]
+
+
 def residual_out_proj(d_in: int, d_model: int, n_layers: int) -> nn.Linear:
     """The mixer's output projection back to the residual stream: PyTorch's default
     init scaled by 1/sqrt(n_layers), the model's recurrent layers (GPT-2's rule, as

@@ -6,7 +6,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from workloads.models.base import MixerConfigBase, Stack, register_mixer
+from workloads.models.base import INIT_HELP, Init, MixerConfigBase, Stack, register_mixer
 
 # mamba-ssm's selective scan keeps its (2 x d_state) running state once per
 # chunk of this many tokens for the backward pass (selective_scan_fwd_kernel).
@@ -18,6 +18,7 @@ class MambaConfig(MixerConfigBase):
 
     layer: ClassVar[str] = "workloads.models.mamba.layer:MambaMixer"
     cpu_cost: ClassVar[float] = 3.0  # the compiled CPU scan's measured premium
+    options: ClassVar[tuple[str, ...]] = ("init",)
 
     name: Literal["mamba"] = "mamba"
     d_state: int = Field(16, gt=0)
@@ -28,6 +29,7 @@ class MambaConfig(MixerConfigBase):
         description="the selective scan: auto = mamba-ssm's kernel on CUDA (required there), our compiled "
         "kernel on CPU; reference = the step-by-step scan, on any device (slow: tests and debugging)",
     )
+    init: Init = Field("default", description=INIT_HELP)
 
     def params(self, d_model: int) -> int:
         d, d_inner, n_state, dt_rank = d_model, self.expand * d_model, self.d_state, -(-d_model // 16)

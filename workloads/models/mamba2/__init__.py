@@ -5,7 +5,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from workloads.models.base import MixerConfigBase, Stack, register_mixer
+from workloads.models.base import INIT_HELP, Init, MixerConfigBase, Stack, register_mixer
 
 
 class Mamba2Config(MixerConfigBase):
@@ -13,6 +13,7 @@ class Mamba2Config(MixerConfigBase):
 
     layer: ClassVar[str] = "workloads.models.mamba2.layer:Mamba2Mixer"
     cpu_cost: ClassVar[float] = 3.0  # bench/results/models_cpu_mixers.json: 0.38x the Transformer's speed
+    options: ClassVar[tuple[str, ...]] = ("init",)
 
     name: Literal["mamba2"] = "mamba2"
     d_state: int = Field(64, gt=0)
@@ -21,6 +22,7 @@ class Mamba2Config(MixerConfigBase):
     headdim: int = Field(32, gt=0, description="channels per head; expand * d_model must be a multiple")
     chunk: int = Field(32, gt=0, description="tokens per chunk of our CPU form (results do not depend on it)")
     scan: Literal["auto", "chunked", "recurrent"] = "auto"
+    init: Init = Field("default", description=INIT_HELP)
 
     def _shapes(self, d_model: int):
         d_inner = self.expand * d_model

@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.models.recurrent_parts import (dt_bias_init, optional_kernel, residual_out_proj, scan_form, short_conv,
-                                              short_conv_step)
+from workloads.models.recurrent_parts import (dt_bias_init, mimetic_, optional_kernel, residual_out_proj, scan_form,
+                                              short_conv, short_conv_step)
 
 
 def ssd_recurrent(x, dt, A, B, C, state=None):
@@ -108,7 +108,7 @@ class Mamba2Mixer(nn.Module):
     otherwise), chunked, or recurrent (the step-by-step reference)."""
 
     def __init__(self, d_model: int, d_state: int = 64, d_conv: int = 4, expand: int = 2, headdim: int = 32,
-                 chunk: int = 32, n_layers: int = 1, norm_eps: float = 1e-5, scan: str = "auto"):
+                 chunk: int = 32, n_layers: int = 1, norm_eps: float = 1e-5, scan: str = "auto", init: str = "default"):
         super().__init__()
         d_inner = expand * d_model
         if d_inner % headdim:
@@ -125,6 +125,11 @@ class Mamba2Mixer(nn.Module):
         self.D = nn.Parameter(torch.ones(self.heads))
         self.norm_weight = nn.Parameter(torch.ones(d_inner))
         self.out_proj = residual_out_proj(d_inner, d_model, n_layers)
+        if init == "mimetic":  # xBC is x, B, C: in in_proj's rows after z's, and the conv's channels
+            b, c = slice(d_inner, d_inner + d_state), slice(d_inner + d_state, self.conv_dim)
+            in_b, in_c = slice(d_inner + b.start, d_inner + b.stop), slice(d_inner + c.start, d_inner + c.stop)
+            mimetic_(self.A_log, self.dt_bias, [(self.in_proj.weight, in_b, in_c), (self.conv1d.weight, b, c),
+                                                (self.conv1d.bias, b, c)])
 
     def new_cache(self, batch: int, like: torch.Tensor) -> Mamba2Cache:
         acc = torch.promote_types(like.dtype, torch.float32)
