@@ -78,7 +78,8 @@ def model_dims(arch: str, size: str, dims: list[str]) -> dict[str, int | str]:
                 fail(f"--dim: {item!r}: {value!r} is not a value of {key}; its values: {', '.join(MODEL_OPTIONS[key])}")
         elif not (sep and key in MODEL_DIMENSIONS and value.isdigit() and int(value) > 0):
             fail(f"--dim: {item!r} is not FIELD=VALUE with FIELD one of {', '.join(MODEL_DIMENSIONS)} and VALUE a "
-                 f"positive integer, or FIELD one of the options {', '.join(MODEL_OPTIONS)} and VALUE one of its values")
+                 f"positive integer, or FIELD one of the options {', '.join(MODEL_OPTIONS)} and VALUE one of its "
+                 "values")
         if key not in base.dimensions:
             fail(f"--dim: {arch} has no layer with {key}; its dimensions: {', '.join(sorted(base.dimensions))}")
         fields[key] = value if key in MODEL_OPTIONS else int(value)

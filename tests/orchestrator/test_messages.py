@@ -84,3 +84,15 @@ def test_train_into_a_folder_holding_runs_is_refused_naming_them(tmp_path):
     assert result.exit_code == 2, result.output
     assert f"--out {tmp_path / 'runs'} holds the sweeps a, b" in result.output, result.output
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == before
+
+
+def test_a_model_option_takes_its_own_values_and_only_where_the_model_has_it(tmp_path):
+    def train(arch, dim):
+        return runner.invoke(app, ["train", "--arch", arch, "--size", "tiny", "--setup", "cot", "--n", "5",
+                                   "--out", str(tmp_path / "t"), "--dim", dim])
+
+    result = train("mamba", "init=mimetc")
+    assert result.exit_code == 2 and "'mimetc' is not a value of init; its values: default, mimetic" in result.output
+    result = train("transformer", "init=mimetic")
+    assert result.exit_code == 2 and "--dim: transformer has no layer with init" in result.output, result.output
+    assert not (tmp_path / "t").exists()

@@ -155,8 +155,9 @@ BAD_SPECS = {
                                     ["axes.model", "mamba[1].init: 'mimetc' is not a value of init", "default, mimetic"]),
     "a model option crossed with a bad value": ("name: x\naxes: {model: {mamba: {init: [default, 3]}}}\n",
                                                 ["axes.model", "mamba.init: 3 is not a value of init"]),
-    "a model option the transformer lacks": ("name: x\naxes: {archs: [transformer], model: {transformer: [{init: mimetic}]}}\n",
-                                             ["axes.model.transformer", "transformer has no init"]),
+    "a model option the transformer lacks": (
+        "name: x\naxes: {archs: [transformer], model: {transformer: [{init: mimetic}]}}\n",
+        ["axes.model.transformer", "transformer has no init"]),
     "a model listed twice": ("name: x\naxes: {archs: [mamba], model: {mamba: [{d_state: 1}, {d_state: 1}]}}\n",
                              ["axes.model", "mamba: a model is listed twice"]),
     "a model list for an arch not swept": ("name: x\naxes: {archs: [transformer], model: {mamba: [{d_state: 1}]}}\n",
@@ -558,8 +559,9 @@ def test_an_arch_can_list_its_models_one_by_one_instead_of_crossing_dimensions()
 
 def test_a_model_option_is_listed_like_a_dimension_and_names_its_trials():
     # Issue 62: Mamba and Mamba-2 with the mimetic initialisation beside their presets.
-    spec = SweepSpec(name="x", axes=dict(archs=["transformer", "mamba", "mamba2"], setups=["cot"], sizes=["tiny"], n=[4],
-                                         model={"mamba": [{}, {"init": "mimetic"}], "mamba2": {"init": ["mimetic"]}}))
+    model = {"mamba": [{}, {"init": "mimetic"}], "mamba2": {"init": ["mimetic"]}}
+    spec = SweepSpec(name="x", axes=dict(archs=["transformer", "mamba", "mamba2"], setups=["cot"], sizes=["tiny"],
+                                         n=[4], model=model))
     trials = expand(spec)
     by_name = {t.name: t.model for t in trials}
     assert set(by_name) == {"transformer-cot-tiny-n4-lr1e-3-s0", "mamba-cot-tiny-n4-lr3e-4-s0",

@@ -46,7 +46,8 @@ ATTENTION_FIELDS = (*ATTENTION_DIMENSIONS, "rope_theta", "attn_init")  # what on
 MODEL_DIMENSIONS = ("d_model", "n_layers", *ATTENTION_DIMENSIONS, *dict.fromkeys(
     field for cls in MIXERS.values() for field, info in cls.model_fields.items() if info.annotation is int))
 # Model options they can set too: a mixer's fields of named values ({init: [default, mimetic]}).
-MODEL_OPTIONS = {field: get_args(cls.model_fields[field].annotation) for cls in MIXERS.values() for field in cls.options}
+MODEL_OPTIONS = {field: get_args(cls.model_fields[field].annotation)
+                 for cls in MIXERS.values() for field in cls.options}
 MODEL_FIELDS = (*MODEL_DIMENSIONS, *MODEL_OPTIONS)  # every field a variant of a preset may set
 # Fields written at the top level before the mixer was a config of its own (Mamba's):
 # read into `mixer`, so older checkpoints and specs load unchanged.

@@ -10,8 +10,9 @@ docs/findings.md, written down before they met a run's data.
    leaves.
 3. The hybrid tracks the Transformer: (e), read as repair of Mamba's gap in each cell.
 
-And a question of mechanism, not a finding of the paper: does the size of Mamba's
-recurrent state decide its gap (f)?
+And questions of mechanism, not findings of the paper: does the size of Mamba's
+recurrent state decide its gap (f)? Is the gap capacity or training: does it close at
+Mamba's best learning rate, with mimetic init, with a 3x larger state (g)?
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from workloads.tasks.findings import (ARCH_WORDS, Cell, Falls, Improves, Repairs, StateDecides, Stat, Table, Test,
-                                      findings as decide_claims, off_floor, rate)
+                                      capacity_or_training, findings as decide_claims, off_floor, rate)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -65,12 +66,13 @@ CLAIMS = (
     StateDecides(f"{{setup}}: does the size of Mamba's recurrent state decide its gap to the Transformer (Mambas of "
                  f"the same size whose states differ {STATE_RATIO}x or more: is the smaller state below the larger?)",
                  SETUPS, "mamba", "transformer", STATE_RATIO, STATE_HEADS),
+    *capacity_or_training(SETUPS, CLOSE, STATE_RATIO),
 )
 
 
 def findings(best: pd.DataFrame) -> list[str]:
-    """Markdown lines: what the findings read, (a) per setup, (b) to (e), then (f) per
-    setup (a run with task axes: per task variant). IsTreeTask.findings adds the cells
+    """Markdown lines: what the findings read, (a) per setup, (b) to (e), then (f) and
+    (g) per setup (a run with task axes: per task variant). IsTreeTask.findings adds the cells
     at guessing level."""
     return decide_claims(best, CLAIMS, CHANCE)
 

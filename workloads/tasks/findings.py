@@ -42,6 +42,7 @@ SEEDS_COLUMN = "val_exact_match_by_seed"  # best_by_cell: each seed's exact matc
 HELD_OUT_SEEDS_COLUMN = "test_exact_match_by_seed"  # best_by_cell: each seed's held-out exact match at the cell's rate
 SEED_IDS_COLUMN = "seed_ids"  # best_by_cell: those seeds, "/"-joined
 POOLED = "pooled"  # the seed id of a cell that gives only the mean of several seeds
+MIMETIC = "initmimetic"  # the size label's part of a model with `init: mimetic` (workloads/naming.py's field_label)
 
 ARCH_WORDS = {"transformer": "the Transformer", "mamba": "Mamba", "hybrid": "the hybrid"}
 
@@ -80,6 +81,7 @@ class Cell:
     total: int  # samples per seed
     still: str  # where its training loss was still falling: "0.943 -> 0.271", else ""
     chance: Fraction = Fraction(0)  # exact match of a model that guesses
+    read: str = "validation"  # "held-out" where its rate was chosen among several; "biased": chosen, no held-out value
 
     @property
     def name(self) -> str:
@@ -121,10 +123,13 @@ class Table:
             still = r.get("still_training")
             self.cells[(model.arch, model.size, r["setup"], int(r["n"]))] = Cell(
                 model, r["setup"], int(r["n"]), {s: round(v * total) for s, v in zip(seeds, values)}, total,
-                still if isinstance(still, str) else "", Fraction(str(chance.get(r["setup"], 0.0))))
+                still if isinstance(still, str) else "", Fraction(str(chance.get(r["setup"], 0.0))), source)
 
-    def models(self, arch: str) -> list[Model]:
-        return sorted({c.model for c in self.cells.values() if c.model.arch == arch}, key=lambda m: (m.params or 0, m.size))
+    def models(self, arch: str, mimetic: bool = False) -> list[Model]:
+        """The run's models of `arch`, smallest first; those with mimetic init only where
+        `mimetic` (they are not the paper's: only the capacity-or-training questions read them)."""
+        return sorted({c.model for c in self.cells.values() if c.model.arch == arch
+                       and (mimetic or MIMETIC not in c.model.size.split("-"))}, key=lambda m: (m.params or 0, m.size))
 
     def archs(self) -> list[str]:
         return sorted({c.model.arch for c in self.cells.values()})
@@ -171,7 +176,11 @@ class Table:
                 "Read: validation exact match (no cell's rate was chosen among several).")
         missing = ([f"Left out of every comparison, having no finite exact match: {'; '.join(c for _, c in self.missing)}."]
                    if self.missing else [])
-        return [read, *missing]
+        mimetic = sorted({f"{c.model.arch} {c.model.size}" for c in self.cells.values()
+                          if MIMETIC in c.model.size.split("-")})
+        aside = ([f"Read by the capacity-or-training questions alone, not being the paper's models: "
+                  f"{', '.join(mimetic)} (mimetic init)."] if mimetic else [])
+        return [read, *missing, *aside]
 
 
 def _by_seed(r) -> tuple[list[float], list[str], str]:
@@ -418,6 +427,8 @@ class Claim:
     paired: bool = True
     setups: tuple[str, ...] = ()  # the setups it reads: its line names their cells that have no value
     heads: Optional[dict] = None
+    judge: Optional[Callable] = None  # how its head is decided: a claim's rule, else a question's where it has heads
+    notes: str = ""  # a sentence its line ends with (cells it did not read, and why)
 
 
 class Line(str):
@@ -496,7 +507,7 @@ def line(claim: Claim, missing: list[tuple[str, str]] = ()) -> Line:
     decisions = [decide(c) for c in claim.comparisons]
     kept = [d for d in decisions if d.kind != OUT]
     uncovered = _uncovered(claim, decisions)
-    outcome, decisive = (_judge_question if claim.heads else _judge)(kept, uncovered)
+    outcome, decisive = (claim.judge or (_judge_question if claim.heads else _judge))(kept, uncovered)
     head, seeds = heads[outcome], _seeds(claim.comparisons)
     never = " Not shown for every model it names: " + "; ".join(uncovered) + "." if uncovered else ""
     left = [d.text for d in decisions if d.kind == OUT]
@@ -511,7 +522,7 @@ def line(claim: Claim, missing: list[tuple[str, str]] = ()) -> Line:
         text += " Still training at the last evaluation, so more samples may change this: " + "; ".join(training) + "."
     said = decisive.said if decisive else (f"not shown for every model it names: {'; '.join(uncovered)}" if uncovered
                                            else f"no comparison can show it: {left[0]}" if left else "")
-    return Line(text + tail, head, seeds.strip(), claim.name, said)
+    return Line(text + (f" {claim.notes}" if claim.notes else "") + tail, head, seeds.strip(), claim.name, said)
 
 
 def _uncovered(claim: Claim, decisions: list[Decision]) -> list[str]:
@@ -805,6 +816,133 @@ class StateDecides:
         return Comparison(f"{s.setup} n={s.n}: {s.model} against {l.model}", [s, l, *tcs],
                           Test(one(l) - one(s), Fraction(0), "the larger state above the smaller by {}"), numbers,
                           within=[gap])
+
+
+UNREAD = {"validation": "trained at one learning rate", "biased": "its rate chosen on validation, no held-out value"}
+
+
+def _parts(model: Model) -> list[str]:
+    return model.size.split("-")
+
+
+@dataclass(frozen=True)
+class GapCloses:
+    """Questions, not claims: capacity or training? In each of `setups`, does
+    `arch`'s gap to `reference` of its size close with a lever of training or of
+    state: its best learning rate ("rate"), the mimetic init ("init"), a state
+    `ratio` times larger ("state")? Per model X the lever gives, and T of its size,
+    per n: X ends at most `close` below T (where T solves the cell); for "init" and
+    "state", against the model U of X's size without the lever (the default init;
+    the smaller state), X narrows U's gap where that gap is material. Answered as
+    a claim is: closes (every comparison shown), does not close (one refuted), not
+    decided, not compared (what the run lacks, named). "rate" reads the held-out
+    set only: a cell whose rate validation chose cannot show that rate's worth on
+    validation's own numbers."""
+
+    name: str  # with {setup}
+    label: str  # "(ii) mimetic init": the heads name the lever
+    setups: tuple[str, ...]
+    arch: str
+    reference: str
+    lever: str  # "rate", "init" or "state"
+    close: Fraction
+    ratio: int = 3
+
+    @property
+    def heads(self) -> dict:
+        head = f"Capacity or training {self.label}"
+        return {True: f"{head}: the gap closes", False: f"{head}: the gap does not close",
+                None: f"{head}: not decided", "untestable": f"{head}: not compared"}
+
+    def _levers(self, table: Table) -> tuple[list[tuple[Model, Optional[Model]]], str, str]:
+        """(X, U) pairs, U None where the lever has no model without it (the rate);
+        X's name in a line; and why there is none."""
+        ms = table.models(self.arch, mimetic=True)
+        words = arch_words(self.arch)
+        if self.lever == "rate":
+            return ([(m, None) for m in ms if MIMETIC not in _parts(m)], f"{words} at its best rate",
+                    f"no {words} with the default init in this run")
+        if self.lever == "init":
+            plain = {m.size: m for m in ms if MIMETIC not in _parts(m)}
+            pairs = [(m, plain.get("-".join(p for p in _parts(m) if p != MIMETIC))) for m in ms if MIMETIC in _parts(m)]
+            return pairs, f"{words} with mimetic init", f"no {words} with init: mimetic in this run"
+        pairs = [(large, small) for small in ms for large in ms if small.state and large.state
+                 and large.state >= self.ratio * small.state and same_size(small, large)
+                 and (MIMETIC in _parts(small)) == (MIMETIC in _parts(large))]
+        return (pairs, f"the larger-state {words}", f"no two {words} models within {float(SAME_SIZE):g}x in "
+                f"parameters whose states differ {self.ratio}x or more")
+
+    def expand(self, table: Table) -> list[Claim]:
+        levers, words, none = self._levers(table)
+        if self.lever == "rate" and not any(c.read == "held-out" for c in table.cells.values()
+                                            if c.model in {x for x, _ in levers}):
+            levers, none = [], (f"no cell of {arch_words(self.arch)} whose learning rate was chosen among two or more, "
+                                "read on the held-out set: each was trained at one rate, or has no held-out value")
+        if not levers:
+            return [Claim(self.name.format(setup="every setup"), [], needs=none, heads=self.heads, judge=_judge)]
+        ref = arch_words(self.reference)
+        claims = []
+        for setup in [s for s in self.setups if s in table.setups()]:
+            comparisons, unread = [], []
+            for x, u in levers:
+                for t in table.models(self.reference):
+                    if not (same_size(t, x) and (u is None or same_size(t, u))):
+                        continue
+                    for n in table.ns(setup, *(m for m in (x, t, u) if m is not None)):
+                        xc, tc = table.get(x, setup, n), table.get(t, setup, n)
+                        if self.lever == "rate" and xc.read != "held-out":
+                            unread.append(f"{xc.name} ({UNREAD[xc.read]})")
+                            continue
+                        comparisons += self._cell(xc, tc, None if u is None else table.get(u, setup, n), words)
+            unread = list(dict.fromkeys(unread))
+            alone = [str(x) for x, u in levers if u is None and self.lever == "init"]
+            why = (f"no cell of {arch_words(self.arch)} whose rate was chosen among two or more, read on the held-out "
+                   f"set: {'; '.join(unread)}" if unread and not comparisons else
+                   f"no {ref} within {float(SAME_SIZE):g}x of its parameters with {setup}")
+            notes = " ".join(
+                ([f"Not read, its rate not chosen on a held-out set: {'; '.join(unread)}."] if unread and comparisons
+                 else []) + ([f"Closeness alone for {', '.join(alone)}: no model of the run is it with the default "
+                              "init, to narrow the gap of."] if alone and comparisons else []))
+            claims.append(Claim(self.name.format(setup=setup), comparisons, {ref: why, words: why}, why,
+                                setups=(setup,), heads=self.heads, judge=_judge, notes=notes))
+        return claims
+
+    def _cell(self, xc: Cell, tc: Cell, uc: Optional[Cell], words: str) -> list[Comparison]:
+        ref = arch_words(self.reference)
+        solved = solves(tc, f"{ref} does not solve {tc.setup} n={tc.n}: two unsolved models being close is not "
+                            "closing a gap")
+
+        def numbers(view):
+            text = f"{words} ({xc.model.size}) {em(xc, view)}, {ref} {em(tc, view)}"
+            return text + (f", without the lever ({uc.model.size}) {em(uc, view)}" if uc is not None else "")
+
+        cells = [xc, tc] + ([uc] if uc is not None else [])
+        label = f"{tc.setup} n={tc.n}: {xc.model} against {tc.model}"
+        out = [Comparison(label, cells, Test(one(xc) - one(tc), -self.close, f"it ends {{}} from {ref}"), numbers,
+                          where=[solved], capped=[(xc, "ceiling")], names=(ref, words))]
+        if uc is not None:
+            material = Test(one(tc) - one(uc), self.close, "", f"no material gap to close ({uc.model.size} lags {ref} "
+                            f"by less than {float(self.close):g} beyond the margin)")
+            out.append(Comparison(f"{label}, {uc.model.size}'s gap", cells,
+                                  Test(one(xc) - one(uc), Fraction(0), "the gap narrows by {}"), numbers,
+                                  within=[material], where=[solved], capped=[(xc, "ceiling")], names=(ref, words)))
+        return out
+
+
+def capacity_or_training(setups: tuple[str, ...], close: Fraction, ratio: int) -> tuple[GapCloses, ...]:
+    """Line (g) of docs/findings.md, three questions per setup (issue 62): does Mamba's
+    gap to the Transformer of its size close (i) at its best learning rate, (ii) with
+    mimetic init, (iii) with a `ratio` times larger state?"""
+    within, narrower = (f"within {float(close):g} of the Transformer of its size",
+                        f"narrower than {{}}'s where that lags by {float(close):g} or more")
+    questions = (("(i) the best learning rate", "rate", f"at Mamba's best learning rate of its window (held-out exact "
+                  f"match), does Mamba end {within}?"),
+                 ("(ii) mimetic init", "init", f"with mimetic init, does Mamba end {within}, and "
+                  f"{narrower.format('the default init')}?"),
+                 (f"(iii) a {ratio}x larger state", "state", f"with a {ratio}x larger state, does Mamba end {within}, "
+                  f"and {narrower.format('the smaller state')}?"))
+    return tuple(GapCloses(f"capacity or training, {{setup}}: {text}", label, setups, "mamba", "transformer", lever,
+                           close, ratio) for label, lever, text in questions)
 
 
 def findings(best: pd.DataFrame, claims: Sequence, chance: dict, unfinished: Optional[pd.DataFrame] = None) -> list[str]:

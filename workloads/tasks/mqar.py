@@ -15,12 +15,14 @@ samples are zoology's distribution, not its exact arrays. No generation protocol
 (several answers per sample): exact match is teacher-forced, all n values right.
 """
 
+from fractions import Fraction
 from typing import Literal
 
 from pydantic import Field, model_validator
 
 from workloads.tasks.registry import register
 from workloads.tasks.base import TaskBase, TaskConfigBase
+from workloads.tasks.findings import capacity_or_training
 from workloads.tasks._sequence import sample_rng
 
 
@@ -57,6 +59,9 @@ class MQARConfig(TaskConfigBase):
 
 class MQARTask(TaskBase):
     generates = False
+    # No finding of the paper is about MQAR; the capacity-or-training questions of
+    # docs/findings.md (g) are asked of it as of IsTree (issue 62).
+    claims = capacity_or_training(("vanilla",), Fraction(1, 10), 3)
 
     def __init__(self, config: MQARConfig):
         import numpy as np

@@ -82,7 +82,7 @@ def paper_shape(arch, setup, n):
 
 def test_a_run_shaped_like_the_paper_reproduces_its_findings():
     lines = findings(table(paper_shape))
-    assert len(verdicts(lines)) == 8 and lines[0] == "Read: validation exact match (no cell's rate was chosen among several)."
+    assert len(verdicts(lines)) == 11 and lines[0] == "Read: validation exact match (no cell's rate was chosen among several)."
     for start in ("vanilla:", "cot:", "retrieval:", "CoT improves", "retrieval improves", "with retrieval Mamba",
                   "the hybrid tracks"):
         assert head(line(lines, start)) == "Reproduced", line(lines, start)
@@ -146,7 +146,8 @@ def test_at_the_ceiling_nothing_is_decided():
     # Issue 41: every cell 1.000 read the hybrid Reproduced and retrieval Not reproduced.
     lines = findings(table(lambda a, s, n: 1.0, setups=("cot", "retrieval")))
     for text in verdicts(lines):
-        assert head(text) in ("Not decided", "State ablation: not testable here", "Not testable here"), text
+        assert head(text) in ("Not decided", "State ablation: not testable here", "Not testable here") or (
+            head(text).startswith("Capacity or training") and head(text).endswith("not compared")), text
     for start in ("with retrieval Mamba", "the hybrid tracks", "retrieval improves"):
         assert "every cell at the ceiling" in line(lines, start), line(lines, start)
 
@@ -250,7 +251,7 @@ def ablation(small, large):
 
 def test_the_state_ablation_says_whether_the_states_size_decided_the_gap():
     same = ablation({4: 1.0, 6: 0.5, 8: 0.2}, {4: 1.0, 6: 0.5, 8: 0.2})
-    assert len(verdicts(same)) == 10  # (a) in three setups, (b) to (e), the ablation in three
+    assert len(verdicts(same)) == 15  # (a) in three setups, (b) to (e), the ablation in three, (g): (iii) in three
     text = line(same, "cot: does the size")
     assert head(text) == "State ablation: the state's size did not decide the gap", text
     assert "tiny-dstate1-nlayers4 (1,024 state floats, 28,320 params) 0.200, tiny (3,648 floats, 29,888 params) 0.200" in text
@@ -287,9 +288,9 @@ def test_a_state_comparison_whose_seeds_disagree_decides_nothing():
 def test_a_task_variant_is_decided_on_its_own_cells(variant):
     best = table(paper_shape)
     lines = verdicts(findings(pd.concat([best, best.assign(setup=best["setup"] + "-" + variant, val_exact_match=1.0)])))
-    assert len(lines) == 16
-    assert head(line(lines[:8], "cot:")) == "Reproduced"
-    assert lines[8].startswith(f"- [{variant}] **")
+    assert len(lines) == 22  # (a) to (e) and the three capacity-or-training questions, per variant
+    assert head(line(lines[:11], "cot:")) == "Reproduced"
+    assert lines[11].startswith(f"- [{variant}] **")
 
 
 # Issue 51: crafted runs on which a line read Reproduced that its data do not support. Two
