@@ -572,6 +572,20 @@ def test_a_model_option_is_listed_like_a_dimension_and_names_its_trials():
     assert mimetic.n_params == preset("mamba", "tiny").n_params
 
 
+def test_the_capacity_or_training_spec_plans_what_its_comments_say():
+    # Issue 62: three Mambas of the Transformer's size (1.2x), one with mimetic init and one
+    # with a 3.6x smaller state, each over three rates on two seeds.
+    path = Path(__file__).parents[2] / "sweeps" / "capacity_or_training_cpu.yaml"
+    trials = expand(load_spec(path))
+    assert f"{len(trials)} trials;" in path.read_text() and len(trials) == 48
+    models = {t.model.size: t.model for t in trials if t.model.arch == "mamba"}
+    assert set(models) == {"tiny", "tiny-initmimetic", "tiny-dstate1-nlayers4"}
+    transformer = preset("transformer", "tiny")
+    assert all(1 / 1.2 <= m.n_params / transformer.n_params <= 1.2 for m in models.values())
+    assert models["tiny"].state_floats >= 3.5 * models["tiny-dstate1-nlayers4"].state_floats
+    assert {(t.model.size, t.train.lr) for t in trials} >= {(s, lr) for s in models for lr in (1e-3, 3e-3, 1e-2)}
+
+
 def test_the_frontier_spec_plans_what_its_comments_say():
     spec = load_spec(Path(__file__).parents[2] / "sweeps" / "retrieval_frontier_cpu.yaml")
     trials = expand(spec)
