@@ -11,7 +11,9 @@ methods (optuna_search.py)."""
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Optional
 
 
@@ -62,6 +64,12 @@ PRIVATE_NAMES = (
                 "each trial's actor named after its trial in the Ray dashboard (Tune creates them unnamed), and, on "
                 "the embedded Ray, made without the AWS keys Tune copies into its runtime env (logged in clear)",
                 "tune.with_resources / tune.TuneConfig (no actor options; ray-project/ray#32763)"),
+    PrivateName("ray", "ray.tune.execution.tune_controller", "experiment_state_file_name",
+                set_in="TuneController.save_to_dir",
+                buys="Tune's experiment state written whole or not at all (a new file renamed over the last): Tune "
+                "2.60 writes it in place, and a driver killed mid-write left it cut short, after which an Optuna "
+                "sweep (which cannot be rebuilt without it) could not resume (CI, 2026-12-02)",
+                tried="none public: the file is written inside save_to_dir, under the name this property gives"),
     PrivateName("ray", "ray.air._internal.usage", "_count_callbacks",
                 "a launch or resume 1 s sooner: Tune's usage tag of a sweep's callbacks imported Ray's MLflow, "
                 "W&B, Comet and Aim integrations (mlflow and wandb among them) to compare class names; counted "
@@ -392,3 +400,42 @@ def wandb_callback(figures: Callable[[dict], dict], step: str, charts: tuple[str
             self._start_logging_actor(trial, [], **init)
 
     return Callback
+
+
+@contextlib.contextmanager
+def experiment_state_written_whole():
+    """Within it, Tune saves its experiment state (experiment_state-*.json, the
+    trials and the searcher's place) whole or not at all: into a hidden file beside
+    it, then renamed over it, as Tune already saves its searcher's and callbacks'
+    states. A driver killed while Tune writes leaves the last whole state, which a
+    resume reads. Where Tune lacks the names, it writes as it does."""
+    from ray.tune.execution.tune_controller import TuneController
+
+    real_save, real_name = getattr(TuneController, "save_to_dir", None), vars(TuneController).get(
+        "experiment_state_file_name")
+    if real_save is None or not isinstance(real_name, property):
+        yield
+        return
+
+    def file_name(self) -> str:
+        name = real_name.fget(self)
+        return f".{name}.writing" if getattr(self, "_icr_writing", False) else name
+
+    def save_to_dir(self) -> None:
+        final = self.experiment_state_path
+        self._icr_writing = True
+        try:
+            written = self.experiment_state_path
+            real_save(self)
+        except BaseException:
+            Path(written).unlink(missing_ok=True)
+            raise
+        finally:
+            self._icr_writing = False
+        os.replace(written, final)
+
+    TuneController.experiment_state_file_name, TuneController.save_to_dir = property(file_name), save_to_dir
+    try:
+        yield
+    finally:
+        TuneController.experiment_state_file_name, TuneController.save_to_dir = real_name, real_save

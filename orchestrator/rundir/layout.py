@@ -72,7 +72,8 @@ REPORT_FILES = ("report.md", "results.csv", "best.csv", "frontier.csv", "frontie
 # marker, tuner and experiment state).
 BEFORE_ANY_TRIAL = (LOCK_FILE, SPEC_FILE, PLAN_FILE, STOP_FILE, OPTUNA_FILE, MLFLOW_FILE, DRIVER_LOG,
                     f"{SPEC_FILE}.tmp", f"{PLAN_FILE}.tmp", ".validate_storage_marker", "tuner.pkl", TUNE_STATE,
-                    "basic-variant-state-*.json", "search_gen_state-*.json", "searcher-state-*.pkl")
+                    f".{TUNE_STATE}.writing", "basic-variant-state-*.json", "search_gen_state-*.json",
+                    "searcher-state-*.pkl")  # .writing: Tune's state half written (orchestrator/unpromised.py)
 # Every name a launch writes at the top of its run directory, then or later (trials'
 # directories aside): a folder holding any of them is refused unless it is a run of this tool.
 LAUNCH_WRITES = BEFORE_ANY_TRIAL + (f"{TUNE_STATE}.damaged*", f"{PLAN_FILE}.damaged*", REPORT_MANIFEST, DRIVER_FILE,

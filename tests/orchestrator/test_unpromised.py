@@ -108,3 +108,45 @@ def test_tunes_usage_tag_imports_no_tracker_library():
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
                          cwd=ORCHESTRATOR.parent)
     assert out.stdout.split()[-1] == "[]", out.stdout + out.stderr
+
+
+def test_tunes_experiment_state_is_written_whole_or_not_at_all(tmp_path):
+    """CI, 2026-12-02: a driver killed while Tune wrote its experiment state left it
+    cut short (Tune writes it in place), and the Optuna sweep could not resume. Within
+    `experiment_state_written_whole`, a save that dies mid-write (here the encoder,
+    halfway through the trials) leaves the last whole state and no half file; a save
+    that ends replaces it. Outside it, Tune's own save is back (and cuts it short)."""
+    import json
+    import types
+
+    from ray.tune.execution.tune_controller import TuneController
+
+    from orchestrator.unpromised import experiment_state_written_whole
+
+    class Unencodable:
+        def __reduce__(self):
+            raise RuntimeError("killed mid-write")
+
+    def controller(trials):
+        c = object.__new__(TuneController)
+        saved = types.SimpleNamespace(save_to_dir=lambda *args, **kwargs: None)
+        c.__dict__.update(_session_str="2026-12-02_00-00-00", _start_time=0.0, _search_alg=saved, _callbacks=saved,
+                          _storage=types.SimpleNamespace(experiment_driver_staging_path=str(tmp_path)))
+        c._get_trial_checkpoints = lambda: {i: trial for i, trial in enumerate(trials)}
+        c.__getstate__ = lambda: {}
+        return c
+
+    state = tmp_path / "experiment_state-2026-12-02_00-00-00.json"
+    with experiment_state_written_whole():
+        controller(["first " * 1000]).save_to_dir()
+        assert json.loads(state.read_text())["trial_data"] == ["first " * 1000]
+        with pytest.raises(RuntimeError, match="killed mid-write"):
+            controller(["second " * 1000, Unencodable()]).save_to_dir()
+        assert json.loads(state.read_text())["trial_data"] == ["first " * 1000]
+        assert sorted(p.name for p in tmp_path.iterdir()) == [state.name]
+        controller(["third"]).save_to_dir()
+        assert json.loads(state.read_text())["trial_data"] == ["third"]
+    with pytest.raises(RuntimeError, match="killed mid-write"):
+        controller(["second " * 1000, Unencodable()]).save_to_dir()
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(state.read_text())
