@@ -17,6 +17,7 @@ import contextlib
 import functools
 import os
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -567,15 +568,21 @@ class TrialFilesCallback(JsonLoggerCallback):
     writes them, and Tune's pickled config (params.pkl) beside them. A trial that
     continues from a checkpoint first fetches its result.json from storage (a
     remote run's trial may start on another node). Being a JsonLoggerCallback (all
-    of whose methods it overrides), it keeps Tune from adding its own."""
+    of whose methods it overrides), it keeps Tune from adding its own.
+
+    Every trial fetches its rows at its start, not only one Tune knows a checkpoint
+    of: the trial finds its checkpoints in storage itself (orchestrator/worker.py),
+    and one Tune's saved state did not know of would otherwise write its rows from
+    there on into a new file that replaced the stored one (CI, 2026-12-02: a trial of
+    an S3 run resumed with its last row alone). A trial that starts over from sample
+    0 sets its fetched rows aside at its first row (STARTED_OVER)."""
 
     def __init__(self):
         self.files = {}
 
     def log_trial_start(self, trial) -> None:
         self.update_config(trial, trial.config)
-        if trial.checkpoint is not None:
-            _fetch(trial, EXPR_RESULT_FILE)
+        _fetch(trial, EXPR_RESULT_FILE)
         self.files[trial] = TrialFiles(trial.local_path, encoder=SafeFallbackEncoder)
 
     def log_trial_result(self, iteration: int, trial, result: dict) -> None:
@@ -625,22 +632,31 @@ class ArrayCSV(CSVLoggerCallback):
             super().log_trial_end(trial, failed)
 
 
+FETCH_TRIES = 3  # a store that has just answered again may miss a request or two (seen: moto after a pause)
+
+
 def _fetch(trial, name: str) -> None:
     """Copies a file of the trial's directory from the sweep's storage to the trial's
-    local directory (where they are one, the file itself)."""
+    local directory (where they are one, the file itself), trying FETCH_TRIES times."""
     import pyarrow.fs
 
     storage = trial.storage
     local, remote = Path(trial.local_path, name), f"{storage.trial_fs_path}/{name}"
-    try:
-        if isinstance(storage.storage_filesystem, pyarrow.fs.LocalFileSystem) and Path(remote).resolve() == local.resolve():
-            return
-        pyarrow.fs.copy_files(remote, str(local), source_filesystem=storage.storage_filesystem)
-    except FileNotFoundError:  # nothing stored yet
+    if isinstance(storage.storage_filesystem, pyarrow.fs.LocalFileSystem) and Path(remote).resolve() == local.resolve():
         return
-    except OSError as e:  # unreadable: the rows start here
-        print(f"warning: {trial}: {name} could not be fetched from storage ({type(e).__name__}); its rows start anew "
-              "here and `icr-sweep resume` repairs them from the trial's checkpoint", file=sys.stderr, flush=True)
+    for attempt in range(1, FETCH_TRIES + 1):
+        try:
+            pyarrow.fs.copy_files(remote, str(local), source_filesystem=storage.storage_filesystem)
+            return
+        except FileNotFoundError:  # nothing stored yet
+            return
+        except OSError as e:  # unreadable: the rows start here
+            if attempt == FETCH_TRIES:
+                print(f"warning: {trial}: {name} could not be fetched from storage ({type(e).__name__}: {e}); the rows "
+                      "stored so far are replaced by those from here on (its checkpoints hold its evaluations)",
+                      file=sys.stderr, flush=True)
+                return
+            time.sleep(attempt)
 
 
 def trackers(spec: SweepSpec, mlflow_uri, run_dir: str) -> list:

@@ -211,3 +211,46 @@ def test_a_members_own_failure_is_marked_to_stay_and_its_arrays_is_not(tmp_path)
         callback.member_failed(member, f"{name}: the error", own=own)
         assert (tmp_path / name / ERROR_FILE).read_text() == f"{name}: the error\n"
         assert (tmp_path / name / MEMBER_FAILED).exists() == own
+
+
+def test_a_trial_fetches_its_stored_rows_at_its_start_whether_or_not_tune_knew_a_checkpoint(tmp_path, monkeypatch,
+                                                                                          capsys):
+    """CI, 2026-12-02: a trial of an S3 run resumed with its last row alone. A trial
+    whose directory is kept elsewhere (a remote run's) fetched its stored rows only
+    where Tune's state knew a checkpoint of it; the trial finds its checkpoints in
+    storage itself, so one Tune did not know of continued into a new result.json,
+    which then replaced the stored one. Now every trial fetches them, the store
+    asked again where it misses a request."""
+    from types import SimpleNamespace
+
+    import pyarrow.fs
+
+    from orchestrator import trackers
+    from orchestrator.rundir import TrialFiles
+
+    stored, local = tmp_path / "bucket" / "mamba-cot-tiny-n5-lr3e-3-s0", tmp_path / "node" / "mamba-cot-tiny-n5-lr3e-3-s0"
+    stored.mkdir(parents=True)
+    TrialFiles(stored).append({"samples": 1024, "evaluated": True, "train_loss": 2.0})
+    misses = []
+    real_copy = pyarrow.fs.copy_files
+
+    def flaky_copy(*args, **kwargs):
+        if len(misses) < trackers.FETCH_TRIES - 1:
+            misses.append(1)
+            raise OSError("the store did not answer in time")
+        return real_copy(*args, **kwargs)
+
+    monkeypatch.setattr(pyarrow.fs, "copy_files", flaky_copy)
+    monkeypatch.setattr(trackers.time, "sleep", lambda s: None)
+
+    class Trial:
+        local_path, config, checkpoint = str(local), {"trial": {}}, None
+        storage = SimpleNamespace(storage_filesystem=pyarrow.fs.LocalFileSystem(), trial_fs_path=str(stored))
+
+        def init_local_path(self):
+            local.mkdir(parents=True, exist_ok=True)
+
+    callback = trackers.TrialFilesCallback()
+    callback.log_trial_result(1, Trial(), {"samples": 2048, "evaluated": True, "train_loss": 1.5})
+    assert [r["samples"] for r in parse_rows((local / "result.json").read_text())] == [1024, 2048]
+    assert len(misses) == trackers.FETCH_TRIES - 1 and "could not be fetched" not in capsys.readouterr().err
