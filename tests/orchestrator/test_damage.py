@@ -228,7 +228,8 @@ def test_a_trial_fetches_its_stored_rows_at_its_start_whether_or_not_tune_knew_a
     from orchestrator import trackers
     from orchestrator.rundir import TrialFiles
 
-    stored, local = tmp_path / "bucket" / "mamba-cot-tiny-n5-lr3e-3-s0", tmp_path / "node" / "mamba-cot-tiny-n5-lr3e-3-s0"
+    name = "mamba-cot-tiny-n5-lr3e-3-s0"
+    stored, local = tmp_path / "bucket" / name, tmp_path / "node" / name
     stored.mkdir(parents=True)
     TrialFiles(stored).append({"samples": 1024, "evaluated": True, "train_loss": 2.0})
     misses = []
