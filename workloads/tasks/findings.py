@@ -129,7 +129,7 @@ class Table:
         """The run's models of `arch`, smallest first; those with mimetic init only where
         `mimetic` (they are not the paper's: only the capacity-or-training questions read them)."""
         return sorted({c.model for c in self.cells.values() if c.model.arch == arch
-                       and (mimetic or MIMETIC not in c.model.size.split("-"))}, key=lambda m: (m.params or 0, m.size))
+                       and (mimetic or MIMETIC not in _parts(c.model))}, key=lambda m: (m.params or 0, m.size))
 
     def archs(self) -> list[str]:
         return sorted({c.model.arch for c in self.cells.values()})
@@ -156,7 +156,7 @@ class Table:
             for y in self.models(b):
                 if same_size(x, y):
                     pairs.append((x, y))
-                elif x.size.split("-")[0] == y.size.split("-")[0]:
+                elif _parts(x)[0] == _parts(y)[0]:
                     ratio = (f"{max(x.params, y.params) / min(x.params, y.params):.2f}x apart" if x.params and y.params
                              else "parameter counts unknown")
                     unequal.append(f"{x} against {y}: {ratio}")
@@ -177,7 +177,7 @@ class Table:
         missing = ([f"Left out of every comparison, having no finite exact match: {'; '.join(c for _, c in self.missing)}."]
                    if self.missing else [])
         mimetic = sorted({f"{c.model.arch} {c.model.size}" for c in self.cells.values()
-                          if MIMETIC in c.model.size.split("-")})
+                          if MIMETIC in _parts(c.model)})
         aside = ([f"Read by the capacity-or-training questions alone, not being the paper's models: "
                   f"{', '.join(mimetic)} (mimetic init)."] if mimetic else [])
         return [read, *missing, *aside]
@@ -806,7 +806,7 @@ class StateDecides:
             left = min((one(t) - one(l)).value(view) for t in tcs) if tcs else None
             if left is not None:
                 text += "; the larger state still " + (f"lags it by {float(left):.3f}" if left > 0 else "reaches it")
-            varied = ", ".join(sorted(f for f in set(s.model.size.split("-")[1:]) ^ set(l.model.size.split("-")[1:])
+            varied = ", ".join(sorted(f for f in set(_parts(s.model)[1:]) ^ set(_parts(l.model)[1:])
                                       if not f.startswith("dstate")))
             return text + (f"; the two differ in more than the state: {varied}" if varied else "")
 
@@ -822,6 +822,8 @@ UNREAD = {"validation": "trained at one learning rate", "biased": "its rate chos
 
 
 def _parts(model: Model) -> list[str]:
+    """A model's size label in its parts: the base size, then each field set apart from
+    it (tiny-initmimetic: tiny, initmimetic)."""
     return model.size.split("-")
 
 
