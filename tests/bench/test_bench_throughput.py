@@ -12,7 +12,9 @@ ROOT = Path(__file__).parents[2]
 
 
 def _run(*args, timeout=600):
-    return subprocess.run([sys.executable, *args], cwd=ROOT, check=True, capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"{args[0]} exited {done.returncode}: {(done.stdout + done.stderr)[-3000:]}"
+    return done
 
 
 def test_step_bench_compares_padded_and_grouped_steps(tmp_path):

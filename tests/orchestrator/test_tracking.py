@@ -8,6 +8,7 @@ import struct
 import subprocess
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -488,8 +489,11 @@ def test_a_resumed_trial_continues_its_mlflow_run_and_a_stopped_one_is_not_left_
 
     class Trial:  # what the callbacks read of Tune's trial
         def __init__(self, name):
+            import pyarrow.fs
+
             self.name, self.config, self.checkpoint = name, {"trial": config}, None
-            self.local_path = str(tmp_path / "run" / name)
+            self.local_path = str(tmp_path / "run" / name)  # a local run: its storage is its directory
+            self.storage = SimpleNamespace(storage_filesystem=pyarrow.fs.LocalFileSystem(), trial_fs_path=self.local_path)
 
         def init_local_path(self):
             Path(self.local_path).mkdir(parents=True, exist_ok=True)
