@@ -68,7 +68,14 @@ def sigterm_after_ray_start() -> None:
 
 
 def _as_ctrl_c(signum, frame):
-    os.kill(os.getpid(), signal.SIGINT)
+    """SIGTERM handled as a Ctrl-C: by SIGINT's handler of the moment (ours, Tune's),
+    or as Python's own would where SIGINT is ignored (a driver a shell without job
+    control started in the background, `nohup icr-sweep launch ... &`: the SIGINT
+    sent on would be dropped, and the SIGTERM with it)."""
+    if callable(signal.getsignal(signal.SIGINT)):
+        os.kill(os.getpid(), signal.SIGINT)
+    else:
+        raise KeyboardInterrupt
 
 
 def stop_if_asked_early() -> None:
@@ -131,9 +138,15 @@ def sigterm_as_ctrl_c():
     """SIGTERM (what a cluster, a scheduler or a spot instance sends) stops the sweep
     as Ctrl-C does: Tune saves its state, the trials keep their checkpoints, and
     the command ends with the report and the resume command. Installed after Ray
-    starts, whose own handler would end the driver with a stack dump."""
+    starts, whose own handler would end the driver with a stack dump. A SIGINT the
+    driver was started ignoring (in the background) stops it too, as in Tune's loop."""
     previous = signal.signal(signal.SIGTERM, _as_ctrl_c)
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)

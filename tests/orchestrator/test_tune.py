@@ -391,6 +391,39 @@ def test_a_sigterm_at_start_up_is_a_ctrl_c_even_after_ray_installs_its_own_handl
         signal.signal(signal.SIGTERM, previous)
 
 
+def test_a_driver_started_ignoring_sigint_is_still_stopped_by_sigterm_or_sigint_after_tunes_loop():
+    """Found by a suite run from a background shell job (which starts with SIGINT
+    ignored, as `nohup icr-sweep launch ... &` does): after Tune's loop, while the
+    report is written, SIGTERM was sent on as a SIGINT the process ignored, so
+    neither stopped it. Within `sigterm_as_ctrl_c` both are a Ctrl-C; after it,
+    SIGINT is ignored again, as the driver was started."""
+    import signal
+    import subprocess
+    import sys
+
+    from orchestrator.stopping import sigterm_as_ctrl_c
+
+    script = """
+import os, signal, time
+from orchestrator.stopping import sigterm_as_ctrl_c
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+for sig in (signal.SIGTERM, signal.SIGINT):
+    try:
+        with sigterm_as_ctrl_c():
+            os.kill(os.getpid(), sig)
+            time.sleep(5)
+        print(sig.name, "not stopped")
+    except KeyboardInterrupt:
+        print(sig.name, "stopped")
+print("after:", signal.getsignal(signal.SIGINT) == signal.SIG_IGN)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.stdout.split("\n")[:3] == ["SIGTERM stopped", "SIGINT stopped", "after: True"], done.stdout + done.stderr
+    with sigterm_as_ctrl_c():  # a driver started as usual keeps Python's handler
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_a_run_resumed_where_it_was_moved_writes_there_and_never_where_it_was_launched(tmp_path):
     """Issue 52 (found while checking its messages): a copy of a run whose resume
     rebuilt the sweep wrote Tune's new state into the original run directory (the
