@@ -38,9 +38,11 @@ def test_eval_bench_times_both_evaluations_and_they_agree(tmp_path):
 @pytest.mark.slow
 def test_sweep_bench_runs_a_slice_through_launch_and_projects_the_grid(tmp_path):
     # Evaluations every 1,000 samples: the bench's trials train ten of them, 10,000 samples (20,000 before issue 63).
+    # A window of 75 s: at 45 s, with the other worker's sweep running beside it, neither trial
+    # had started (twice on this project's 2-core machine, 2026-12-02: "0 running, 2 pending").
     out = tmp_path / "sweep.json"
     result = _run("bench/bench_sweep.py", "--spec", "sweeps/istree_micro.yaml", "--archs", "transformer", "mamba",
-                  "--setups", "cot", "--sizes", "tiny", "--n", "4", "--seconds", "45", "--eval-every", "1000",
+                  "--setups", "cot", "--sizes", "tiny", "--n", "4", "--seconds", "75", "--eval-every", "1000",
                   "--val-samples", "50", "--device", "cpu", "--cpus", "2", "--cpus-per-trial", "1",
                   "--project", "sweeps/istree_smoke.yaml", "--out", str(out))
     record = json.loads(out.read_text())

@@ -493,7 +493,8 @@ def test_a_resumed_trial_continues_its_mlflow_run_and_a_stopped_one_is_not_left_
 
             self.name, self.config, self.checkpoint = name, {"trial": config}, None
             self.local_path = str(tmp_path / "run" / name)  # a local run: its storage is its directory
-            self.storage = SimpleNamespace(storage_filesystem=pyarrow.fs.LocalFileSystem(), trial_fs_path=self.local_path)
+            self.storage = SimpleNamespace(storage_filesystem=pyarrow.fs.LocalFileSystem(),
+                                           trial_fs_path=self.local_path)
 
         def init_local_path(self):
             Path(self.local_path).mkdir(parents=True, exist_ok=True)

@@ -419,7 +419,8 @@ print("after:", signal.getsignal(signal.SIGINT) == signal.SIG_IGN)
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
                           cwd=Path(__file__).resolve().parents[2])
-    assert done.stdout.split("\n")[:3] == ["SIGTERM stopped", "SIGINT stopped", "after: True"], done.stdout + done.stderr
+    said = done.stdout.split("\n")[:3]
+    assert said == ["SIGTERM stopped", "SIGINT stopped", "after: True"], done.stdout + done.stderr
     with sigterm_as_ctrl_c():  # a driver started as usual keeps Python's handler
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
