@@ -565,17 +565,17 @@ class TensorBoard(LoggerCallback):
 class TrialFilesCallback(JsonLoggerCallback):
     """A sweep trial's params.json and result.json, written by the run directory's
     own writer (`TrialFiles`, which `train --out` uses too) where Tune's JSON logger
-    writes them, and Tune's pickled config (params.pkl) beside them. A trial that
-    continues from a checkpoint first fetches its result.json from storage (a
-    remote run's trial may start on another node). Being a JsonLoggerCallback (all
-    of whose methods it overrides), it keeps Tune from adding its own.
+    writes them, and Tune's pickled config (params.pkl) beside them. Being a
+    JsonLoggerCallback (all of whose methods it overrides), it keeps Tune from adding
+    its own.
 
-    Every trial fetches its rows at its start, not only one Tune knows a checkpoint
-    of: the trial finds its checkpoints in storage itself (orchestrator/worker.py),
-    and one Tune's saved state did not know of would otherwise write its rows from
-    there on into a new file that replaced the stored one (CI, 2026-12-02: a trial of
-    an S3 run resumed with its last row alone). A trial that starts over from sample
-    0 sets its fetched rows aside at its first row (STARTED_OVER)."""
+    Every trial first fetches its result.json from storage (a remote run's trial may
+    start on another node), not only one Tune knows a checkpoint of: the trial finds
+    its checkpoints in storage itself (orchestrator/worker.py), and one Tune's saved
+    state did not know of would otherwise write its rows from there on into a new
+    file that replaced the stored one (CI, 2026-12-02: a trial of an S3 run resumed
+    with its last row alone). A trial that starts over from sample 0 sets its fetched
+    rows aside at its first row (STARTED_OVER)."""
 
     def __init__(self):
         self.files = {}

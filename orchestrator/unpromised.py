@@ -424,8 +424,8 @@ def experiment_state_written_whole():
     def save_to_dir(self) -> None:
         final = self.experiment_state_path
         self._icr_writing = True
+        written = self.experiment_state_path
         try:
-            written = self.experiment_state_path
             real_save(self)
         except BaseException:
             Path(written).unlink(missing_ok=True)
