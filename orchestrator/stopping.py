@@ -85,11 +85,15 @@ def stop_if_asked_early() -> None:
 
 
 class StopRequests:
-    """True once for each stop request written to `path` (by its modification time)."""
+    """True once for each stop request written to `path` (by its modification time).
+    A request already written when the trial starts counts: the driver (StopAtStep)
+    and `train` (StopOnSignals) remove a stale one before any trial starts, so a
+    file there is a stop asked while this trial was being started (issue 83: a
+    trial ignored a stop sent in its first second and trained to its end)."""
 
     def __init__(self, path: Path):
         self.path = path
-        self.seen = self._stamp()
+        self.seen = None
 
     def _stamp(self):
         try:
@@ -123,6 +127,7 @@ class StopOnSignals:
         self.say(f"{self.name}: stopping after this step with a checkpoint (again to stop at once)")
 
     def __enter__(self):
+        self.stop_file.unlink(missing_ok=True)  # a stale request of a `train` that was killed
         for sig in (signal.SIGINT, signal.SIGTERM):
             self.previous[sig] = signal.signal(sig, self.handle)
         return self

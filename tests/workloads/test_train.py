@@ -556,6 +556,48 @@ def test_a_sweeps_trial_asked_to_stop_checkpoints_its_step_and_trains_on_for_tun
     assert [r["samples"] for r in stops] == [9 * 32] and not stops[0]["evaluated"]
 
 
+def test_a_stop_written_while_a_sweeps_trial_was_starting_is_heard_at_its_first_step(tmp_path):
+    """A stop sent in a trial's first second (the driver writes the stop file before
+    the trial has read it once) checkpoints the trial's first step, as one sent later
+    does; the trial then trains on for Tune to end it (issue 83, class 2: it was taken
+    as already seen, and the trial trained to its end)."""
+    from orchestrator.stopping import StopRequests
+
+    stop_file = tmp_path / STOP_FILE
+    stop_file.write_bytes(b"")  # written by the driver before the trial started
+    rows = []
+    run_trial(small_trial(), Hooks(report=lambda m, _: rows.append(m), stop=StopRequests(stop_file), stop_ends=False),
+              Checkpoints(dir=tmp_path / "checkpoint"))
+    stops = [r["samples"] for r in rows if r.get("checkpoint_reason") == "stop"]
+    assert stops == [32], [(r["samples"], r.get("checkpoint_reason")) for r in rows]  # once, at its first step
+
+
+def test_a_stop_request_counts_once_and_a_new_one_again(tmp_path):
+    from orchestrator.stopping import StopRequests
+
+    stop_file = tmp_path / STOP_FILE
+    asked = StopRequests(stop_file)
+    assert not asked()
+    stop_file.write_bytes(b"")
+    assert asked() and not asked()
+    os.utime(stop_file, ns=(stop_file.stat().st_mtime_ns + 10**9,) * 2)  # written again
+    assert asked() and not asked()
+
+
+def test_train_is_not_stopped_by_the_stop_file_a_killed_train_left(tmp_path):
+    import shutil
+
+    out = tmp_path / "run"
+    command = ["train", "--arch", "transformer", "--size", "tiny", "--setup", "cot", "--n", "4", "--samples", "256",
+               "--eval-every", "256", "--val-samples", "32", "--device", "cpu", "--out", str(out)]
+    assert CliRunner().invoke(app, command).exit_code == 0
+    shutil.rmtree(out / "checkpoint")  # the trial's own directory, to be trained afresh
+    (out / STOP_FILE).write_bytes(b"")  # left by a `train` SIGKILLed after its signal wrote it
+    result = CliRunner().invoke(app, command)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout.strip().splitlines()[-1])["samples"] == 256
+
+
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
 def test_train_stops_on_a_signal_with_a_checkpoint_and_exit_130(tmp_path, sig):
     import signal
