@@ -33,7 +33,8 @@ from orchestrator.spec import SweepSpec
 from orchestrator.stopping import EARLY_STOP, STOP_WAIT_S, sigterm_as_ctrl_c, stop_if_asked_early
 from orchestrator.storage import answer_timeout, bounded_filesystem, is_remote, local_view, silent_for
 from orchestrator.trackers import trackers
-from orchestrator.unpromised import callbacks_counted_by_name, experiment_state_written_whole, trial_actors_named
+from orchestrator.unpromised import (callbacks_counted_by_name, experiment_state_written_whole, run_directory_written_whole,
+                                     trial_actors_named)
 from orchestrator.worker import trainable_fn
 from workloads.config import TrialConfig
 from workloads.metrics import METRICS, PLOTTED
@@ -138,7 +139,7 @@ class StorageWatch(tune.Callback):
 def _fit(tuner, grid: bool) -> None:
     stop_if_asked_early()
     with (sigterm_as_ctrl_c(), trial_actors_named(), callbacks_counted_by_name(), experiment_state_written_whole(),
-          pending_for_grid(grid)):
+          run_directory_written_whole(), pending_for_grid(grid)):
         tuner.fit()
 
 

@@ -70,6 +70,12 @@ PRIVATE_NAMES = (
                 "2.60 writes it in place, and a driver killed mid-write left it cut short, after which an Optuna "
                 "sweep (which cannot be rebuilt without it) could not resume (CI, 2026-12-02)",
                 tried="none public: the file is written inside save_to_dir, under the name this property gives"),
+    PrivateName("ray", "ray.train._internal.storage", "_FilesystemSyncer._sync_up_command",
+                "the run directory's copies of Tune's files (its experiment state, the searcher's, each trial's "
+                "result.json) replaced whole, never rewritten in place: Tune 2.60 copies its staging folder over "
+                "them, and a resume or `status` that read one mid-copy found it empty, a driver killed mid-copy left "
+                "it cut short (issue 83, class 3)",
+                "tune.SyncConfig (a period and a timeout; no way to say how a file is written)"),
     PrivateName("ray", "ray.air._internal.usage", "_count_callbacks",
                 "a launch or resume 1 s sooner: Tune's usage tag of a sweep's callbacks imported Ray's MLflow, "
                 "W&B, Comet and Aim integrations (mlflow and wandb among them) to compare class names; counted "
@@ -439,3 +445,66 @@ def experiment_state_written_whole():
         yield
     finally:
         TuneController.experiment_state_file_name, TuneController.save_to_dir = real_name, real_save
+
+
+# Half-written files of Tune's that its sync must not copy into the run directory:
+# its experiment state being written (experiment_state_written_whole above), and
+# the searcher's (Tune's own _atomic_save writes tmp-<name>, then renames it).
+_HALF_WRITTEN = (".experiment_state-*.json.writing", "tmp-*")
+SYNC_PART = ".icr-sync"  # the suffix of a file being copied into the run directory
+
+
+def copy_whole(source: str, destination: str, exclude=None) -> None:
+    """Copies the folder (or file) `source` into `destination` on this machine, each
+    file written beside its final name and renamed over it: a reader sees the last
+    whole copy or the new one, never a file cut short; a copy killed midway leaves
+    its half under a hidden name (`.<name>.icr-sync`, replaced by the next copy of
+    that file). Half-written staging files (_HALF_WRITTEN) and the relative paths
+    matching `exclude` (Tune's globs) are left out."""
+    import fnmatch
+    import shutil
+
+    source_path = Path(source)
+    files = [(source_path, Path(destination))] if source_path.is_file() else [
+        (Path(folder, name), Path(destination, Path(folder).relative_to(source_path), name))
+        for folder, _, names in os.walk(source_path) for name in names]
+    for src, dst in files:
+        relative = src.relative_to(source_path).as_posix() if src != source_path else src.name
+        if any(fnmatch.fnmatch(src.name, p) for p in _HALF_WRITTEN) or any(
+                fnmatch.fnmatch(relative, p) for p in exclude or ()):
+            continue
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        part = dst.with_name(f".{dst.name}{SYNC_PART}")
+        try:
+            shutil.copy2(src, part)
+        except FileNotFoundError:  # gone from staging meanwhile (a file Tune renamed): the next sync has it
+            part.unlink(missing_ok=True)
+            continue
+        os.replace(part, dst)
+
+
+@contextlib.contextmanager
+def run_directory_written_whole():
+    """Within it, Tune's sync of its staging folder into a local run directory writes
+    each file whole (`copy_whole`); remote storage is written as Tune writes it (an
+    object store replaces an object whole). Where Tune lacks the name, it copies as
+    it does."""
+    import pyarrow.fs
+    from ray.train._internal import storage
+
+    syncer = getattr(storage, "_FilesystemSyncer", None)
+    real = getattr(syncer, "_sync_up_command", None)
+    if real is None:
+        yield
+        return
+
+    def sync_up_command(self, local_path: str, uri: str, exclude=None):
+        if isinstance(self.storage_filesystem, pyarrow.fs.LocalFileSystem):
+            return copy_whole, dict(source=local_path, destination=uri, exclude=exclude)
+        return real(self, local_path, uri, exclude)
+
+    syncer._sync_up_command = sync_up_command
+    try:
+        yield
+    finally:
+        syncer._sync_up_command = real

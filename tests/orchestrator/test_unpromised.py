@@ -150,3 +150,90 @@ def test_tunes_experiment_state_is_written_whole_or_not_at_all(tmp_path):
         controller(["second " * 1000, Unencodable()]).save_to_dir()
     with pytest.raises(json.JSONDecodeError):
         json.loads(state.read_text())
+
+
+def _sync(staging, run_dir) -> None:
+    """One sync of Tune's staging folder into a local run directory, by Tune's own syncer."""
+    import pyarrow.fs
+    from ray.train._internal.storage import _FilesystemSyncer
+
+    syncer = _FilesystemSyncer(storage_filesystem=pyarrow.fs.LocalFileSystem(), sync_period=0, sync_timeout=60)
+    assert syncer.sync_up(str(staging), str(run_dir))
+    syncer.wait()
+
+
+def test_the_run_directorys_copy_of_tunes_state_is_never_read_cut_short(tmp_path):
+    """Issue 83, class 3: Tune copies its staging folder over the run directory's
+    files in place, so a reader (resume, status) now and then read the experiment
+    state empty or cut short, and the half-written files of a save in progress were
+    copied too. Within `run_directory_written_whole`, a reader that reads while sync
+    after sync rewrites the file always parses a whole one, and no half file or
+    part of a copy is left in the run directory."""
+    import json
+    import threading
+
+    from orchestrator.unpromised import run_directory_written_whole
+
+    staging, run_dir = tmp_path / "staging", tmp_path / "run"
+    (staging / "trial").mkdir(parents=True)
+    state, rows = staging / "experiment_state-x.json", staging / "trial" / "result.json"
+    (staging / ".experiment_state-x.json.writing").write_text('{"half')  # a save of Tune's in progress
+    (staging / "tmp-search_gen_state-x.json").write_text('{"half')  # Tune's own atomic save, in progress
+    bad, done = [], threading.Event()
+
+    def read():
+        while not done.is_set():
+            for path in (run_dir / state.name, run_dir / "trial" / rows.name):
+                try:
+                    text = path.read_text()
+                except FileNotFoundError:
+                    continue
+                try:
+                    json.loads(text)
+                except ValueError:
+                    bad.append(len(text))
+
+    with run_directory_written_whole():
+        state.write_text(json.dumps({"trial_data": ["0" * 4_000_000]}))
+        rows.write_text(json.dumps({"samples": "0" * 4_000_000}))
+        _sync(staging, run_dir)
+        reader = threading.Thread(target=read)
+        reader.start()
+        for k in range(1, 16):
+            state.write_text(json.dumps({"trial_data": [str(k % 10) * (4_000_000 + k)]}))
+            rows.write_text(json.dumps({"samples": str(k % 10) * (4_000_000 + k)}))
+            _sync(staging, run_dir)
+        done.set()
+        reader.join()
+    assert not bad, f"{len(bad)} reads of a file cut short (lengths {bad[:5]})"
+    assert json.loads((run_dir / state.name).read_text())["trial_data"] == ["5" * 4_000_015]
+    assert sorted(p.relative_to(run_dir).as_posix() for p in run_dir.rglob("*")) == [
+        "experiment_state-x.json", "trial", "trial/result.json"]
+
+
+def test_a_sync_killed_midway_leaves_the_last_whole_copy(tmp_path, monkeypatch):
+    import shutil
+
+    from orchestrator.unpromised import run_directory_written_whole
+
+    staging, run_dir = tmp_path / "staging", tmp_path / "run"
+    staging.mkdir()
+    (staging / "experiment_state-x.json").write_text('{"trials": 1}')
+    with run_directory_written_whole():
+        _sync(staging, run_dir)
+        (staging / "experiment_state-x.json").write_text('{"trials": 2}')
+
+        def killed(src, dst, **kwargs):
+            Path(dst).write_text('{"tri')
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(shutil, "copy2", killed)
+        with pytest.raises(KeyboardInterrupt):
+            from orchestrator.unpromised import copy_whole
+
+            copy_whole(str(staging), str(run_dir))
+        monkeypatch.undo()
+        assert (run_dir / "experiment_state-x.json").read_text() == '{"trials": 1}'
+        _sync(staging, run_dir)  # the next sync replaces the half copy it left
+    assert (run_dir / "experiment_state-x.json").read_text() == '{"trials": 2}'
+    assert sorted(p.name for p in run_dir.iterdir()) == ["experiment_state-x.json"]
