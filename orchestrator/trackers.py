@@ -29,7 +29,7 @@ from ray.tune.utils.util import SafeFallbackEncoder
 
 from orchestrator.arrays import ARRAY_KEY, array_of, member_names
 from orchestrator.rundir import (ERROR_FILE, MEMBER_FAILED, STARTED_OVER, WANDB_FAILED, TrialFiles, row_stored,
-                                 small_text)
+                                 set_aside_stored_rows, small_text)
 from orchestrator.spec import SweepSpec
 from orchestrator.storage import answer_timeout, is_remote
 from orchestrator.unpromised import wandb_callback
@@ -589,7 +589,7 @@ class TrialFilesCallback(JsonLoggerCallback):
         if trial not in self.files:
             self.log_trial_start(trial)
         if result.get(STARTED_OVER):  # its first row since it started over from sample 0 (orchestrator/worker.py)
-            self.files[trial].set_aside_for_start_over()
+            _set_aside_for_start_over(trial, self.files[trial])
         self.files[trial].append(result)
 
     def log_trial_end(self, trial, failed: bool = False) -> None:
@@ -630,6 +630,15 @@ class ArrayCSV(CSVLoggerCallback):
     def log_trial_end(self, trial, failed: bool = False) -> None:
         if array_of(trial.config) is not None:
             super().log_trial_end(trial, failed)
+
+
+def _set_aside_for_start_over(trial, files: TrialFiles) -> None:
+    """A trial that starts over from sample 0: its earlier rows set aside where the
+    sweep keeps them (rundir.set_aside_stored_rows), the local copies dropped."""
+    problem = set_aside_stored_rows(trial.storage.storage_filesystem, trial.storage.trial_fs_path, files)
+    if problem:
+        print(f"warning: {trial}: its rows from before it started over could not be set aside in storage "
+              f"({problem}); its new rows replace them there", file=sys.stderr, flush=True)
 
 
 FETCH_TRIES = 3  # a store that has just answered again may miss a request or two (seen: moto after a pause)

@@ -13,9 +13,10 @@ from orchestrator.rundir.layout import (DRIVER_LOG, EARLIER_RESULTS, ERROR_FILE,
 from orchestrator.rundir.records import (RecordError, driver_ended, read_plan, record_driver_end, set_aside_for_rebuild,
                                          set_aside_plan, set_aside_results, spec_location,
                                          spec_record, tune_statuses,
-                                         tune_trial_dirs, tune_trial_ids, tune_trials, write_plan, write_spec_record)
+                                         tune_trial_dirs, tune_trial_ids, tune_trial_records, tune_trials, write_plan,
+                                         write_spec_record)
 from orchestrator.rundir.rows import (METRIC_KEYS, TrialFiles, catch_up, parse_rows, read_results, repair_results, restore_rows,
-                                      row_stored, stored_rows)
+                                      row_stored, set_aside_stored_rows, stored_rows)
 from orchestrator.rundir.run import Run, load_trials, read_run
 
 __all__ = ["DRIVER_LOG", "EARLIER_RESULTS", "ERROR_FILE", "FAILS_AGAIN", "Footprint", "LOCK_FILE", "MEMBER_FAILED",
@@ -25,6 +26,6 @@ __all__ = ["DRIVER_LOG", "EARLIER_RESULTS", "ERROR_FILE", "FAILS_AGAIN", "Footpr
            "check_launch_dir", "check_report_dir", "check_storage", "claim_trial_dir", "driver_ended",
            "driver_is_live", "is_trial_dir", "load_trials", "parse_rows", "read_plan", "read_results", "read_run",
            "record_driver_end", "record_report", "repair_results", "report_owned", "restore_rows", "row_stored",
-           "set_aside_for_rebuild", "set_aside_plan", "set_aside_results", "small_text", "spec_location", "spec_record",
-           "sqlite_url", "stored_rows", "trial_names", "trials_home", "tune_statuses", "tune_trial_dirs", "tune_trial_ids", "tune_trials",
+           "set_aside_for_rebuild", "set_aside_plan", "set_aside_results", "set_aside_stored_rows", "small_text", "spec_location", "spec_record",
+           "sqlite_url", "stored_rows", "trial_names", "trials_home", "tune_statuses", "tune_trial_dirs", "tune_trial_ids", "tune_trial_records", "tune_trials",
            "write_plan", "write_spec_record"]

@@ -33,6 +33,7 @@ A launch or a `train` writes only into a folder that holds none of these names, 
 that is already a run of this tool (guard.py): nothing of a user's is overwritten.
 """
 
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -142,10 +143,16 @@ def named_like(folder: Path, patterns: tuple[str, ...]) -> list[str]:
 def free_path(folder: Path, name: str) -> Path:
     """`folder/name`, or where that is taken, the first free name-2, name-3, ... (the
     number before the last suffix): what is set aside never replaces another file."""
+    taken = set(os.listdir(folder)) if Path(folder).is_dir() else set()
+    return Path(folder, free_name(taken, name))
+
+
+def free_name(taken: set[str], name: str) -> str:
+    """`name`, or where it is in `taken`, the first of name-2, name-3, ... that is not."""
     stem, suffix = Path(name).stem, Path(name).suffix
-    target, k = Path(folder, name), 2
-    while target.exists() or target.is_symlink():
-        target, k = Path(folder, f"{stem}-{k}{suffix}"), k + 1
+    target, k = name, 2
+    while target in taken:
+        target, k = f"{stem}-{k}{suffix}", k + 1
     return target
 
 

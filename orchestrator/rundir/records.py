@@ -196,6 +196,18 @@ def tune_trial_ids(run_dir: str | Path, ended: bool = True) -> set[str]:
             if "trial_id" in trial and (ended or trial.get("status") != "TERMINATED")} if newest else set()
 
 
+def tune_trial_records(run_dir: str | Path) -> list[tuple[str, str, dict]]:
+    """(Tune's id, status, config) of each trial (or array) in Tune's newest
+    experiment state, as Tune ordered them; empty where there is none or it cannot
+    be read."""
+    newest = _newest_state(run_dir)
+    try:
+        return [(trial["trial_id"], trial.get("status", ""), trial.get("config") or {})
+                for trial in _tune_state(newest)] if newest else []
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
 def tune_trial_dirs(run_dir: str | Path) -> set[str]:
     """The directory of each trial (or array) in Tune's newest experiment state, as
     Tune names it: arrays not expanded to their members. Empty where there is no

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from orchestrator.rundir.layout import (DAMAGED_GLOB, DAMAGED_RESULTS, EARLIER_RESULTS, FAILS_AGAIN, PARAMS_FILE, RESULTS_FILE,
-                                        STARTED_OVER_FILE, free_path)
+                                        STARTED_OVER_FILE, free_name, free_path)
 from orchestrator.rundir.records import tune_statuses
 from orchestrator.storage import is_remote
 from workloads.metrics import METRICS, PROGRESS
@@ -65,6 +65,38 @@ class TrialFiles:
     def _read_text(self, name: str) -> Optional[str]:
         path = self.dir / name
         return path.read_text(errors="replace") if path.exists() else None
+
+
+def set_aside_stored_rows(fs, stored: str, files: TrialFiles) -> str:
+    """The rows of a trial that starts over from sample 0 (its checkpoints gone),
+    those from before a rebuild too, set aside in its directory `stored` on the
+    pyarrow filesystem `fs`, each under a name free there and in `files`' folder
+    (STARTED_OVER_FILE, then -2, ...), and `files`' copies of them dropped: the
+    trial's results are its new rows alone. `files` is the driver's local copy of
+    the directory (Ray's staging folder, which Tune's sync copies over the run
+    directory): set aside there alone, under a name free there, it replaced an
+    earlier set-aside or a user's file of that name (issue 83, class 4). Returns
+    what went wrong, or ''."""
+    import pyarrow.fs
+
+    stored = stored.rstrip("/")
+    if isinstance(fs, pyarrow.fs.LocalFileSystem) and Path(stored).resolve() == files.dir.resolve():
+        files.set_aside_for_start_over()  # one folder: set aside in place
+        return ""
+    for name in (EARLIER_RESULTS, RESULTS_FILE):  # copies of the stored rows
+        (files.dir / name).unlink(missing_ok=True)
+    try:
+        there = {info.base_name: info.type for info in
+                 fs.get_file_info(pyarrow.fs.FileSelector(stored, allow_not_found=True))}
+        taken = set(there) | set(os.listdir(files.dir) if files.dir.is_dir() else ())
+        for name in (EARLIER_RESULTS, RESULTS_FILE):
+            if there.get(name) == pyarrow.fs.FileType.File:
+                target = free_name(taken, STARTED_OVER_FILE)
+                taken.add(target)
+                fs.move(f"{stored}/{name}", f"{stored}/{target}")
+    except OSError as e:
+        return f"{type(e).__name__}: {e}"
+    return ""
 
 
 def stored_rows(read_text: Callable[[str], Optional[str]]) -> list[dict]:

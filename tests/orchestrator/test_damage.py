@@ -3,11 +3,13 @@ checkpoints are gone says it starts over and never writes a row twice; a lock or
 result.json that is a directory is named before Ray starts, never a traceback or a
 resume that asks for another resume."""
 
+import os
 import shutil
 import signal
 import subprocess
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -101,6 +103,7 @@ def test_a_trial_without_a_checkpoint_but_with_rows_starts_over_saying_so(tmp_pa
         local_path = str(trial)
         config = {"trial": {}}
         checkpoint = None
+        storage = SimpleNamespace(storage_filesystem=pyarrow.fs.LocalFileSystem(), trial_fs_path=str(trial))
 
         def init_local_path(self):
             pass
@@ -112,6 +115,44 @@ def test_a_trial_without_a_checkpoint_but_with_rows_starts_over_saying_so(tmp_pa
     assert [r["train_loss"] for r in parse_rows((trial / "result.json").read_text())] == [2.0, 1.5]
     assert [r["samples"] for r in parse_rows((trial / STARTED_OVER_FILE).read_text())] == [1024, 2048]
     assert [r["train_loss"] for r in read_results(trial)] == [2.0, 1.5]
+
+
+def test_a_start_over_sets_its_rows_aside_where_the_run_keeps_them_replacing_no_file(tmp_path):
+    """Issue 83, class 4: the driver writes a trial's rows into Ray's staging folder,
+    which Tune's sync copies over the run directory; a trial that started over set its
+    rows aside there, under a name free in the staging folder alone, and the sync
+    replaced the run directory's result-before-start-over.json (an earlier set-aside,
+    or a user's file). Now they are set aside in the run directory, under a free name,
+    with the rows from before a rebuild."""
+    import pyarrow.fs
+
+    from orchestrator.rundir import EARLIER_RESULTS, STARTED_OVER, TrialFiles
+    from orchestrator.trackers import TrialFilesCallback
+    from orchestrator.unpromised import copy_whole
+
+    name = "transformer-cot-tiny-n5-lr3e-3-s0"
+    stored, staging = tmp_path / "run" / name, tmp_path / "staging" / name
+    TrialFiles(stored).write_config({"trial": {}})
+    (stored / STARTED_OVER_FILE).write_text("a user's notes\n")
+    TrialFiles(stored).append({"samples": 1024, "evaluated": True, "train_loss": 3.0})
+    os.replace(stored / "result.json", stored / EARLIER_RESULTS)  # its rows from before a rebuild
+    TrialFiles(stored).append({"samples": 2048, "evaluated": True, "train_loss": 2.0})
+
+    class Trial:
+        local_path, config, checkpoint = str(staging), {"trial": {}}, None
+        storage = SimpleNamespace(storage_filesystem=pyarrow.fs.LocalFileSystem(), trial_fs_path=str(stored))
+
+        def init_local_path(self):
+            staging.mkdir(parents=True, exist_ok=True)
+
+    callback, trial = TrialFilesCallback(), Trial()
+    callback.log_trial_start(trial)
+    callback.log_trial_result(1, trial, {"samples": 1024, "evaluated": True, "train_loss": 1.0, STARTED_OVER: 2048})
+    copy_whole(str(staging.parent), str(stored.parent))  # Tune's sync
+    assert (stored / STARTED_OVER_FILE).read_text() == "a user's notes\n"
+    assert [r["train_loss"] for r in parse_rows((stored / "result-before-start-over-2.json").read_text())] == [3.0]
+    assert [r["train_loss"] for r in parse_rows((stored / "result-before-start-over-3.json").read_text())] == [2.0]
+    assert [r["train_loss"] for r in read_results(stored)] == [1.0]
 
 
 @pytest.mark.slow
