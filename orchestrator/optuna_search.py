@@ -2,7 +2,10 @@
 learning-rate distribution and trial budget, kept in the run's optuna.db (or the
 spec's storage) and tied to the trials' names, directories and metrics."""
 
+import base64
+import glob
 import math
+import os
 import pickle
 from typing import Optional
 
@@ -10,13 +13,17 @@ from optuna.distributions import FloatDistribution
 from ray.tune.search import Searcher
 
 from orchestrator.arrays import ARRAY_KEY, ARRAY_PREFIX
-from orchestrator.grid import cell_budget, cell_name, cell_rates, cells, trial_for
-from orchestrator.rundir import OPTUNA_FILE, sqlite_url
+from orchestrator.grid import Cell, cell_budget, cell_name, cell_rates, cells, trial_for
+from orchestrator.rundir import OPTUNA_FILE, sqlite_url, tune_trial_records
 from orchestrator.spec import SweepSpec
 from orchestrator.storage import is_remote
 from workloads.config import TrialConfig
 from workloads.metrics import METRICS, PROGRESS, measured, rank_key
 from workloads.naming import significant
+
+
+# A study's system attribute: its sampler, pickled after each ask (CellStudy.suggest).
+SAMPLER_ATTR = "icr_sampler_after_ask"
 
 
 def optuna_storage(spec: SweepSpec, run_dir: str) -> Optional[str]:
@@ -71,13 +78,15 @@ class CellStudy:
         self.reattach(storage if storage is not None else optuna.storages.InMemoryStorage())
 
     def reattach(self, storage) -> None:
-        """Opens the study in `storage` (created the first time)."""
+        """Opens the study in `storage` (created the first time), its sampler as it
+        was after the study's latest ask (`suggest` keeps it in the study)."""
         import optuna
 
         self.storage = storage
         self.study = optuna.create_study(storage=storage, sampler=self.sampler, pruner=optuna.pruners.NopPruner(),
                                          study_name=self.name, load_if_exists=True,
                                          direction="minimize" if self.mode == "min" else "maximize")
+        self.sampler = self.study.sampler = self._sampler_as_asked()
         if self.study.metric_names != [self.metric]:  # optuna-dashboard shows the objective by name
             import warnings
 
@@ -100,9 +109,28 @@ class CellStudy:
 
     def suggest(self, trial_id: str) -> dict:
         trial = self.study.ask(fixed_distributions=self.space)
-        self.trials[trial_id] = self.storage.get_trial_id_from_study_id_trial_number(
-            self.storage.get_study_id_from_name(self.study.study_name), trial.number)
+        study_id = self.storage.get_study_id_from_name(self.study.study_name)
+        self.trials[trial_id] = self.storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
+        self.storage.set_study_system_attr(study_id, SAMPLER_ATTR, {
+            "after": trial.number, "state": base64.b64encode(pickle.dumps(self.sampler)).decode()})
         return trial.params
+
+    def _sampler_as_asked(self):
+        """The sampler as it was after the study's latest ask: the one the study keeps
+        (SAMPLER_ATTR), else this one (a study of an earlier version, or none asked
+        yet). Tune's saved state, and this object's pickle with it, can be older than
+        the study: a driver killed after an ask and before Tune's next save held a
+        sampler that drew that ask's rate again, and a resume trained it twice
+        (issue 83, class 1). Where the study holds an ask after the one kept (a kill
+        between the two writes), the sampler is reseeded: it would draw it again."""
+        kept = self.storage.get_study_system_attrs(
+            self.storage.get_study_id_from_name(self.study.study_name)).get(SAMPLER_ATTR)
+        if not kept:
+            return self.sampler
+        sampler = pickle.loads(base64.b64decode(kept["state"]))
+        if any(t.number > kept["after"] for t in self.study.get_trials(deepcopy=False)):
+            sampler.reseed_rng()
+        return sampler
 
     def tag(self, trial_id: str, **attrs) -> None:
         """User attributes of the Optuna trial behind Tune's `trial_id`."""
@@ -257,18 +285,61 @@ class CellwiseOptuna(Searcher):
         names = [member_name for _, member_name in members.values()]
         return {ARRAY_KEY: {"name": name, "members": configs, "names": names}, "grid": False, "name": name}
 
+    def take_stock(self, records: list[tuple[str, str, dict]]) -> None:
+        """Which Tune trial runs which Optuna trial, read by the trials' names from
+        `records` (Tune's restored experiment state: each Tune trial's id, status and
+        config), not from this searcher's own saved state: Tune writes its state, the
+        searcher's and its search's counter one after the other, a sync may carry
+        them into the run directory apart, and a resume may find them from different
+        saves (issue 83, class 1: a state that knew a trial Tune's did not, and the
+        trial was never run again; one that knew fewer, and a trial ran twice). The
+        trials Tune's state holds are each cell's first `used`; every trial the
+        studies hold beyond them is adopted (`adopt`)."""
+        by_name = {}
+        for cell, study in self.studies.items():
+            study_id = study.storage.get_study_id_from_name(study.study.study_name)
+            study.trials, study.finished = {}, set()
+            for t in study.study.get_trials(deepcopy=False):
+                if "trial" in t.user_attrs:
+                    by_name[t.user_attrs["trial"]] = study.storage.get_trial_id_from_study_id_trial_number(
+                        study_id, t.number)
+        self.owner, self.members, self.names = {}, {}, {cell: [] for cell in self.used}
+        for tune_id, status, config in records:
+            array = config.get(ARRAY_KEY)
+            entries = [(f"{tune_id}/{i}", name, member) for i, (name, member) in
+                       enumerate(zip(array["names"], array["members"]))] if array else [
+                (tune_id, config["name"], config["trial"])]
+            if array:
+                self.members[tune_id] = {}
+            for key, name, trial in entries:
+                cell = _cell_of(trial)
+                if cell not in self.used:  # not a cell of this spec
+                    continue
+                if name not in self.names[cell]:
+                    self.names[cell].append(name)
+                if array:
+                    self.members[tune_id][key] = (cell, name)
+                if cell in self.studies and name in by_name:
+                    self.owner[key] = cell
+                    self.studies[cell].trials[key] = by_name[name]
+                    if status == "TERMINATED":
+                        self.studies[cell].finished.add(key)
+        for cell in self.used:
+            self.used[cell] = len(self.names[cell])
+        self.adopt()
+
     def adopt(self) -> None:
-        """Trials the studies hold that this restored state does not know: asked,
-        named and started after Tune last saved its experiment state (every 10 s or
-        so, this state with it), then the driver was killed. Each is this sweep's
-        trial still: counted in its cell, and, unless it has ended, handed out again
-        before anything new is asked, as the very trial (its rate, its name and so
-        its directory and checkpoints; its Optuna trial told its rows). In arrays,
-        as they were asked: a sweep's arrays of one shape are asked one after
-        another, `fuse` at a time but the last, and Tune's state is saved between
-        two asks, so the adopted trials of a shape, in the order they were asked,
-        cut every `fuse`, are their arrays. One the study has ended is counted and
-        kept as it ended."""
+        """Trials the studies hold that no restored Tune trial runs: asked, named
+        and started after Tune last saved its experiment state (every 10 s or so),
+        then the driver was killed. Each is this sweep's trial still: counted in its
+        cell, and, unless it has ended, handed out again before anything new is
+        asked, as the very trial (its rate, its name and so its directory and
+        checkpoints; its Optuna trial told its rows). One asked and not yet named (a
+        kill between the two) is named now. In arrays, as they were asked: a
+        sweep's arrays of one shape are asked one after another, `fuse` at a time
+        but the last, and Tune's state is saved between two asks, so the adopted
+        trials of a shape, in the order they were asked, cut every `fuse`, are their
+        arrays. One the study has ended is counted and kept as it ended."""
         found = []
         for cell, study in self.studies.items():
             known = set(study.trials.values())
@@ -276,11 +347,15 @@ class CellwiseOptuna(Searcher):
             for t in study.study.get_trials(deepcopy=False):
                 name, trial_id = t.user_attrs.get("trial"), study.storage.get_trial_id_from_study_id_trial_number(
                     study_id, t.number)
-                if name is None or trial_id in known:
+                if trial_id in known or (name is None and t.state.is_finished()):
                     continue
-                self.used[cell] += 1
-                if name not in self.names.setdefault(cell, []):
+                if name is None:
+                    name = self.name_of(cell, trial_for(self.spec, *cell, t.params["lr"]))
+                    for key, value in dict(trial=name, trial_dir=name).items():
+                        study.storage.set_trial_user_attr(trial_id, key, value)
+                elif name not in self.names.setdefault(cell, []):
                     self.names[cell].append(name)
+                self.used[cell] += 1
                 key = f"adopted/{trial_id}"
                 study.trials[key] = trial_id
                 if t.state.is_finished():
@@ -374,6 +449,26 @@ class CellwiseOptuna(Searcher):
             pickle.dump(state, f)
 
     def restore(self, checkpoint_path: str) -> None:
+        """The state `save` wrote, trusted as it is (Tune restores through
+        `restore_from_dir`, which reads its own experiment state beside it)."""
+        self._load(checkpoint_path)
+        self.adopt()
+
+    def restore_from_dir(self, checkpoint_dir: str) -> None:
+        """The newest saved state, then which trial is which as Tune's experiment
+        state restored beside it says (`take_stock`). A state of Tune's whose
+        trials carry no name (an earlier version's) leaves the saved one trusted."""
+        newest = max(glob.glob(os.path.join(checkpoint_dir, self.CKPT_FILE_TMPL.format("*"))), default=None)
+        if newest is None:
+            raise RuntimeError(f"Searcher unable to find checkpoint in {checkpoint_dir}")
+        self._load(newest)
+        records = tune_trial_records(checkpoint_dir)
+        if records and all(config.get("name") for _, _, config in records):
+            self.take_stock(records)
+        else:
+            self.adopt()
+
+    def _load(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "rb") as f:
             state = pickle.load(f)
         self.used, self.owner, self.names = state["used"], state["owner"], state.get("names", {})
@@ -381,7 +476,12 @@ class CellwiseOptuna(Searcher):
         for cell, study_state in state["studies"].items():
             self.studies[cell].__dict__.update(_study_state(study_state))
         self.attach()
-        self.adopt()
+
+
+def _cell_of(trial: dict) -> Cell:
+    """The cell of a trial config (as stored): the trials only a rate tells apart."""
+    config = TrialConfig.model_validate(trial)
+    return Cell(config.model.arch, config.setup, config.model.size, config.task.n, config.train.seed)
 
 
 def _nested(result: dict, key: str) -> dict:

@@ -79,6 +79,12 @@ class LimitedSearch(SearchGenerator):
             limiter = self.searcher
             limiter.live_trials &= tune_trial_ids(dirpath, ended=False)
             limiter.num_unfinished_live_trials = len(limiter.live_trials)
+        # Its count of trials made, which ends the search at num_samples, as Tune's
+        # restored state holds them: the count saved beside it may be of a later save
+        # (a resume ended short: a trial never asked, issue 83, class 1). The searcher
+        # says when its budgets are spent.
+        self._counter = len(tune_trial_ids(dirpath))
+        self._finished = False
 
 
 class PlannedGrid(LimitedSearch):

@@ -195,4 +195,5 @@ def write_and_print_report(run_dir: str, out: Optional[Path] = None, solved: flo
     where = f"{run_dir}/report.md" + (f" and {out}/report.md" if out is not None else "")
     typer.echo(f"Report: {where} ({', '.join(f.name for f in files if f.name != 'report.md')} beside it)")
     typer.echo("Open this run in:\n" + "\n".join(f"  {line}" for line in opened))
+    trials.attrs["not_started"] = run.not_started
     return trials

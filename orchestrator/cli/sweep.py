@@ -121,11 +121,13 @@ def _finish(run_dir: str) -> None:
                     fg=typer.colors.YELLOW, err=True)
         raise typer.Exit(130) from None
     left = trials[trials["state"].isin(["pending", "interrupted", "running"])]
-    if len(left):
-        counts = ", ".join(f"{v} {k}" for k, v in sorted(left["state"].value_counts().items()))
-        typer.secho(f"The sweep stopped with {len(left)} of {len(trials)} trials unfinished ({counts}; Ray's and "
-                    f"Tune's own messages are in {driver_log(run_dir)}). Continue it with:\n  "
-                    f"{command('icr-sweep', 'resume', run_dir)}", fg=typer.colors.YELLOW, err=True)
+    not_started = trials.attrs.get("not_started", 0)  # an Optuna budget's trials never asked
+    if len(left) or not_started:
+        counts = dict(left["state"].value_counts()) | ({"not started": not_started} if not_started else {})
+        listed = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
+        typer.secho(f"The sweep stopped with {len(left) + not_started} of {len(trials) + not_started} trials "
+                    f"unfinished ({listed}; Ray's and Tune's own messages are in {driver_log(run_dir)}). Continue it "
+                    f"with:\n  {command('icr-sweep', 'resume', run_dir)}", fg=typer.colors.YELLOW, err=True)
         raise typer.Exit(130)
     if say_failed(trials):
         typer.echo(advice_for_failures(trials[trials["state"] == "error"], run_dir), err=True)

@@ -43,6 +43,14 @@ class Run:
         return (self.spec or {}).get("task", DEFAULT_TASK)
 
     @property
+    def not_started(self) -> int:
+        """The trials of an Optuna plan's budget with no directory yet (a grid's
+        planned trials are rows of their own, pending)."""
+        if self.plan is None or self.plan.get("method") == "grid" or self.trials.empty:
+            return 0
+        return max(0, self.plan["trial_count"] - int((self.trials["state"] != "unplanned").sum()))
+
+    @property
     def chosen_by(self) -> tuple[str, str, str]:
         """The metric, its mode and the tie-break that choose each cell's learning
         rate: the sweep's search as its plan stored it (the headline and validation
@@ -197,10 +205,8 @@ def read_run(run_dir: Path, locked: bool = True, plan_of: Optional[Callable[[dic
     if df.attrs.get("problem"):
         notes.append(df.attrs["problem"])
     _mark_unplanned(run)
-    if plan is not None and plan.get("method") != "grid":
-        missing = plan["trial_count"] - int((df["state"] != "unplanned").sum())
-        if missing > 0:
-            notes.append(f"{missing} of the {plan['trial_count']} planned Optuna trials have not started")
+    if run.not_started:
+        notes.append(f"{run.not_started} of the {plan['trial_count']} planned Optuna trials have not started")
     unreadable = df.loc[df["state"] == "unreadable", "trial"].tolist()
     if unreadable:
         notes.append(f"{len(unreadable)} trial(s) could not be read (see their error): {', '.join(unreadable)}")

@@ -456,6 +456,7 @@ def test_an_optuna_sweep_survives_time_checkpoints_a_ctrl_c_a_kill_and_its_resum
     told = sorted((t.params["lr"], t.value) for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE)
     assert told == sorted(zip(df["lr"], df["val_exact_match"])), (told, df[["lr", "val_exact_match"]])
     assert len(study.trials) == 3  # the trial Tune's state lacked went on as itself: no other asked in its place
+    assert len({lr for lr, _ in told}) == 3  # and no rate was asked twice (issue 83, class 1)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])

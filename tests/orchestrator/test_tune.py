@@ -421,8 +421,14 @@ print("after:", signal.getsignal(signal.SIGINT) == signal.SIG_IGN)
                           cwd=Path(__file__).resolve().parents[2])
     said = done.stdout.split("\n")[:3]
     assert said == ["SIGTERM stopped", "SIGINT stopped", "after: True"], done.stdout + done.stderr
-    with sigterm_as_ctrl_c():  # a driver started as usual keeps Python's handler
-        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # A driver started as usual keeps Python's handler (set here: a Tuner.fit run
+    # earlier in this process leaves Tune's handler in place, as Tune does).
+    earlier = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with sigterm_as_ctrl_c():
+            assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, earlier)
 
 
 def test_a_run_resumed_where_it_was_moved_writes_there_and_never_where_it_was_launched(tmp_path):
@@ -455,3 +461,97 @@ def test_a_driver_failure_is_told_by_its_cause_not_by_the_first_line_of_a_traceb
     assert _cause(wrapped) == "KeyError: 'Record does not exist.'"
     assert _cause(OSError(28, "No space left on device")) == "OSError: [Errno 28] No space left on device"
     assert _cause(RuntimeError()) == "RuntimeError"
+
+
+def _optuna_search(storage: str, num_samples: int = 4, fuse: int = 1):
+    """Tune's search of an Optuna sweep of one cell, as launch builds it."""
+    from ray.tune.experiment import Experiment
+
+    from orchestrator.planned_search import LimitedSearch
+
+    spec = SweepSpec(name="o", axes=dict(archs=["transformer"], setups=["cot"], sizes=["tiny"], n=[5], seeds=[0, 1]),
+                     lr=dict(transformer=dict(distribution="loguniform", low=1e-4, high=1e-2)),
+                     search=dict(method="optuna", num_samples=num_samples),
+                     training=dict(samples=100, warmup_samples=10, eval_every=100))
+    search = LimitedSearch(CellwiseOptuna(spec, storage, fuse))
+    search.set_search_properties("val_exact_match", "max", {})
+    search.add_configurations([Experiment("o", lambda c: None, config={}, num_samples=spec.trial_count())])
+    return search
+
+
+def _tunes_state(folder: Path, trials, session: str) -> None:
+    """Tune's experiment state holding `trials` (Tune's Trial objects), as saved."""
+    import json
+
+    data = [[json.dumps({"relative_logdir": t.config["name"], "status": "PENDING", "trial_id": t.trial_id,
+                         "config": t.config}), "{}"] for t in trials]
+    (folder / f"experiment_state-{session}.json").write_text(json.dumps({"trial_data": data}))
+
+
+@pytest.mark.parametrize("newer", ["searcher", "tune"])
+def test_an_optuna_sweep_restored_from_states_of_two_saves_trains_each_suggestion_once(tmp_path, newer):
+    """Issue 83, class 1: Tune writes its experiment state, then the searcher's and its
+    search's counter, and a resume may find them from different saves (a driver
+    killed between two, a sync that carried one). Whichever is newer, every trial the
+    studies asked is trained once, as itself, the budget is spent exactly, and no
+    rate is asked twice: a trial Tune's state lacked was never run again and the
+    sweep ended short (searcher newer), or ran twice, and the next ask drew its rate
+    again (Tune newer)."""
+    import optuna
+
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    before = _optuna_search(storage)
+    first = [before.next_trial()]
+    if newer == "searcher":  # Tune's state saved with the first trial, the searcher's after the second was asked
+        _tunes_state(tmp_path, first, "2026-12-03_00-00-00")
+        first.append(before.next_trial())
+        before.save_to_dir(str(tmp_path), session_str="2026-12-03_00-00-01")
+        restored = first[:1]
+    else:  # the searcher's saved with the first trial, Tune's after the second was asked
+        before.save_to_dir(str(tmp_path), session_str="2026-12-03_00-00-00")
+        first.append(before.next_trial())
+        _tunes_state(tmp_path, first, "2026-12-03_00-00-01")
+        restored = first
+    after = _optuna_search(storage)
+    after.restore_from_dir(str(tmp_path))
+    trained = [t.config["name"] for t in restored]  # Tune runs what its state holds, the rest the searcher hands out
+    for t in restored:
+        after.on_trial_complete(t.trial_id, {"val_exact_match": 0.5, "training_iteration": 1})
+    while (trial := after.next_trial()) is not None:
+        trained.append(trial.config["name"])
+        after.on_trial_complete(trial.trial_id, {"val_exact_match": 0.5, "training_iteration": 1})
+    assert after.is_finished()
+    assert sorted(trained) == sorted(set(trained)) and len(trained) == 8, trained  # two cells of 4
+    assert {t.config["name"] for t in first} <= set(trained)
+    for seed in (0, 1):
+        study = optuna.load_study(study_name=f"o/transformer-cot-tiny-n5-s{seed}", storage=storage)
+        assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE] * 4, seed
+        rates = [t.params["lr"] for t in study.trials]
+        assert len(set(rates)) == 4, rates  # no rate asked twice
+        assert sorted(t.user_attrs["trial"] for t in study.trials) == sorted(n for n in trained if n.endswith(f"-s{seed}"))
+
+
+def test_an_optuna_sweep_asks_the_rates_of_one_uninterrupted_run_whatever_its_restores(tmp_path):
+    """The sampler goes on from the study's latest ask (kept in the study), so a sweep
+    restored from an older state asks the rates an uninterrupted one asks: every
+    launch of a spec draws the same rates, as it did."""
+    import optuna
+
+    def rates(storage):
+        study = optuna.load_study(study_name="o/transformer-cot-tiny-n5-s0", storage=storage)
+        return [t.params["lr"] for t in study.trials]
+
+    straight = _optuna_search(f"sqlite:///{tmp_path / 'a.db'}")
+    for _ in range(8):
+        straight.next_trial()
+    storage = f"sqlite:///{tmp_path / 'b.db'}"
+    before = _optuna_search(storage)
+    (tmp_path / "b").mkdir()
+    before.save_to_dir(str(tmp_path / "b"), session_str="2026-12-03_00-00-00")
+    _tunes_state(tmp_path / "b", [], "2026-12-03_00-00-00")
+    asked = [before.next_trial() for _ in range(3)]  # asked after both were saved, then the kill
+    after = _optuna_search(storage)
+    after.restore_from_dir(str(tmp_path / "b"))
+    while after.next_trial() is not None:
+        pass
+    assert rates(storage) == rates(f"sqlite:///{tmp_path / 'a.db'}") and len(asked) == 3
