@@ -330,3 +330,28 @@ print(result.output)
     out = done.stdout + done.stderr
     assert done.returncode == 0 and "EXIT 130" in out, out[-2000:]
     assert "Stopped while the report was written" in out and f"icr-sweep report {tmp_path / 'istree_micro'}" in out
+
+
+def test_a_sweep_whose_optuna_budget_is_not_all_started_ends_saying_so_with_the_resume_command(tmp_path, monkeypatch,
+                                                                                                capsys):
+    """Issue 83, class 1: an Optuna sweep whose last resume ran 3 of its 4 trials
+    ended with exit 0 and no word of the fourth. Its run's count of trials not
+    started (the plan's budget less the trials it holds) ends it with exit 130
+    and the resume command, as trials left pending do."""
+    import pandas as pd
+    import typer
+
+    from orchestrator.cli import results, sweep
+    from orchestrator.rundir import Run
+
+    trials = pd.DataFrame({"trial": ["a", "b", "c"], "state": ["finished"] * 3})
+    run = Run(trials, plan={"method": "optuna", "trial_count": 4, "trials": {}})
+    assert run.not_started == 1 and Run(trials, plan={"method": "grid", "trial_count": 4, "trials": {}}).not_started == 0
+    finished = trials.copy()
+    finished.attrs["not_started"] = run.not_started
+    monkeypatch.setattr(results, "write_and_print_report", lambda run_dir: finished)
+    with pytest.raises(typer.Exit) as ended:
+        sweep._finish(str(tmp_path))
+    said = capsys.readouterr().err
+    assert ended.value.exit_code == 130
+    assert "stopped with 1 of 4 trials unfinished (1 not started" in said and f"icr-sweep resume {tmp_path}" in said, said
