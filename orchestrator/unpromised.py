@@ -451,7 +451,6 @@ def experiment_state_written_whole():
 # its experiment state being written (experiment_state_written_whole above), and
 # the searcher's (Tune's own _atomic_save writes tmp-<name>, then renames it).
 _HALF_WRITTEN = (".experiment_state-*.json.writing", "tmp-*")
-SYNC_PART = ".icr-sync"  # the suffix of a file being copied into the run directory
 
 
 def copy_whole(source: str, destination: str, exclude=None) -> None:
@@ -463,6 +462,8 @@ def copy_whole(source: str, destination: str, exclude=None) -> None:
     matching `exclude` (Tune's globs) are left out."""
     import fnmatch
     import shutil
+
+    from orchestrator.rundir.layout import SYNC_PART
 
     source_path = Path(source)
     files = [(source_path, Path(destination))] if source_path.is_file() else [

@@ -253,7 +253,7 @@ def launch(
     run_dir = s.run_dir()
     opts = _ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus)
     _check_trackers(s, run_dir)
-    footprint = Footprint(run_dir)  # before anything is written: what the folder held, which folders are made
+    footprint = Footprint(run_dir, _tracker_folders(s, run_dir))  # before anything is written: what the folder held
     try:
         check_storage(run_dir)  # first: it names paths too long to look into
         check_launch_dir(run_dir)
@@ -289,6 +289,17 @@ def launch(
             sweep.launch(s, resources)
 
     _run_locked(run_dir, work, footprint)
+
+
+def _tracker_folders(s, run_dir: str) -> tuple[str, ...]:
+    """The trackers whose folders a launch of `s` makes in its run directory: W&B's,
+    where the spec logs to W&B and its dir is the run directory (W&B's default)."""
+    from orchestrator.storage import is_remote
+
+    w = s.tracking.wandb
+    if not w or is_remote(run_dir):
+        return ()
+    return ("wandb",) if Path(w.dir or run_dir).resolve() == Path(run_dir).resolve() else ()
 
 
 def _check_trackers(s, run_dir: str) -> None:

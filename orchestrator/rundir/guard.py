@@ -19,7 +19,7 @@ from typing import Optional
 from orchestrator.rundir.layout import (BEFORE_ANY_TRIAL, EARLIER_RESULTS, LAUNCH_WRITES, LOCK_FILE, PARAMS_FILE, PLAN_FILE,
                                         REPORT_FILES,
                                         REPORT_MANIFEST, RESULTS_FILE, SPEC_FILE, TRIAL_LOCK_FILE, TRIAL_WRITES,
-                                        launch_folder, named_like, sweep_above)
+                                        launch_entries, named_like, sweep_above)
 from orchestrator.storage import RunDirError, check_remote, is_remote
 
 NAME_MAX, PATH_MAX = 255, 4096
@@ -97,7 +97,8 @@ class Footprint:
     (a user's, made meanwhile) is kept. Taken before `check_storage`, which makes
     the folders."""
 
-    def __init__(self, run_dir: str):
+    def __init__(self, run_dir: str, trackers: tuple[str, ...] = ()):
+        self.trackers = trackers  # the trackers whose folders the launch makes there (TRACKER_FOLDERS)
         self.path = None if is_remote(run_dir) else Path(run_dir.removeprefix("file://"))
         self.made: Optional[Path] = None  # the highest folder the launch creates (None: all were there)
         self.before: set[str] = set()
@@ -122,9 +123,16 @@ class Footprint:
         for name in sorted(set(os.listdir(path)) - self.before):
             entry = path / name
             if entry.is_dir() and not entry.is_symlink():
-                if launch_folder(name):
-                    shutil.rmtree(entry, ignore_errors=True)  # the launch made it; a started trial's holds params.json
-                else:
+                own = launch_entries(entry, self.trackers)
+                for inside in (entry / e for e in own or ()):  # a started trial's holds params.json
+                    if inside.is_dir() and not inside.is_symlink():
+                        shutil.rmtree(inside, ignore_errors=True)
+                    else:
+                        inside.unlink(missing_ok=True)
+                if own is not None:
+                    with contextlib.suppress(OSError):
+                        entry.rmdir()  # only when empty: what another hand put there stays
+                if entry.exists():
                     kept.append(f"{name}/")
             elif name in launchs:
                 entry.unlink(missing_ok=True)

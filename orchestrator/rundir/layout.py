@@ -60,6 +60,7 @@ ERROR_FILE = "error.txt"
 FAILS_AGAIN = ".icr-fails-again"
 MEMBER_FAILED = ".icr-member-failed"  # a member of an array that failed on its own arithmetic: it stays failed
 
+SYNC_PART = ".icr-sync"  # the suffix of a file Tune's sync is writing into the run directory (unpromised.copy_whole)
 REPORT_MANIFEST = ".icr-report.json"
 DRIVER_FILE = ".icr-driver.json"
 DRIVER_LOG = "icr-sweep.log"  # Ray's and Tune's log lines of each launch and resume (orchestrator/progress.py)
@@ -74,26 +75,49 @@ REPORT_FILES = ("report.md", "results.csv", "best.csv", "frontier.csv", "frontie
 BEFORE_ANY_TRIAL = (LOCK_FILE, SPEC_FILE, PLAN_FILE, STOP_FILE, OPTUNA_FILE, MLFLOW_FILE, DRIVER_LOG,
                     f"{SPEC_FILE}.tmp", f"{PLAN_FILE}.tmp", ".validate_storage_marker", "tuner.pkl", TUNE_STATE,
                     f".{TUNE_STATE}.writing", "basic-variant-state-*.json", "search_gen_state-*.json",
-                    "searcher-state-*.pkl")  # .writing: Tune's state half written (orchestrator/unpromised.py)
+                    "searcher-state-*.pkl", f".*{SYNC_PART}")  # .writing: Tune's state half written, a sync's half
+# copy (orchestrator/unpromised.py)
 # Every name a launch writes at the top of its run directory, then or later (trials'
 # directories aside): a folder holding any of them is refused unless it is a run of this tool.
 LAUNCH_WRITES = BEFORE_ANY_TRIAL + (f"{TUNE_STATE}.damaged*", f"{PLAN_FILE}.damaged*", REPORT_MANIFEST, DRIVER_FILE,
                                      WANDB_FAILED, *REPORT_FILES)
 # The folders a launch makes at the top of its run directory: its trackers' (W&B's
-# offline runs), its trials' (named by workloads/naming.py) and its arrays'.
-TRACKER_FOLDERS = ("wandb",)
+# offline runs, where the spec logs to W&B into the run directory), by what each
+# holds, and its trials' (named by workloads/naming.py) and its arrays'.
+TRACKER_FOLDERS = {"wandb": ("offline-run-*", "run-*", "latest-run", "debug*.log")}
 
 
-def launch_folder(name: str) -> bool:
-    """Whether a folder of this name at the top of a run directory is one a launch makes."""
-    return (name in TRACKER_FOLDERS or TRIAL_NAME.fullmatch(name) is not None
+def launch_folder(name: str, trackers: tuple[str, ...] = tuple(TRACKER_FOLDERS)) -> bool:
+    """Whether a folder of this name at the top of a run directory is one a launch
+    makes: a trial's or an array's, or one of `trackers`' (those the spec turns on)."""
+    return (name in trackers or TRIAL_NAME.fullmatch(name) is not None
             or (name.startswith(ARRAY_PREFIX) and TRIAL_NAME.fullmatch(name[len(ARRAY_PREFIX):]) is not None))
+
+
+def launch_entries(folder: Path, trackers: tuple[str, ...]) -> Optional[list[str]]:
+    """What of `folder`, at the top of a run directory and new since a launch began,
+    the launch wrote: where it is named as the launch names its folders
+    (`launch_folder`, with the trackers the spec turns on), its entries named as the
+    launch (or the tracker) names what it writes there; None for any other folder.
+    A folder of that name that a user made meanwhile, or a file of theirs in it, is
+    not the launch's (issue 83, class 5: an unstarted launch's discard removed a
+    user's wandb/ folder and its files though the spec had no W&B)."""
+    import fnmatch
+
+    name = folder.name
+    if not launch_folder(name, trackers):
+        return None
+    own = TRACKER_FOLDERS[name] if name in trackers else SWEEP_TRIAL_WRITES
+    return sorted(entry for entry in os.listdir(folder) if any(fnmatch.fnmatch(entry, p) for p in own))
 
 
 # Every name `train --out` (and `report` of that trial) writes into a trial's directory.
 TRIAL_WRITES = (PARAMS_FILE, RESULTS_FILE, "result.tmp", EARLIER_RESULTS, DAMAGED_GLOB, "result-before-start-over*.json",
                 ERROR_FILE, FAILS_AGAIN, MEMBER_FAILED,
                 STOP_FILE, "checkpoint", "checkpoint_*", REPORT_MANIFEST, *REPORT_FILES)
+# ... and what a sweep's trial directory holds besides: Tune's pickled config, the
+# progress and TensorBoard loggers' files, a file half copied by Tune's sync.
+SWEEP_TRIAL_WRITES = TRIAL_WRITES + ("params.pkl", "progress.csv", "events.out.tfevents.*", f".*{SYNC_PART}")
 
 
 def is_trial_dir(path: Path) -> bool:

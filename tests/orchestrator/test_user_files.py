@@ -47,8 +47,9 @@ def _ray_starts_then(ending: str):
         run_dir = Path(spec.run_dir())
         for name in ("tuner.pkl", "experiment_state-2026-11-26_10-00-00.json", ".validate_storage_marker"):
             (run_dir / name).write_bytes(b"Tune's")
-        (run_dir / "wandb" / "run-1").mkdir(parents=True)
-        (run_dir / "wandb" / "run-1" / "files.txt").write_text("a tracker's folder")
+        if spec.tracking.wandb:  # W&B's folder, where the spec logs to it
+            (run_dir / "wandb" / "run-1").mkdir(parents=True)
+            (run_dir / "wandb" / "run-1" / "files.txt").write_text("a tracker's folder")
         if ending == "ctrl_c":
             raise KeyboardInterrupt
         fail("no trial could ever start: resources.gpus_per_trial is 1, but the largest node has 0 GPU")
@@ -233,3 +234,39 @@ def test_only_a_launchs_own_folder_names_are_taken_for_its_own():
         assert launch_folder(ours), ours
     for theirs in ("my-notes", "data", "array-notes", "wandb-old", "transformer-cot-0.5M-n32", "n5-lr1e-3-s0.bak"):
         assert not launch_folder(theirs), theirs
+
+
+@pytest.mark.parametrize("tracked", [False, True], ids=["without-wandb", "with-wandb"])
+def test_a_folder_named_as_the_launch_names_its_own_is_kept_where_the_launch_did_not_make_it(tmp_path, monkeypatch,
+                                                                                             tracked):
+    """Issue 83, class 5: the discard of an unstarted launch removed a wandb/ folder
+    the user made meanwhile, and its files, though the spec had no W&B. A folder is
+    the launch's only where the launch makes it (W&B's where the spec logs to W&B),
+    and what the launch wrote there goes, a file of the user's in it stays: W&B's
+    runs and Tune's trial folder go, the user's notes and plot stay."""
+    import yaml
+
+    spec = yaml.safe_load(Path(MICRO).read_text())
+    if tracked:
+        spec["tracking"] = dict(wandb=dict(project="p", mode="offline"))
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump(spec))
+    run_dir = tmp_path / "runs" / "istree_micro"
+
+    def start(opts, spec):
+        theirs = run_dir / ("wandb/my-notes.txt" if tracked else "wandb/notes.txt")
+        theirs.parent.mkdir(parents=True, exist_ok=True)
+        theirs.write_text("mine")
+        (run_dir / "transformer-cot-tiny-n5-lr3e-3-s0").mkdir()
+        (run_dir / "transformer-cot-tiny-n5-lr3e-3-s0" / "plot.py").write_text("mine too")
+        (run_dir / "mamba-cot-tiny-n5-lr1e-2-s0" / "checkpoint_000000").mkdir(parents=True)  # Tune's, not started
+        _ray_starts_then("ctrl_c")(opts, spec)
+
+    monkeypatch.setattr(cli_sweep, "_start_ray", start)
+    result = runner.invoke(app, ["launch", str(spec_path), "--storage", str(tmp_path / "runs")])
+    assert result.exit_code == 130, result.output
+    kept = {name: text for name, text in _contents(tmp_path).items() if name.startswith("runs/")}
+    assert kept == {f"runs/istree_micro/wandb/{'my-notes' if tracked else 'notes'}.txt": b"mine",
+                    "runs/istree_micro/transformer-cot-tiny-n5-lr3e-3-s0/plot.py": b"mine too"}, kept
+    assert ("transformer-cot-tiny-n5-lr3e-3-s0/, wandb/, written there meanwhile by another hand, stay"
+            in result.output), result.output
