@@ -50,10 +50,16 @@ def console(verbose: bool, log_file: Optional[Path] = None):
 
 class _LogFile(logging.FileHandler):
     """A log file that a full disk silences (its lines lost) rather than printing
-    logging's own traceback to the console at every line."""
+    logging's own traceback to the console at every line, and that never holds a
+    URL's secret (a storage's key that Ray's or Tune's lines name)."""
 
     def handleError(self, record):
         pass
+
+    def format(self, record) -> str:
+        from orchestrator.secrets import redact
+
+        return redact(super().format(record))
 
 
 @contextlib.contextmanager

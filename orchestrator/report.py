@@ -678,7 +678,7 @@ def write_report(run: Run, out_dir: Path, solved: float = SOLVED,
                   "seed are left out): " + "; ".join(f"{' '.join(map(str, key[:3]))} n={key[3]} ({drop})"
                                                      for key, drop in falling.items()) + "."]
     lines += _trials_section(df)
-    text = "\n".join(lines) + "\n"
+    text = redact("\n".join(lines) + "\n")  # a URL's secret (a storage's, a tracker's) never in the report
     (out_dir / "report.md").write_text(text)
     record_report(out_dir, [p.name for p in report_files(out_dir)])
     return text, best

@@ -10,8 +10,12 @@ import urllib.request
 from typing import Optional, Union
 from urllib.parse import urlsplit, urlunsplit
 
-# scheme://user:password@ anywhere in a text: the password is masked, the rest kept
-_USERINFO = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]*:)(?P<password>[^\s@/]+)(?P<at>@)")
+# scheme://userinfo@ anywhere in a text: the user info runs to the authority's last
+# @ (a password may hold one; urlsplit reads it so), the authority ending at the
+# first /, ?, # or space. A password is masked (user:***@), a user part without one
+# (a token: http://TOKEN@host) masked whole (***@).
+_USERINFO = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<userinfo>[^\s/?#]*)@(?=[^\s/?#@]*(?:[\s/?#]|$))")
+MASK = "***"
 
 
 def command(*words: str) -> str:
@@ -23,8 +27,132 @@ def command(*words: str) -> str:
 
 
 def redact(text: str) -> str:
-    """`text` with the password of every URL in it masked (scheme://user:***@host)."""
-    return _USERINFO.sub(lambda m: f"{m['head']}***{m['at']}", str(text))
+    """`text` with the secret of every URL in it masked: its password
+    (scheme://user:***@host), or a user part that has none, a token (scheme://***@host)."""
+    def masked(m) -> str:
+        user, colon, _ = m["userinfo"].partition(":")
+        return f"{m['head']}{user}:{MASK}@" if colon else f"{m['head']}{MASK}@"
+
+    return _USERINFO.sub(masked, str(text))
+
+
+def split_secrets(data) -> tuple[object, list[list]]:
+    """`data` (JSON: dicts, lists, strings) with every string holding a URL secret
+    masked (`redact`), and those strings as they were, each as [its path of keys
+    and indices, the string]: what a record readable by every user keeps apart
+    from what only its owner may read (`with_secrets` puts them back)."""
+    hidden: list[list] = []
+
+    def walk(value, path):
+        if isinstance(value, dict):
+            return {k: walk(v, [*path, k]) for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v, [*path, i]) for i, v in enumerate(value)]
+        if isinstance(value, str) and redact(value) != value:
+            hidden.append([path, value])
+            return redact(value)
+        return value
+
+    return walk(data, []), hidden
+
+
+def with_secrets(data, hidden: list[list]):
+    """`data` with each string `split_secrets` masked put back where the masked one
+    still stands; returns it, and the paths (dotted) of those still masked where
+    `hidden` lacks them."""
+    def at(value, path):
+        for key in path:
+            value = value[key]
+        return value
+
+    for path, value in hidden:
+        try:
+            parent = at(data, path[:-1])
+            if parent[path[-1]] == redact(value):
+                parent[path[-1]] = value
+        except (KeyError, IndexError, TypeError):
+            continue
+    still: list[str] = []
+
+    def walk(value, path):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, [*path, str(k)])
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                walk(v, [*path, str(i)])
+        elif isinstance(value, str) and (f":{MASK}@" in value or f"://{MASK}@" in value):
+            still.append(".".join(path))
+
+    walk(data, [])
+    return data, still
+
+
+class Console:
+    """A console stream as the tool writes to it (sys.stdout, sys.stderr): every
+    URL's secret masked (`redact`), a character its encoding lacks replaced (an
+    ASCII console: '?'), and a reader gone (`launch | head -2`) taken as a console
+    that is closed: what follows is dropped, and the sweep goes on (issue 83,
+    classes 6 and 7). It has no `buffer`, so that click writes through it."""
+
+    def __init__(self, stream):
+        self.stream, self.closed_by_reader = stream, False
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        if self.closed_by_reader:
+            return len(text)
+        shown = redact(text)
+        try:
+            try:
+                self.stream.write(shown)
+            except UnicodeEncodeError:
+                encoding = getattr(self.stream, "encoding", None) or "ascii"
+                self.stream.write(shown.encode(encoding, "replace").decode(encoding))
+        except BrokenPipeError:
+            self._reader_gone()
+        return len(text)
+
+    def flush(self) -> None:
+        if self.closed_by_reader:
+            return
+        try:
+            self.stream.flush()
+        except BrokenPipeError:
+            self._reader_gone()
+
+    def _reader_gone(self) -> None:
+        """The reader of a pipe left: its descriptor points at /dev/null from now on,
+        so that neither this process's last flush nor a child's write fails."""
+        import os
+
+        self.closed_by_reader = True
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self.stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):
+            pass
+
+    @property
+    def errors(self) -> str:
+        return "replace"
+
+    def __getattr__(self, name):  # isatty, fileno, encoding, ...: the stream's
+        if name == "buffer":
+            raise AttributeError(name)
+        return getattr(self.stream, name)
+
+
+def guard_console() -> None:
+    """sys.stdout and sys.stderr as `Console`s (once)."""
+    import sys
+
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is not None and not isinstance(stream, Console):
+            setattr(sys, name, Console(stream))
 
 
 class NotAURL(ValueError):

@@ -24,7 +24,7 @@ from orchestrator.optuna_search import RESUMING, CellwiseOptuna, optuna_storage
 from orchestrator.packing import gpu_share
 from orchestrator.progress import SweepProgress
 from orchestrator.planned_search import LimitedSearch, PlannedGrid, pending_for_grid
-from orchestrator.rundir import (MLFLOW_FILE, PARAMS_FILE, RESULTS_FILE, STOP_FILE, RecordError, load_trials, read_plan,
+from orchestrator.rundir import (MLFLOW_FILE, PARAMS_FILE, RESULTS_FILE, STOP_FILE, TUNER_FILE, RecordError, load_trials, read_plan,
                                   read_results, set_aside_plan,
                                   restore_rows, set_aside_for_rebuild, set_aside_results, sqlite_url, tune_statuses,
                                   write_plan, write_spec_record)
@@ -141,6 +141,22 @@ def _fit(tuner, grid: bool) -> None:
     with (sigterm_as_ctrl_c(), trial_actors_named(), callbacks_counted_by_name(), experiment_state_written_whole(),
           run_directory_written_whole(), pending_for_grid(grid)):
         tuner.fit()
+
+
+@contextlib.contextmanager
+def owner_only(run_dir: str):
+    """Within it, the files made are readable by their owner alone, and afterwards
+    the run directory's tuner.pkl (local runs): Tune pickles the run's config into
+    it, the trackers' callbacks with their URIs (an MLflow password) among it
+    (issue 83, class 6). copy_whole keeps Tune's other pickles likewise."""
+    earlier = os.umask(0o077)
+    try:
+        yield
+    finally:
+        os.umask(earlier)
+        if not is_remote(run_dir):
+            with contextlib.suppress(OSError):
+                os.chmod(Path(run_dir.removeprefix("file://"), TUNER_FILE), 0o600)
 
 
 def _cost(config: dict) -> float:
@@ -270,7 +286,7 @@ def launch(spec: SweepSpec, resources: dict) -> str:
     write_plan(run_dir, **stored)
     trainable, run_config = _tuner_parts(spec, resources, run_dir)
     if spec.search.method == "grid":
-        tuner = _grid_tuner(spec, list(stored["trials"].values()), trainable, run_config, _fuse(spec, resources))
+        tuner = _grid_tuner(spec, run_dir, list(stored["trials"].values()), trainable, run_config, _fuse(spec, resources))
     else:
         tune_config = tune.TuneConfig(
             search_alg=LimitedSearch(CellwiseOptuna(spec, optuna_storage(spec, run_dir), _fuse(spec, resources)),
@@ -278,7 +294,8 @@ def launch(spec: SweepSpec, resources: dict) -> str:
             num_samples=sum(cell_budget(spec, cell) for cell in cells(spec)),
             trial_name_creator=_trial_name, trial_dirname_creator=_trial_name,
         )
-        tuner = tune.Tuner(trainable, param_space={}, tune_config=tune_config, run_config=run_config)
+        with owner_only(run_dir):
+            tuner = tune.Tuner(trainable, param_space={}, tune_config=tune_config, run_config=run_config)
     _fit(tuner, spec.search.method == "grid")
     return run_dir
 
@@ -289,7 +306,7 @@ def _fuse(spec: SweepSpec, resources: dict) -> int:
     return members_per_array(spec.resources, bool(resources["gpu"]), shape_trials(spec))
 
 
-def _grid_tuner(spec: SweepSpec, trials: list[dict], trainable, run_config, fuse: int):
+def _grid_tuner(spec: SweepSpec, run_dir: str, trials: list[dict], trainable, run_config, fuse: int):
     """Tune's experiment over `trials` (stored trial configs), those equal but for
     rate and seed in arrays of at most `fuse` (orchestrator/arrays.py), longest
     first: a sweep whose longest trial starts last ends with one trial running
@@ -300,7 +317,8 @@ def _grid_tuner(spec: SweepSpec, trials: list[dict], trainable, run_config, fuse
     tune_config = tune.TuneConfig(search_alg=PlannedGrid(key, ordered, names, spec.resources.max_concurrent),
                                   num_samples=max(1, len(ordered)),
                                   trial_name_creator=_trial_name, trial_dirname_creator=_trial_name)
-    return tune.Tuner(trainable, param_space={}, tune_config=tune_config, run_config=run_config)
+    with owner_only(run_dir):
+        return tune.Tuner(trainable, param_space={}, tune_config=tune_config, run_config=run_config)
 
 
 def resume(run_dir: str, spec: SweepSpec, resources: dict, say=print) -> str:
@@ -332,8 +350,9 @@ def resume(run_dir: str, spec: SweepSpec, resources: dict, say=print) -> str:
         try:
             fs = run_config.storage_filesystem  # a remote run's, bounded: then the path is without its scheme
             where = f"{run_config.storage_path}/{run_config.name}" if fs else run_dir
-            tuner = tune.Tuner.restore(where, trainable=trainable, resume_unfinished=True, resume_errored=True,
-                                       storage_filesystem=fs)
+            with owner_only(run_dir):
+                tuner = tune.Tuner.restore(where, trainable=trainable, resume_unfinished=True, resume_errored=True,
+                                           storage_filesystem=fs)
         except Exception as e:  # a damaged tuner.pkl or state fails in many ways
             problem = f"Tune cannot restore it ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
     if problem:
@@ -398,7 +417,7 @@ def rebuild(run_dir: str, spec: SweepSpec, trainable, run_config, problem: str, 
         set_aside_for_rebuild(run_dir, [name for name in planned if name not in finished])
     say(f"Tune's state of {run_dir} cannot be used ({problem}); the sweep is rebuilt from the spec and the trial "
         f"directories: {len(finished)} finished trial(s) kept, {len(left)} to run, each from its newest intact checkpoint")
-    return _grid_tuner(spec, left, trainable, run_config, _fuse(spec, resources))
+    return _grid_tuner(spec, run_dir, left, trainable, run_config, _fuse(spec, resources))
 
 
 def can_resume(run_dir: str) -> bool:

@@ -459,11 +459,12 @@ def copy_whole(source: str, destination: str, exclude=None) -> None:
     whole copy or the new one, never a file cut short; a copy killed midway leaves
     its half under a hidden name (`.<name>.icr-sync`, replaced by the next copy of
     that file). Half-written staging files (_HALF_WRITTEN) and the relative paths
-    matching `exclude` (Tune's globs) are left out."""
+    matching `exclude` (Tune's globs) are left out; Tune's pickles are readable by
+    their owner alone (rundir.TUNE_PICKLES)."""
     import fnmatch
     import shutil
 
-    from orchestrator.rundir.layout import SYNC_PART
+    from orchestrator.rundir.layout import SYNC_PART, TUNE_PICKLES
 
     source_path = Path(source)
     files = [(source_path, Path(destination))] if source_path.is_file() else [
@@ -481,6 +482,8 @@ def copy_whole(source: str, destination: str, exclude=None) -> None:
         except FileNotFoundError:  # gone from staging meanwhile (a file Tune renamed): the next sync has it
             part.unlink(missing_ok=True)
             continue
+        if any(fnmatch.fnmatch(src.name, p) for p in TUNE_PICKLES):  # the run's config, its secrets in it
+            os.chmod(part, 0o600)
         os.replace(part, dst)
 
 

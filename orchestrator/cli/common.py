@@ -91,6 +91,9 @@ def _root(
                                  help="print the installed version and exit"),
 ) -> None:
     """Sweeps of in-context retrieval experiments (first: the ICLR 2025 paper 'RNNs are not Transformers (Yet)') on Ray Tune."""
+    from orchestrator.secrets import guard_console
+
+    guard_console()  # no secret printed, any console's encoding, a pipe's reader gone: secrets.Console
 
 
 def fail(message: str) -> None:

@@ -422,7 +422,7 @@ def resume(
     verbose: bool = VERBOSE,
 ):
     """Continue an interrupted sweep: finished trials stay, the rest continue from their checkpoints."""
-    from orchestrator.rundir import RunDirError, blocked_files, check_storage, spec_location
+    from orchestrator.rundir import SECRETS_FILE, RunDirError, blocked_files, check_storage, masked_secrets, spec_location
     from orchestrator.spec import SpecError, run_spec
     from orchestrator.storage import is_remote
 
@@ -435,6 +435,10 @@ def resume(
         fail(f"{run_dir}: cannot be read ({e})")
     if s is None:
         fail(f"{run_dir} is not a sweep run directory (no {spec_location(run_dir).rsplit('/', 1)[-1]}, which launch writes)")
+    masked = [field for field in masked_secrets(s.model_dump(mode="json")) if field != "storage"]  # resume: RUN_DIR's
+    if masked:
+        fail(f"{run_dir}: the secret in {', '.join(masked)} is kept in {SECRETS_FILE}, which cannot be read here "
+             "(missing, damaged, or another user's): resume as the user who launched the sweep, or put the file back")
     try:
         check_storage(run, flag="place: copy the run directory somewhere writable and resume the copy")
     except RunDirError as e:

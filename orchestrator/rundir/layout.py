@@ -2,7 +2,9 @@
 
     <storage>/<sweep name>/           a sweep's run directory (`icr-sweep launch`)
         .icr-sweep.lock               the driver's lock, held while a launch or resume works on it
-        icr-sweep.json                the spec as launched (resume reads it), and the resources
+        icr-sweep.json                the spec as launched (resume reads it), and the resources; a URL's
+                                      secret in it masked
+        .icr-secrets.json             those secrets (a tracker's password, a storage's key): its owner's alone
         plan.json                     the trials the spec plans: names and configs (grid), or a count (Optuna)
         .icr-stop                     a stop request, which running trials see after their step
         optuna.db, mlflow.db          Optuna's studies and MLflow's runs, where they are the run's own
@@ -44,11 +46,16 @@ from workloads.naming import ARRAY_PREFIX, TRIAL_NAME
 LOCK_FILE = ".icr-sweep.lock"
 TRIAL_LOCK_FILE = ".icr-sweep-train.lock"  # `train --out`'s, in its trial directory
 SPEC_FILE = "icr-sweep.json"
+SECRETS_FILE = ".icr-secrets.json"  # the spec's URL secrets, kept from SPEC_FILE: readable by its owner alone
 PLAN_FILE = "plan.json"
 STOP_FILE = ".icr-stop"
 OPTUNA_FILE = "optuna.db"
 MLFLOW_FILE = "mlflow.db"
 TUNE_STATE = "experiment_state-*.json"  # Tune's, newest last by name
+TUNER_FILE = "tuner.pkl"  # Tune's pickle of the tuner, the run's config in it
+# Tune's files that pickle the run's config or searcher (a tracker's or a storage's URI
+# with its secret among them): readable by their owner alone (tune.owner_only, copy_whole).
+TUNE_PICKLES = (TUNER_FILE, "searcher-state-*.pkl", "search_gen_state-*.json")
 PARAMS_FILE = "params.json"
 RESULTS_FILE = "result.json"
 EARLIER_RESULTS = "result-before-rebuild.json"
@@ -72,8 +79,8 @@ REPORT_FILES = ("report.md", "results.csv", "best.csv", "frontier.csv", "frontie
 # What a launch writes into its run directory before its first trial starts: its own
 # records (and their halves, where a write was cut short) and Ray Tune's (its storage
 # marker, tuner and experiment state).
-BEFORE_ANY_TRIAL = (LOCK_FILE, SPEC_FILE, PLAN_FILE, STOP_FILE, OPTUNA_FILE, MLFLOW_FILE, DRIVER_LOG,
-                    f"{SPEC_FILE}.tmp", f"{PLAN_FILE}.tmp", ".validate_storage_marker", "tuner.pkl", TUNE_STATE,
+BEFORE_ANY_TRIAL = (LOCK_FILE, SPEC_FILE, SECRETS_FILE, f"{SECRETS_FILE}.tmp", PLAN_FILE, STOP_FILE, OPTUNA_FILE, MLFLOW_FILE, DRIVER_LOG,
+                    f"{SPEC_FILE}.tmp", f"{PLAN_FILE}.tmp", ".validate_storage_marker", TUNER_FILE, TUNE_STATE,
                     f".{TUNE_STATE}.writing", "basic-variant-state-*.json", "search_gen_state-*.json",
                     "searcher-state-*.pkl", f".*{SYNC_PART}")  # .writing: Tune's state half written, a sync's half
 # copy (orchestrator/unpromised.py)

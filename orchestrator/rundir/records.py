@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Optional
 
 from orchestrator.rundir.layout import (DAMAGED_RESULTS, DRIVER_FILE, EARLIER_RESULTS, ERROR_FILE, PLAN_FILE, RESULTS_FILE,
-                                        SPEC_FILE, TUNE_STATE, free_path)
+                                        SECRETS_FILE, SPEC_FILE, TUNE_STATE, free_path)
+from orchestrator.secrets import split_secrets, with_secrets
 from orchestrator.storage import is_remote, names_in, read_file, write_file
 
 
@@ -18,7 +19,8 @@ class RecordError(ValueError):
     """A record of the run directory that is there but cannot be read; the message names it."""
 
 
-def _write(run_dir: str, name: str, data: dict) -> None:
+def _write(run_dir: str, name: str, data: dict, private: bool = False) -> None:
+    """A record, whole or not at all; `private`: readable by its owner alone (local)."""
     blob = json.dumps(data, indent=1).encode()
     if is_remote(run_dir):
         write_file(f"{run_dir.rstrip('/')}/{name}", blob)
@@ -26,7 +28,9 @@ def _write(run_dir: str, name: str, data: dict) -> None:
     path = Path(run_dir.removeprefix("file://"), name)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(blob)
+    tmp.unlink(missing_ok=True)
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if private else 0o666), "wb") as f:
+        f.write(blob)
     os.replace(tmp, path)  # whole or not at all: a reader never meets half a record
 
 
@@ -53,8 +57,14 @@ def _read(run_dir: str | Path, name: str) -> Optional[dict]:
 
 def write_spec_record(run_dir: str, spec: dict, resources: dict) -> None:
     """icr-sweep.json: the resolved spec as launched (what resume reads), and the
-    resources it was launched with."""
-    _write(run_dir, SPEC_FILE, {"spec": spec, "resources": resources})
+    resources it was launched with. A URL's secret in it (a tracking server's
+    password, an Optuna storage's, a storage's key) is masked there and kept in
+    SECRETS_FILE, its owner's alone: icr-sweep.json is read by status, report and
+    anyone the run is shared with (issue 83, class 6)."""
+    public, hidden = split_secrets(spec)
+    if hidden:
+        _write(run_dir, SECRETS_FILE, {"secrets": hidden}, private=True)
+    _write(run_dir, SPEC_FILE, {"spec": public, "resources": resources})
 
 
 def spec_location(run_dir: str | Path) -> str:
@@ -63,14 +73,25 @@ def spec_location(run_dir: str | Path) -> str:
 
 
 def spec_record(run_dir: str | Path) -> Optional[dict]:
-    """The stored spec, as stored (a mapping; None where the run holds none);
+    """The stored spec, as launched (a mapping; None where the run holds none): its
+    secrets put back where SECRETS_FILE can be read, masked where not;
     RecordError where the file is damaged or holds no spec."""
     record = _read(run_dir, SPEC_FILE)
     if record is None:
         return None
     if not isinstance(record.get("spec"), dict):
         raise RecordError(f"{spec_location(run_dir)} is damaged (it holds no 'spec' object)")
-    return record["spec"]
+    try:
+        hidden = (_read(run_dir, SECRETS_FILE) or {}).get("secrets") or []
+    except (RecordError, OSError):  # another user's run, or a damaged file: its secrets stay masked
+        hidden = []
+    return with_secrets(record["spec"], hidden)[0]
+
+
+def masked_secrets(spec: dict) -> list[str]:
+    """The fields of a stored spec whose URL secret is still masked (its
+    SECRETS_FILE missing or unreadable here), dotted: a resume cannot use them."""
+    return with_secrets(spec, [])[1]
 
 
 def write_plan(run_dir: str, method: str, trial_count: int, trials: dict[str, dict], chosen_by: list[str]) -> None:

@@ -89,7 +89,9 @@ def format_errors(error: ValidationError, source: str) -> str:
                 lines.append(f"{source}: {match.group(1)}: {match.group(2)}")
                 continue
         lines.append(f"{source}: {_path(loc)}: {msg}")
-    return "\n".join(dict.fromkeys(lines))
+    from orchestrator.secrets import redact  # a bad value may be a URL with its password
+
+    return redact("\n".join(dict.fromkeys(lines)))
 
 
 def _task_field_hint(loc) -> str:

@@ -198,3 +198,109 @@ def test_a_printed_resume_line_runs_nothing_a_path_holds(tmp_path):
         subprocess.run(["bash", "-n", "-c", line], check=True)  # parses
         subprocess.run(["bash", "-c", f"set -- {line.split(' ', 1)[1]}"], cwd=tmp_path, check=True)  # expands
     assert not (tmp_path / "PWNED").exists()
+
+
+@pytest.mark.parametrize("given, shown", [
+    ("s3://AKID:S3CRETKEY@bkt/runs", "s3://AKID:***@bkt/runs"),
+    ("http://alice:pa@ssS3CRETKEY@host:5000/x", "http://alice:***@host:5000/x"),  # a password holding @
+    ("http://S3CRETKEY@host", "http://***@host"),  # a token as the whole user part
+    ("mysql://S3CRETKEY@db/studies", "mysql://***@db/studies"),
+    ("see http://a:S3CRETKEY@h and http://c:S3CRETKEY@e/f?q=x@y", "see http://a:***@h and http://c:***@e/f?q=x@y"),
+])
+def test_every_form_of_a_url_secret_is_masked(given, shown):
+    """Issue 83, class 6: a password holding @ kept its tail, a token-only user part
+    was not masked."""
+    assert redact(given) == shown and "S3CRETKEY" not in command("icr-sweep", "resume", given)
+
+
+def test_no_command_prints_a_secret_a_storage_uri_or_a_spec_holds(tmp_path):
+    """Issue 83, class 6: `--storage 's3://KEY:SECRET@bkt/runs'` printed the secret in
+    every line naming the run directory, and a spec's validation error printed the
+    whole URI. Every line a command prints goes through the console's guard."""
+    spec = yaml.safe_load((SWEEPS / "istree_micro.yaml").read_text())
+    (tmp_path / "s3.yaml").write_text(yaml.safe_dump({**spec, "storage": "s3://AKID:S3CRETKEY@bkt/runs"}))
+    printed = CliRunner().invoke(app, ["validate", str(tmp_path / "s3.yaml")]).output
+    assert "s3://AKID:***@bkt/runs/istree_micro" in printed and "S3CRETKEY" not in printed, printed
+    spec["tracking"] = {"mlflow": {"tracking_uri": "ftp://alice:S3CRETKEY@host/x"}}
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(spec))
+    refused = CliRunner().invoke(app, ["validate", str(tmp_path / "bad.yaml")])
+    assert refused.exit_code == 2 and "tracking.mlflow.tracking_uri" in refused.output, refused.output
+    assert "ftp://alice:***@host/x" in refused.output and "S3CRETKEY" not in refused.output, refused.output
+
+
+def test_a_report_never_holds_a_secret_of_the_run_directorys_uri(tmp_path):
+    """Issue 83, class 6: the report's notebook line named s3://KEY:SECRET@..."""
+    import shutil
+
+    from orchestrator.report import write_report
+    from orchestrator.rundir import read_run
+
+    run_dir = tmp_path / "istree_micro"
+    shutil.copytree(Path(__file__).parents[1] / "fixtures" / "stored_run" / "istree_micro", run_dir)
+    text, _ = write_report(read_run(run_dir), run_dir, location="s3://AKID:S3CRETKEY@bkt/runs/istree_micro")
+    assert "load_run('s3://AKID:***@bkt/runs/istree_micro')" in text and "S3CRETKEY" not in text
+    assert "S3CRETKEY" not in (run_dir / "report.md").read_text()
+
+
+def test_the_spec_record_keeps_its_secrets_in_a_file_its_owner_alone_reads(tmp_path):
+    """Issue 83, class 6: the run's icr-sweep.json, readable by every local user, kept
+    the MLflow URI with its password. The secret is masked there and kept in
+    .icr-secrets.json (mode 0600), which a resume reads; without it, resume names the
+    field instead of sending a masked password."""
+    import json
+
+    from orchestrator.rundir import SECRETS_FILE, SPEC_FILE, spec_record, write_spec_record
+    from orchestrator.spec import SweepSpec
+
+    uri = "http://alice:pa@ssS3CRETKEY@127.0.0.1:1"
+    spec = SweepSpec(name="s", storage=str(tmp_path), tracking=dict(mlflow=dict(tracking_uri=uri)),
+                     search=dict(method="optuna", num_samples=2, storage="postgresql://optuna:T0PSECRET@db/studies"),
+                     lr=dict(transformer=dict(distribution="loguniform", low=1e-4, high=1e-2),
+                             mamba=dict(distribution="loguniform", low=1e-4, high=1e-2)))
+    run_dir = tmp_path / "s"
+    write_spec_record(str(run_dir), spec.model_dump(mode="json"), {"cpu": 1, "gpu": 0})
+    public = (run_dir / SPEC_FILE).read_text()
+    assert "S3CRETKEY" not in public and "T0PSECRET" not in public and "alice:***@127.0.0.1:1" in public
+    assert (run_dir / SECRETS_FILE).stat().st_mode & 0o077 == 0
+    stored = spec_record(run_dir)
+    assert stored["tracking"]["mlflow"]["tracking_uri"] == uri
+    assert stored["search"]["storage"] == "postgresql://optuna:T0PSECRET@db/studies"
+    (run_dir / SECRETS_FILE).unlink()
+    assert spec_record(run_dir)["tracking"]["mlflow"]["tracking_uri"] == "http://alice:***@127.0.0.1:1"
+    refused = CliRunner().invoke(app, ["resume", str(run_dir)])
+    assert refused.exit_code == 2 and "search.storage, tracking.mlflow.tracking_uri" in refused.output, refused.output
+    assert SECRETS_FILE in refused.output and json.loads(public)["spec"]["name"] == "s"
+
+
+def test_tunes_pickles_of_the_run_config_are_readable_by_their_owner_alone(tmp_path):
+    """Issue 83, class 6: tuner.pkl pickles the run's callbacks, the MLflow URI with
+    its password among them, and the searcher's state its Optuna storage URL; each
+    was readable by every local user."""
+    from orchestrator.tune import owner_only
+    from orchestrator.unpromised import copy_whole
+
+    run_dir, staging = tmp_path / "run", tmp_path / "staging"
+    run_dir.mkdir()
+    staging.mkdir()
+    (run_dir / "tuner.pkl").write_bytes(b"an earlier version's")
+    (run_dir / "tuner.pkl").chmod(0o644)
+    with owner_only(str(run_dir)):
+        (run_dir / "made-within").write_bytes(b"")
+    for name in ("searcher-state-x.pkl", "search_gen_state-x.json", "experiment_state-x.json"):
+        (staging / name).write_bytes(b"")
+        (staging / name).chmod(0o644)
+    copy_whole(str(staging), str(run_dir))
+    modes = {p.name: p.stat().st_mode & 0o777 for p in run_dir.iterdir()}
+    assert modes == {"tuner.pkl": 0o600, "made-within": 0o600, "searcher-state-x.pkl": 0o600,
+                     "search_gen_state-x.json": 0o600, "experiment_state-x.json": 0o644}, modes
+
+
+def test_the_drivers_log_never_holds_a_secret(tmp_path):
+    import logging
+
+    from orchestrator import progress
+
+    with progress.console(False, tmp_path / "icr-sweep.log"):
+        logging.getLogger("ray.tune").warning("syncing to s3://AKID:S3CRETKEY@bkt/runs failed")
+    assert "s3://AKID:***@bkt/runs" in (tmp_path / "icr-sweep.log").read_text()
+    assert "S3CRETKEY" not in (tmp_path / "icr-sweep.log").read_text()
