@@ -88,6 +88,11 @@ def with_secrets(data, hidden: list[list]):
     return data, still
 
 
+# The tool's own symbols as an ASCII console shows them; any other character it lacks: '?'.
+_PLAIN = str.maketrans({"\u00b7": "-", "\u2026": "...", "\u2014": "-", "\u2013": "-", "\u2192": "->",
+                        "\u00d7": "x", "\u2265": ">=", "\u2264": "<=", "\u2248": "~", "\u2212": "-", "\u00b1": "+/-"})
+
+
 class Console:
     """A console stream as the tool writes to it (sys.stdout, sys.stderr): every
     URL's secret masked (`redact`), a character its encoding lacks replaced (an
@@ -109,7 +114,8 @@ class Console:
                 self.stream.write(shown)
             except UnicodeEncodeError:
                 encoding = getattr(self.stream, "encoding", None) or "ascii"
-                self.stream.write(shown.encode(encoding, "replace").decode(encoding))
+                plain = shown.translate(_PLAIN)
+                self.stream.write(plain.encode(encoding, "replace").decode(encoding))
         except BrokenPipeError:
             self._reader_gone()
         return len(text)

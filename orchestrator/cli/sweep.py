@@ -2,6 +2,7 @@
 its checks made before Ray starts, and its report written at the end."""
 
 import os
+import signal
 from pathlib import Path
 from typing import Optional
 
@@ -76,6 +77,11 @@ def _start_ray(opts: dict, spec):
                 typer.echo(f"  It asks for no token (RAY_AUTH_MODE={os.environ.get('RAY_AUTH_MODE')}): it answers "
                            "this machine's users alone, on 127.0.0.1.", err=True)
         resources, note = cluster.trial_resources(spec, attached=opts["address"] is not None)
+    except SystemExit as e:  # SIGTERM while ray.init ran: Ray's own handler, sys.exit(15), ended the launch unsaid
+        if e.code != signal.SIGTERM:
+            raise
+        sigterm_after_ray_start()
+        raise KeyboardInterrupt from None  # a stop like any other: said, the unstarted launch discarded, exit 130
     except cluster.ClusterError as e:
         fail(str(e))
     except Exception as e:  # Ray's own start failed (a timeout, a daemon that died): one line, not its traceback

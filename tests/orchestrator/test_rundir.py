@@ -355,3 +355,31 @@ def test_a_sweep_whose_optuna_budget_is_not_all_started_ends_saying_so_with_the_
     said = capsys.readouterr().err
     assert ended.value.exit_code == 130
     assert "stopped with 1 of 4 trials unfinished (1 not started" in said and f"icr-sweep resume {tmp_path}" in said, said
+
+
+def test_a_sigterm_while_ray_starts_stops_the_launch_as_a_ctrl_c_does(tmp_path):
+    """Issue 83, class 7: ray.init installs its own SIGTERM handler (sys.exit(15))
+    while it starts, and a SIGTERM then ended the launch with exit 15 and nothing
+    said. It stops as any stop before a trial: said, nothing of the launch kept,
+    exit 130."""
+    script = f"""
+import os, signal, sys, time
+from typer.testing import CliRunner
+from orchestrator import cluster
+from orchestrator.cli import app
+
+def ray_init_meets_a_sigterm(spec, **opts):
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))  # what ray.init installs
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(5)
+    raise SystemExit("the signal did not stop the start")
+
+cluster.start_ray = ray_init_meets_a_sigterm
+result = CliRunner().invoke(app, ["launch", {MICRO!r}, "--storage", {str(tmp_path / "runs")!r}])
+print("EXIT", result.exit_code)
+print(result.output)
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = done.stdout + done.stderr
+    assert "EXIT 130" in out and "Stopped before any trial started: nothing of this launch was kept" in out, out[-2000:]
+    assert not (tmp_path / "runs").exists()

@@ -1,0 +1,92 @@
+"""What the tool prints, on any console: an ASCII one, a pipe whose reader leaves
+(`launch | head -2`), and never a URL's secret (orchestrator.secrets.Console;
+issue 83, classes 6 and 7)."""
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.secrets import Console
+
+ROOT = Path(__file__).parents[2]
+MICRO = str(ROOT / "sweeps" / "istree_micro.yaml")
+
+# A launch whose Ray and Tune are stand-ins: Tune's loop drives the real progress
+# view (its lines hold ' · '), and the sweep prints past a reader that has left.
+LAUNCH = """
+import sys
+from orchestrator.cli import app, sweep
+import orchestrator.tune as tune
+from orchestrator.progress import SweepProgress
+from tests.orchestrator.test_progress import A, B, Table, t
+
+sweep._start_ray = lambda opts, spec: {"cpu": 1, "gpu": 0}
+
+def launch(spec, resources):
+    view = SweepProgress(2, 8192, table=Table())
+    for _ in range(200):
+        view.report([t(A, status="RUNNING"), t(B)], done=False)
+        view.report([t(A, status="RUNNING", samples=2048, iteration=1), t(B)], done=False)
+        view.report([t(A), t(B)], done=False)
+    print("the sweep ran to its end", file=sys.stderr)
+
+tune.launch = launch
+sys.argv = ["icr-sweep", "launch", sys.argv[1], "--storage", sys.argv[2]]
+app()
+"""
+
+
+def _launch(tmp_path, env: dict, reader_leaves: bool) -> tuple[str, str]:
+    proc = subprocess.Popen([sys.executable, "-c", LAUNCH, MICRO, str(tmp_path / "runs")], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **env})
+    if reader_leaves:  # `| head -1`
+        first = proc.stdout.readline()
+        proc.stdout.close()
+        err = proc.communicate(timeout=120)[1]
+        return first.decode(), err.decode()
+    out, err = proc.communicate(timeout=120)
+    return out.decode(), err.decode()
+
+
+def test_a_launch_on_an_ascii_console_prints_its_progress_in_ascii(tmp_path):
+    """PYTHONIOENCODING=ascii: every launch died at its first progress line
+    (UnicodeEncodeError on ' · ', exit 130)."""
+    out, err = _launch(tmp_path, {"PYTHONIOENCODING": "ascii"}, reader_leaves=False)
+    assert "the sweep ran to its end" in err and "Error" not in err, err[-2000:]
+    assert f"started {A} - 0/2 finished, 1 running, 1 pending - 0/8,192 samples (0%)" in out, out[:500]
+    out.encode("ascii")
+
+
+def test_a_launch_whose_reader_leaves_runs_on(tmp_path):
+    """`launch | head -2`: the sweep died with BrokenPipeError at the next line, and
+    printed no resume command. What follows is dropped; the sweep goes on."""
+    first, err = _launch(tmp_path, {}, reader_leaves=True)
+    assert first.startswith("[") and f"started {A}" in first
+    assert "the sweep ran to its end" in err and "BrokenPipe" not in err and "Traceback" not in err, err[-2000:]
+
+
+A = "transformer-cot-tiny-n5-lr3e-3-s0"
+
+
+def test_the_console_masks_secrets_replaces_what_its_encoding_lacks_and_outlives_its_reader():
+    ascii_out = io.TextIOWrapper(io.BytesIO(), encoding="ascii", errors="strict")
+    console = Console(ascii_out)
+    console.write("a · b ± c é -> http://alice:S3CRET@host/x\n")
+    console.flush()
+    assert ascii_out.buffer.getvalue() == b"a - b +/- c ? -> http://alice:***@host/x\n"
+    with pytest.raises(TypeError):  # not a binary stream: click writes its text through it
+        console.write(b"")
+    assert not hasattr(console, "buffer") and console.errors == "replace"
+
+    read, write = os.pipe()
+    piped = Console(os.fdopen(write, "w"))
+    os.close(read)  # the reader left
+    piped.write("x" * 100_000)
+    piped.flush()
+    piped.write("more\n")  # dropped, and no error
+    assert piped.closed_by_reader
+    piped.stream.close()  # its descriptor is /dev/null's now: the last flush cannot fail
