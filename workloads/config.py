@@ -16,9 +16,19 @@ def paper_lr(arch: str) -> float:
     return DEFAULT_LR[arch]
 
 
-# Seeds feed 64-bit hashes (the data) and torch's generator: 0 .. 2^64 - 1.
-SEED_MAX = 2**64 - 1
+# Seeds feed the tasks' compiled samplers, which take them as signed 64-bit integers
+# (a seed of 2^63 or more validated, then failed at the trial's first batch), and
+# torch's generator: 0 .. 2^63 - 1.
+SEED_MAX = 2**63 - 1
 Seed = Annotated[int, Field(ge=0, le=SEED_MAX)]
+# A count of samples (or of rows in a batch) at most 2^53: exact as a float, and
+# within numpy's int64, as every table and tracker stores it (TensorBoard's HParams
+# failed on a training.samples of 1e26 as the first trial started: issue 83, class 8).
+COUNT_MAX = 2**53
+Count = Annotated[int, Field(gt=0, le=COUNT_MAX)]
+# Adam moves each weight by up to the rate per step: above 1 no model trains, and past
+# float32's range the update overflows (lr 1e300 failed every try with "retry" advice).
+LR_MAX = 1.0
 
 Device = Literal["auto", "cpu", "cuda"]
 Precision = Literal["fp32", "bf16"]
@@ -34,21 +44,21 @@ TRIAL_IDS = {"model.arch": "arch", "task.setup": "setup", "model.size": "size", 
 class TrainConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    samples: int = Field(1_000_000, gt=0, description="fresh training samples in all")
-    batch_size: int = Field(64, gt=0)
-    lr: float = Field(gt=0, description="peak learning rate")
-    warmup_samples: int = Field(10_000, ge=0, description="linear warm-up, then cosine decay to 0")
+    samples: Count = Field(1_000_000, description="fresh training samples in all")
+    batch_size: Count = 64
+    lr: float = Field(gt=0, le=LR_MAX, description="peak learning rate")
+    warmup_samples: int = Field(10_000, ge=0, le=COUNT_MAX, description="linear warm-up, then cosine decay to 0")
     grad_clip: Optional[float] = Field(None, gt=0, description="max global grad norm; None: no clipping")
-    eval_every: int = Field(100_000, gt=0, description="samples between evaluations (and checkpoints)")
+    eval_every: Count = Field(100_000, description="samples between evaluations (and checkpoints)")
     checkpoint_every_s: float = Field(
         60.0, gt=0, allow_inf_nan=False,
         description="seconds of training between checkpoints taken between evaluations: a killed trial loses at most this")
-    val_samples: int = Field(5_000, gt=0)
+    val_samples: Count = 5_000
     val_seed: Seed = Field(1234, description="seed of the validation set, shared by all trials")
     gen_every_eval: bool = Field(False, description="generation accuracy at every evaluation, not only the last")
-    eval_batch_size: int = Field(250, gt=0)
-    length_groups: int = Field(
-        4, gt=0, description="a training batch runs as up to this many micro-batches of similar lengths, "
+    eval_batch_size: Count = 250
+    length_groups: Count = Field(
+        4, description="a training batch runs as up to this many micro-batches of similar lengths, "
         "each padded to its own longest row (the same loss and gradient; 1: one batch padded to its longest row)")
     seed: Seed = 0
     device: Device = "auto"

@@ -31,7 +31,7 @@ def show_task(
     from workloads.tasks.base import TRAIN_STREAM
 
     if not 0 <= seed <= SEED_MAX:
-        fail(f"--seed must be in 0..{SEED_MAX} (2^64 - 1), got {seed}")
+        fail(f"--seed must be in 0..{SEED_MAX} (2^63 - 1), got {seed}")
     given = None
     if instance is not None:
         task_cls = TASKS.get(task, (None, None))[1]

@@ -10,7 +10,7 @@ from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
-from workloads.config import PER_TRIAL, Device, Seed, TrainConfig
+from workloads.config import LR_MAX, PER_TRIAL, Device, Seed, TrainConfig
 from workloads.metrics import HEADLINE, METRICS
 from workloads.models.config import DEFAULT_LR, MODEL_FIELDS, MODEL_OPTIONS, PAPER_ARCHS, PAPER_SIZES, Arch, Size
 from workloads.tasks import DEFAULT_TASK, TASKS
@@ -201,8 +201,8 @@ class Distribution(Section):
     """A learning-rate range for Optuna to search."""
 
     distribution: Literal["loguniform", "uniform"]
-    low: float = Field(gt=0, allow_inf_nan=False)
-    high: float = Field(gt=0, allow_inf_nan=False)
+    low: float = Field(gt=0, le=LR_MAX, allow_inf_nan=False)
+    high: float = Field(gt=0, le=LR_MAX, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _ordered(self):
@@ -232,8 +232,9 @@ class _LearningRates(Section):
         values = value if isinstance(value, list) else [value] if isinstance(value, float) else []
         if isinstance(value, list) and not value:
             raise ValueError("an empty list of learning rates")
-        if any(not (math.isfinite(v) and v > 0) for v in values):
-            raise ValueError(f"learning rates must be finite and > 0, got {value}")
+        if any(not (math.isfinite(v) and 0 < v <= LR_MAX) for v in values):
+            raise ValueError(f"learning rates must be in (0, {LR_MAX:g}], got {value}: Adam moves each weight by up to "
+                             "the rate per step, so above 1 no model trains (and past float32's range the step overflows)")
         if len(set(values)) != len(values):
             raise ValueError(f"repeated learning rates in {value}: each would run twice and count as extra seeds")
         return value

@@ -171,12 +171,12 @@ BAD_SPECS = {
     "n per setup repeated": ("name: x\naxes: {setups: [cot], n: {cot: [16, 16]}}\n", ["axes.n", "cot: repeated values in [16, 16]"]),
     "n per setup too small": ("name: x\naxes: {setups: [cot, vanilla], n: {cot: [16], vanilla: [3]}}\n",
                               ["axes", "in 4..1024", "[3]"]),
-    "lr nan": ("name: x\nlr: {transformer: .nan}\n", ["lr.transformer", "finite and > 0", "nan"]),
-    "lr inf in a list": ("name: x\nlr: {mamba: [1.0e-3, .inf]}\n", ["lr.mamba", "finite and > 0", "inf"]),
+    "lr nan": ("name: x\nlr: {transformer: .nan}\n", ["lr.transformer", "in (0, 1]", "nan"]),
+    "lr inf in a list": ("name: x\nlr: {mamba: [1.0e-3, .inf]}\n", ["lr.mamba", "in (0, 1]", "inf"]),
     "distribution bound inf": ("name: x\nlr: {mamba: {distribution: uniform, low: 1.0e-4, high: .inf}}\n"
                                "search: {method: optuna}\n", ["lr.mamba", "finite number"]),
     "repeated lr": ("name: x\nlr: {hybrid: [3.0e-4, 1.0e-3, 3.0e-4]}\n", ["lr.hybrid", "repeated learning rates", "extra seeds"]),
-    "seed beyond 64 bits": ("name: x\naxes: {seeds: [0, 18446744073709551616]}\n", ["axes.seeds[1]", "18446744073709551615"]),
+    "seed beyond 63 bits": ("name: x\naxes: {seeds: [0, 9223372036854775808]}\n", ["axes.seeds[1]", "9223372036854775807"]),
     "negative seed": ("name: x\naxes: {seeds: [-1]}\n", ["axes.seeds[0]", "greater than or equal to 0"]),
     "unknown storage scheme": ("name: x\nstorage: ftp://host/runs\n", ["storage", "unknown storage scheme 'ftp://'", "s3://"]),
     "duplicate key": ("name: x\naxes: {n: [8]}\naxes: {n: [16]}\n", [":3:1: not valid YAML", "duplicate key 'axes'"]),
@@ -735,3 +735,76 @@ def test_a_spec_nested_hundreds_deep_is_named_not_a_traceback(tmp_path):
     path.write_text("name: deep\naxes:\n  n: " + "[" * 900 + "4" + "]" * 900 + "\n")
     result = CliRunner().invoke(app, ["validate", str(path)])
     assert result.exit_code == 2 and "nested hundreds deep" in result.output and "Traceback" not in result.output
+
+
+def _leaves(data, path=()):
+    """(path, value) of every number in a spec's data."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            yield from _leaves(value, (*path, key))
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            yield from _leaves(value, (*path, i))
+    elif isinstance(data, (int, float)) and not isinstance(data, bool):
+        yield path, data
+
+
+EXTREMES = dict(
+    base=dict(name="edge", axes=dict(archs=["transformer"], setups=["cot"], sizes=["tiny"], n=[5], seeds=[0]),
+              lr=dict(transformer=3e-3), training=dict(samples=2048, batch_size=32, warmup_samples=256, eval_every=1024,
+                                                       val_samples=64, eval_batch_size=64, grad_clip=1.0,
+                                                       checkpoint_every_s=60.0, length_groups=4, val_seed=1234),
+              resources=dict(cpus_per_trial=1, max_failures=1, max_concurrent=2, gpu_memory_gb=40.0)),
+    # each integer past int64 and past 2^53, each float past float32's range, and the largest values kept
+    ints=(10**26, 2**64, 2**63, 2**53, 2**63 - 1), floats=(1e300, 1.0))
+
+
+def _what_launch_does_before_and_at_a_trials_first_steps(spec: SweepSpec, tmp_path) -> str:
+    """The launch's own checks and a trial's start as launch runs them (Ray aside):
+    the plan, its work, the memory and model checks (a refusal naming the trial is
+    an answer), TensorBoard's HParams of the trials, and a trial's first two steps."""
+    from orchestrator.grid import plan, planned_work, shape_trials
+    from orchestrator.trackers import TensorBoard, hparams_of, swept_fields
+    from workloads.preflight import check_models, cpu_memory_problems
+    from workloads.train import Checkpoints, Hooks, run_trial
+
+    plan(spec)
+    planned_work(spec)
+    trials = shape_trials(spec)
+    problems = cpu_memory_problems(trials, 1)[0] or check_models(trials)
+    if problems:
+        return f"refused at launch: {problems[0]}"
+    TensorBoard(swept_fields(spec), hparams_of(spec)).write_experiment(str(tmp_path))
+    run_trial(trials[0], Hooks(stop_after=2 * trials[0].train.batch_size), Checkpoints(dir=tmp_path / "checkpoint"))
+    return "ran"
+
+
+def test_whatever_validate_accepts_launch_can_run_or_refuses_naming_the_trial(tmp_path):
+    """Issue 83, class 8: `samples: 1e26` validated and the launch failed with a
+    TypeError (TensorBoard's HParams); `lr: 1e300` validated and every try of the
+    trial failed (a float32 overflow) with "retry" advice. Every number of a spec at
+    an extreme value is refused by validate naming its field, or launch's own work
+    before and at a trial's first steps runs with it."""
+    base = EXTREMES["base"]
+    outcomes = {}
+    for path, value in _leaves(base):
+        for extreme in EXTREMES["ints"] if isinstance(value, int) else EXTREMES["floats"]:
+            data = json.loads(json.dumps(base))
+            node = data
+            for key in path[:-1]:
+                node = node[key]
+            node[path[-1]] = extreme
+            where = ".".join(map(str, path))
+            try:
+                spec = SweepSpec.model_validate(data)
+            except ValidationError as e:
+                said = str(e)
+                field = ".".join(map(str, path[:-1] if isinstance(path[-1], int) else path))
+                assert field in said or where in said or said.count("\n") and path[0] in said, (where, said)
+                outcomes[where, extreme] = "refused"
+                continue
+            run = tmp_path / f"{where}-{extreme!r}"
+            run.mkdir()
+            outcomes[where, extreme] = _what_launch_does_before_and_at_a_trials_first_steps(spec, run)
+    assert outcomes["training.samples", 10**26] == outcomes["lr.transformer", 1e300] == "refused"
+    assert outcomes["training.samples", 2**53] == outcomes["lr.transformer", 1.0] == "ran"
