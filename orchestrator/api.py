@@ -53,17 +53,61 @@ def _opened(run_dir: str | Path):
         if not Path(location).is_dir():
             raise FileNotFoundError(f"{run_dir}: no such run directory" + (f" ({location})" if location != run_dir else ""))
         if not _holds_a_run(Path(location)):
-            raise FileNotFoundError(f"{run_dir} holds no run of icr-sweep (no icr-sweep.json, no trial's params.json or "
-                                    "result.json); a sweep's run directory is <storage>/<name>")
+            _no_run(run_dir, [p.name for p in sorted(Path(location).iterdir()) if _holds_a_run(p, sweep=True)])
+    else:
+        _check_remote_run(run_dir, location)
     with local_view(location) as local:
         yield Path(local), location.rstrip("/").rsplit("/", 1)[-1], not remote
 
 
-def _holds_a_run(path: Path) -> bool:
-    """A sweep's run directory, a trial's (train --out), or a folder of trials."""
+def _holds_a_run(path: Path, sweep: bool = False) -> bool:
+    """A sweep's run directory, a trial's (train --out), or a folder of trials
+    (`sweep`: a sweep's run directory alone)."""
     from orchestrator.rundir import PARAMS_FILE, RESULTS_FILE, SPEC_FILE, trial_names
 
+    if sweep:
+        return (path / SPEC_FILE).is_file()
     return any((path / name).is_file() for name in (SPEC_FILE, PARAMS_FILE, RESULTS_FILE)) or bool(trial_names(path))
+
+
+def _no_run(run_dir, sweeps: list[str]) -> None:
+    """FileNotFoundError for a folder that holds no run: where it holds sweeps' run
+    directories (a storage folder), naming them and how to load one (issue 83, class
+    9: a storage folder was said to hold no run, and on S3 read as an empty run)."""
+    if sweeps:
+        shown = ", ".join(sweeps[:5]) + (f", ... ({len(sweeps)} in all)" if len(sweeps) > 5 else "")
+        raise FileNotFoundError(f"{run_dir} is a storage folder holding the run directories of the sweeps {shown}: "
+                                f"load one of them, load_run({str(run_dir).rstrip('/') + '/' + sweeps[0]!r})")
+    raise FileNotFoundError(f"{run_dir} holds no run of icr-sweep (no icr-sweep.json, no trial's params.json or "
+                            "result.json); a sweep's run directory is <storage>/<name>")
+
+
+REMOTE_FOLDERS_LOOKED_INTO = 50  # a remote folder's subfolders asked whether each is a run (one request each)
+
+
+def _check_remote_run(run_dir, location: str) -> None:
+    """A remote folder is a run (a sweep's, a trial's or one of trials), asking the
+    store what it holds at its top and, where that says nothing, its subfolders."""
+    from orchestrator.rundir import PARAMS_FILE, RESULTS_FILE, SPEC_FILE
+    from orchestrator.storage import names_in, read_file
+
+    try:
+        names = names_in(location)
+    except FileNotFoundError:
+        names = []
+    if not names:
+        raise FileNotFoundError(f"{run_dir}: no such run directory")
+    if {SPEC_FILE, PARAMS_FILE, RESULTS_FILE} & set(names):
+        return
+    sweeps, trials = [], False
+    for name in sorted(names)[:REMOTE_FOLDERS_LOOKED_INTO]:
+        folder = f"{location.rstrip('/')}/{name}"
+        if read_file(f"{folder}/{SPEC_FILE}") is not None:
+            sweeps.append(name)
+        elif read_file(f"{folder}/{PARAMS_FILE}") is not None:
+            trials = True
+    if not trials:
+        _no_run(run_dir, sweeps)
 
 
 def _ordered(df: pd.DataFrame, sweep: str) -> pd.DataFrame:

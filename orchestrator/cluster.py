@@ -116,14 +116,33 @@ def start_ray(spec: SweepSpec, address: Optional[str], temp_dir: Optional[str], 
                     job_config=job_config, log_to_driver=True,
                 )
         except Exception as e:
-            if port_taken(dashboard_host, port):  # free when chosen: another user's Ray, or another program, took it
+            # Free when chosen: another user's Ray, another launch (whose start lock is
+            # another's), or another program took it; by the time Ray says so, that
+            # one may be between its own tries, so its dashboard's log decides too.
+            if port_taken(dashboard_host, port) or _port_clash(str(e), ray_temp):
                 raise ClusterError(f"Ray's dashboard did not start: port {port} on {dashboard_host}, free when this "
-                                   f"launch chose it, was taken meanwhile by another program ({type(e).__name__}). "
-                                   "Launch again, or choose a free port with --dashboard-port") from e
+                                   f"launch chose it, was taken meanwhile by another program (another launch's "
+                                   "Ray, say). Launch again, or choose a free port with --dashboard-port") from e
             raise
         session.started_ray(ctx.address_info.get("session_dir"))
     quiet_worker_exits()
     return ctx, notes
+
+
+def _port_clash(error: str, ray_temp: str) -> bool:
+    """Whether the dashboard's log that Ray's start `error` names (else the latest
+    session's under `ray_temp`) says its port was in use."""
+    import re
+
+    named = re.search(r"(\S+dashboard\.log)", error)
+    log = Path(named.group(1)) if named else Path(ray_temp, "session_latest", "logs", "dashboard.log")
+    try:
+        with open(log, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - (1 << 16)))
+            return b"address already in use" in f.read()
+    except OSError:
+        return False
 
 
 def is_loopback(host: str) -> bool:

@@ -86,7 +86,7 @@ class CellStudy:
         self.study = optuna.create_study(storage=storage, sampler=self.sampler, pruner=optuna.pruners.NopPruner(),
                                          study_name=self.name, load_if_exists=True,
                                          direction="minimize" if self.mode == "min" else "maximize")
-        self.sampler = self.study.sampler = self._sampler_as_asked()
+        self.sampler = self.study.sampler = self.sampler_as_asked()
         if self.study.metric_names != [self.metric]:  # optuna-dashboard shows the objective by name
             import warnings
 
@@ -115,7 +115,7 @@ class CellStudy:
             "after": trial.number, "state": base64.b64encode(pickle.dumps(self.sampler)).decode()})
         return trial.params
 
-    def _sampler_as_asked(self):
+    def sampler_as_asked(self):
         """The sampler as it was after the study's latest ask: the one the study keeps
         (SAMPLER_ATTR), else this one (a study of an earlier version, or none asked
         yet). Tune's saved state, and this object's pickle with it, can be older than
@@ -451,7 +451,7 @@ class CellwiseOptuna(Searcher):
     def restore(self, checkpoint_path: str) -> None:
         """The state `save` wrote, trusted as it is (Tune restores through
         `restore_from_dir`, which reads its own experiment state beside it)."""
-        self._load(checkpoint_path)
+        self.load_state(checkpoint_path)
         self.adopt()
 
     def restore_from_dir(self, checkpoint_dir: str) -> None:
@@ -461,14 +461,14 @@ class CellwiseOptuna(Searcher):
         newest = max(glob.glob(os.path.join(checkpoint_dir, self.CKPT_FILE_TMPL.format("*"))), default=None)
         if newest is None:
             raise RuntimeError(f"Searcher unable to find checkpoint in {checkpoint_dir}")
-        self._load(newest)
+        self.load_state(newest)
         records = tune_trial_records(checkpoint_dir)
         if records and all(config.get("name") for _, _, config in records):
             self.take_stock(records)
         else:
             self.adopt()
 
-    def _load(self, checkpoint_path: str) -> None:
+    def load_state(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "rb") as f:
             state = pickle.load(f)
         self.used, self.owner, self.names = state["used"], state["owner"], state.get("names", {})

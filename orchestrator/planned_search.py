@@ -17,6 +17,7 @@ import ray
 from ray.tune.search import ConcurrencyLimiter, SearchGenerator, Searcher
 
 from orchestrator.rundir import tune_trial_dirs, tune_trial_ids
+from orchestrator.unpromised import trials_made
 
 PENDING_ENV = "TUNE_MAX_PENDING_TRIALS_PG"
 
@@ -83,8 +84,7 @@ class LimitedSearch(SearchGenerator):
         # restored state holds them: the count saved beside it may be of a later save
         # (a resume ended short: a trial never asked, issue 83, class 1). The searcher
         # says when its budgets are spent.
-        self._counter = len(tune_trial_ids(dirpath))
-        self._finished = False
+        trials_made(self, len(tune_trial_ids(dirpath)))
 
 
 class PlannedGrid(LimitedSearch):
@@ -98,8 +98,7 @@ class PlannedGrid(LimitedSearch):
 
     def restore_from_dir(self, dirpath: str) -> None:
         super().restore_from_dir(dirpath)
-        self._counter = len(self.planned.handed & set(self.planned.names))
-        self._finished = False  # the searcher says when every planned trial is made
+        trials_made(self, len(self.planned.handed & set(self.planned.names)))  # the searcher says when all are made
 
 
 def pending_trials() -> int:

@@ -3,8 +3,8 @@ started in it: what `start_ray` needs to end only what it started.
 
     <tmp>/icr-sweep-<uid>/  (or --temp-dir DIR)   this user's alone: 0700, never a link
         ray/                     Ray's own temp dir: its sessions, logs and sockets
-        ray-start.lock           one embedded Ray start at a time for this user (the default
-                                 folder's, whatever --temp-dir says: start_lock_folder)
+        ray-start.lock           one embedded Ray start at a time for this user (the folder's in
+                                 /tmp, whatever --temp-dir or TMPDIR say: start_lock_folder)
         sessions/<pid>-<start>.json   a driver of this tool that started a Ray here: its pid,
                                  the time it started (clock ticks since boot) and the boot,
                                  and, once Ray is up, its session's folder
@@ -38,14 +38,16 @@ class PrivateFolderError(RuntimeError):
 
 SESSIONS = "sessions"
 START_LOCK = "ray-start.lock"
+LOCK_TMP = "/tmp"  # the start lock's folder's parent, whatever TMPDIR says (start_lock_folder)
 START_WAIT_S = 180.0  # a Ray start takes seconds; a start lock held longer is another start that hung
 
 
-def private_base(temp_dir: Optional[str]) -> Path:
-    """The folder above Ray's temp dir: `temp_dir`, or <tmp>/icr-sweep-<uid>, made
-    0700 where missing. The default one, in a folder every user may write, must be
-    this user's own folder, not a link (another user could plant one to a folder of
-    theirs, or of this user's): PrivateFolderError names what is wrong."""
+def private_base(temp_dir: Optional[str], tmp: Optional[str] = None) -> Path:
+    """The folder above Ray's temp dir: `temp_dir`, or <tmp>/icr-sweep-<uid> (`tmp`:
+    the system's temp folder, TMPDIR's), made 0700 where missing. The default one,
+    in a folder every user may write, must be this user's own folder, not a link
+    (another user could plant one to a folder of theirs, or of this user's):
+    PrivateFolderError names what is wrong."""
     if temp_dir:
         base = Path(temp_dir)
         made = not base.exists()
@@ -53,7 +55,7 @@ def private_base(temp_dir: Optional[str]) -> Path:
         if made:
             os.chmod(base, 0o700)  # a folder we made: private whatever the umask
         return base
-    base = Path(tempfile.gettempdir()) / f"icr-sweep-{os.getuid()}"
+    base = Path(tmp or tempfile.gettempdir()) / f"icr-sweep-{os.getuid()}"
     with contextlib.suppress(FileExistsError):
         os.mkdir(base, 0o700)
     info = os.lstat(base)
@@ -74,16 +76,20 @@ def private_base(temp_dir: Optional[str]) -> Path:
 
 
 def start_lock_folder(temp_dir: Optional[str]) -> Path:
-    """Where the start lock lies: this user's default private folder, whatever
-    --temp-dir says, so that two starts of the same user with other temp dirs still
-    choose their dashboard ports one after the other; the given temp dir only where
-    the default folder cannot be used (a link or a file planted there)."""
-    try:
-        return private_base(None)
-    except PrivateFolderError:
-        if not temp_dir:
-            raise
-        return private_base(temp_dir)
+    """Where the start lock lies: this user's private folder in /tmp, whatever
+    --temp-dir or TMPDIR say, so that two starts of the same user with other temp
+    dirs still choose their dashboard ports one after the other (two launches with
+    other TMPDIRs met at port 8265, and one failed: issue 83, class 9); TMPDIR's, or
+    the given temp dir, only where that one cannot be used (a link or a file
+    planted there)."""
+    for tmp in (LOCK_TMP, None):
+        try:
+            return private_base(None, tmp)
+        except (PrivateFolderError, OSError):
+            continue
+    if not temp_dir:
+        return private_base(None)  # raises, naming what is wrong
+    return private_base(temp_dir)
 
 
 @contextlib.contextmanager
@@ -106,7 +112,9 @@ def one_start_at_a_time(base: Path, say: Callable[[str], None], wait_s: float = 
             holder = _holder(fd)
             if time.monotonic() > deadline:
                 raise PrivateFolderError(f"another icr-sweep ({holder}) has held {path} for over {wait_s:g} s while "
-                                         "starting Ray; end it, or start with --temp-dir DIR")
+                                         "starting Ray (a start takes seconds: it hangs); end it, then launch again. "
+                                         "Every start of yours on this machine waits for that lock, whatever "
+                                         "--temp-dir says")
             if not said:
                 say(f"Waiting for another icr-sweep ({holder}) to finish starting its Ray ...")
                 said = True

@@ -64,8 +64,18 @@ class _LogFile(logging.FileHandler):
 
 @contextlib.contextmanager
 def _logs_to(log_file: Path):
-    """Ray's logger (Tune's and Train's propagate to it) writes to `log_file` alone."""
+    """Ray's logger (Tune's and Train's propagate to it) writes to `log_file` alone;
+    the workers' lines kept off the console (unpromised.WORKER_LOG) go there for the
+    rest of the command (W&B's actor prints after Tune's loop has ended)."""
+    from orchestrator.unpromised import WORKER_LOG
+
     log_file.parent.mkdir(parents=True, exist_ok=True)
+    workers = logging.getLogger(WORKER_LOG)
+    workers.propagate = False
+    if not any(getattr(h, "baseFilename", None) == str(log_file.resolve()) for h in workers.handlers):
+        kept = _LogFile(log_file, encoding="utf-8", delay=True)
+        kept.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s -- %(message)s"))
+        workers.handlers = [kept]
     ray_logger = logging.getLogger("ray")
     handler = _LogFile(log_file, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(filename)s:%(lineno)d -- %(message)s"))

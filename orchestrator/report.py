@@ -439,7 +439,7 @@ def plot_frontier(table: pd.DataFrame, out_dir: Path, solved: float, sample_leng
     return path
 
 
-LR_WINDOW = ("lr", "seed_ids", "held_out_by_seed", "held_out", "solves")
+LR_WINDOW = ("lr", "seed_ids", "held_out_by_seed", "held_out", "solves", "unmeasured")
 
 
 def lr_window(df: pd.DataFrame, solved: float = SOLVED) -> pd.DataFrame:
@@ -451,15 +451,21 @@ def lr_window(df: pd.DataFrame, solved: float = SOLVED) -> pd.DataFrame:
     Orvieto, 2025), so one rate per architecture can read training as capacity."""
     if "test_exact_match" not in df or "state" not in df:
         return pd.DataFrame(columns=GROUP + list(LR_WINDOW))
-    done = df[(df["state"] == "finished") & df["test_exact_match"].notna()]
-    done = done[done.groupby(GROUP)["lr"].transform("nunique") >= 2]
+    done = df[df["state"] == "finished"]
+    cell = done.groupby(GROUP)
+    # A cell with a held-out value (runs of earlier versions have none) tried at two
+    # or more rates; a trial whose held-out value is missing stays, named: it was left
+    # out, and with it a model's only second rate, silently (issue 83, class 9).
+    done = done[(cell["lr"].transform("nunique") >= 2) & cell["test_exact_match"].transform(lambda v: v.notna().any())]
     rows = []
     for (*cell, lr), trials in done.groupby(GROUP + ["lr"], sort=True):
         by_seed = trials.sort_values("seed")
-        mean = float(by_seed["test_exact_match"].mean())
+        values = by_seed["test_exact_match"]
+        unmeasured = int(values.isna().sum())
+        mean = float(values.mean()) if not unmeasured else math.nan  # a mean of some seeds is not the rate's
         rows.append(dict(zip(GROUP, cell), lr=float(lr), seed_ids="/".join(str(int(s)) for s in by_seed["seed"]),
-                         held_out_by_seed="/".join(f"{v:.3f}" for v in by_seed["test_exact_match"]),
-                         held_out=mean, solves=reaches(mean, solved)))
+                         held_out_by_seed="/".join(f"{v:.3f}" for v in values),
+                         held_out=mean, solves=not unmeasured and reaches(mean, solved), unmeasured=unmeasured))
     return pd.DataFrame(rows, columns=GROUP + list(LR_WINDOW))
 
 
@@ -468,12 +474,18 @@ def window_text(rates: pd.DataFrame) -> str:
     3 rates)", a rate inside that does not solve named ("..., not 2e-3"), "none of
     3 rates"."""
     rates = rates.sort_values("lr")
-    solving = rates.loc[rates["solves"], "lr"].tolist()
+    unmeasured = rates.get("unmeasured", pd.Series(0, index=rates.index)).fillna(0).astype(int)
+    missing = [f"{_rate(lr)} on {k} of {len(seeds.split('/'))} seed(s)"
+               for lr, k, seeds in zip(rates["lr"], unmeasured, rates["seed_ids"]) if k]
+    unsaid = f"; no held-out value at {', '.join(missing)}" if missing else ""
+    solving = rates.loc[rates["solves"].astype(bool), "lr"].tolist()
     if not solving:
-        return f"none of {len(rates)} rates"
+        return f"none of {len(rates)} rates" + (f" ({unsaid[2:]})" if unsaid else "")
     span = _rate(solving[0]) if len(solving) == 1 else f"{_rate(solving[0])} to {_rate(solving[-1])}"
-    gaps = [_rate(lr) for lr, ok in zip(rates["lr"], rates["solves"]) if not ok and solving[0] < lr < solving[-1]]
-    return f"{span} ({len(solving)} of {len(rates)} rates" + (f"; not {', '.join(gaps)}" if gaps else "") + ")"
+    gaps = [_rate(lr) for lr, ok, k in zip(rates["lr"], rates["solves"], unmeasured)
+            if not ok and not k and solving[0] < lr < solving[-1]]
+    return (f"{span} ({len(solving)} of {len(rates)} rates" + (f"; not {', '.join(gaps)}" if gaps else "") + unsaid
+            + ")")
 
 
 def _window_spans(lrs: list[float]) -> list[tuple[float, float]]:
@@ -587,7 +599,9 @@ def open_commands(run: Run, run_dir: str, local: Path) -> list[str]:
                        + _missing("wandb"))
         else:
             entity = f"{wandb['entity']}/" if wandb.get("entity") else ""
-            out.append(f"W&B: https://wandb.ai/{entity}{wandb['project']} (group {wandb.get('group') or spec.get('name')})")
+            from orchestrator.tracking import wandb_app
+
+            out.append(f"W&B: {wandb_app()}/{entity}{wandb['project']} (group {wandb.get('group') or spec.get('name')})")
         failed = small_text(local / WANDB_FAILED).strip()
         if failed:
             out[-1] += f"; W&B stopped logging some of its trials: {failed}"

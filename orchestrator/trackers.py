@@ -32,7 +32,7 @@ from orchestrator.rundir import (ERROR_FILE, MEMBER_FAILED, STARTED_OVER, WANDB_
                                  set_aside_stored_rows, small_text)
 from orchestrator.spec import SweepSpec
 from orchestrator.storage import answer_timeout, is_remote
-from orchestrator.unpromised import wandb_callback
+from orchestrator.unpromised import WANDB_SAID, wandb_callback
 from workloads.config import TRIAL_IDS, TrialConfig
 from workloads.metrics import HELD_OUT, METRICS, RESOLVED, measured
 from workloads.naming import model_label
@@ -301,7 +301,7 @@ def wandb_failed(trial_dir: str, error: Exception) -> None:
     if fd is not None:
         with os.fdopen(fd, "w") as f:
             f.write(text + "\n")
-    print(f"warning: W&B stopped logging {Path(trial_dir).name} ({text}); W&B will hold no more of this sweep's "
+    print(f"{WANDB_SAID} {Path(trial_dir).name} ({text}); W&B will hold no more of this sweep's "
           "trials that meet it. The sweep goes on; its results are in its run directory", file=sys.stderr, flush=True)
 
 

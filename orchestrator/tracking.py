@@ -16,6 +16,18 @@ from orchestrator.storage import answer_timeout
 WANDB_HOST = "https://api.wandb.ai"  # W&B's cloud; WANDB_BASE_URL names a server of one's own
 
 
+def wandb_app() -> str:
+    """Where W&B's web app shows a project's runs: W&B's cloud, https://wandb.ai,
+    unless WANDB_BASE_URL names a server of one's own, whose app is at that URL
+    (without its user info); the report named wandb.ai for a server of one's own
+    (issue 83, class 9)."""
+    try:
+        base, _ = parts(os.environ.get("WANDB_BASE_URL", WANDB_HOST))
+    except NotAURL:
+        base = WANDB_HOST
+    return "https://wandb.ai" if urlsplit(base).hostname == urlsplit(WANDB_HOST).hostname else base.rstrip("/")
+
+
 class TrackerError(ValueError):
     """A tracker of the spec cannot be used; the message names the field and the fix."""
 

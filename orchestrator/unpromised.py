@@ -76,6 +76,14 @@ PRIVATE_NAMES = (
                 "them, and a resume or `status` that read one mid-copy found it empty, a driver killed mid-copy left "
                 "it cut short (issue 83, class 3)",
                 "tune.SyncConfig (a period and a timeout; no way to say how a file is written)"),
+    PrivateName("ray", "ray.tune.search.search_generator", "_counter", set_in="SearchGenerator.__init__",
+                buys="a restored search's count of trials made (which ends it at num_samples) as the trials Tune's "
+                "restored state holds: the count saved beside that state may be of another save, and a resume then "
+                "asked a trial twice or never (issue 83, class 1)",
+                tried="SearchGenerator.set_state (public, but takes the whole saved state, the count among it)"),
+    PrivateName("ray", "ray.tune.search.search_generator", "_finished", set_in="SearchGenerator.__init__",
+                buys="a restored search not ended by a flag saved beside an older state of Tune's: its searcher "
+                "says when its trials are all made", tried="as for _counter"),
     PrivateName("ray", "ray.air._internal.usage", "_count_callbacks",
                 "a launch or resume 1 s sooner: Tune's usage tag of a sweep's callbacks imported Ray's MLflow, "
                 "W&B, Comet and Aim integrations (mlflow and wandb among them) to compare class names; counted "
@@ -207,12 +215,33 @@ def quiet_worker_exits() -> None:
         return
 
 
+# What Ray's dashboard and console call W&B's logging actor (its repr), and what of its
+# lines the console still shows: the tool's own word that W&B stopped (trackers.wandb_failed).
+WANDB_ACTOR = "W&B logger"
+WORKER_LOG = "icr_sweep.workers"  # the logger of the workers' lines kept off the console (progress.console: the run's log)
+WANDB_SAID = "warning: W&B stopped logging"
+
+
 def _without_exit_noise(handler: Callable) -> Callable:
+    """`handler` without two kinds of worker lines: the exit noise above, and what
+    W&B's logging actor prints of its own (wandb's messages, its service's Go panic
+    when a server fails it: 26 lines on the console, issue 83, class 9), which go to
+    WORKER_LOG (the run's icr-sweep.log) instead; the tool's own word of it stays."""
     if getattr(handler, "quiet_exits", False):
         return handler
 
     def handle(data: dict) -> None:
         lines = data.get("lines") or []
+        if data.get("actor_name") == WANDB_ACTOR:
+            import logging
+
+            for line in lines:
+                if not line.startswith(WANDB_SAID):
+                    logging.getLogger(WORKER_LOG).warning("W&B's logging actor: %s", line)
+            lines = [line for line in lines if line.startswith(WANDB_SAID)]
+            if not lines:
+                return
+            data = {**data, "lines": lines}
         if any("sigterm_handler" in line for line in lines) and any("SystemExit: 1" in line for line in lines):
             kept, inside = [], False
             for line in lines:
@@ -374,6 +403,9 @@ def wandb_callback(figures: Callable[[dict], dict], step: str, charts: tuple[str
             super().__init__(*args, **kwargs)
             self._logdir = (self.kwargs.get("config") or {}).get(trial_dir, self._logdir)
 
+        def __repr__(self) -> str:  # its name on the dashboard, and its lines' prefix (quiet_worker_exits)
+            return WANDB_ACTOR
+
         def run(self):
             try:
                 return super().run()
@@ -512,3 +544,10 @@ def run_directory_written_whole():
         yield
     finally:
         syncer._sync_up_command = real
+
+
+def trials_made(search, made: int) -> None:
+    """A Tune SearchGenerator's count of trials made set to `made`, and the search
+    not ended: its searcher says when it is (Searcher.FINISHED)."""
+    search._counter = made
+    search._finished = False

@@ -26,9 +26,11 @@ Seed = Annotated[int, Field(ge=0, le=SEED_MAX)]
 # failed on a training.samples of 1e26 as the first trial started: issue 83, class 8).
 COUNT_MAX = 2**53
 Count = Annotated[int, Field(gt=0, le=COUNT_MAX)]
-# Adam moves each weight by up to the rate per step: above 1 no model trains, and past
-# float32's range the update overflows (lr 1e300 failed every try with "retry" advice).
-LR_MAX = 1.0
+# The largest rate an update can be made with: Adam's first step scales the rate by
+# 1 / (1 - beta1) = 10, and the weights are float32 (at most 3.4e38), so a rate above
+# 3.4e37 failed every try with an overflow and "retry" advice (lr 1e300). Above 1 no
+# model trains anyway; a larger rate, up to this, diverges and is named so.
+LR_MAX = 3.4e37
 
 Device = Literal["auto", "cpu", "cuda"]
 Precision = Literal["fp32", "bf16"]

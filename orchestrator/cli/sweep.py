@@ -102,7 +102,7 @@ def _finish(run_dir: str) -> None:
     when some failed for good, 0 when every planned trial finished."""
     from orchestrator.cli.results import say_failed, write_and_print_report  # here: --help lists status after launch
     from orchestrator.stopping import sigterm_as_ctrl_c
-    from orchestrator.rundir import RunDirError, record_driver_end
+    from orchestrator.rundir import SPEC_FILE, RunDirError, record_driver_end
     from orchestrator.storage import is_remote, silent_for
 
     silent = is_remote(run_dir) and silent_for(run_dir)
@@ -128,6 +128,12 @@ def _finish(run_dir: str) -> None:
         raise typer.Exit(130) from None
     left = trials[trials["state"].isin(["pending", "interrupted", "running"])]
     not_started = trials.attrs.get("not_started", 0)  # an Optuna budget's trials never asked
+    if (len(left) or not_started or (trials["state"] == "error").any()) and _records_lost(run_dir):
+        typer.secho(f"{run_dir} no longer holds {SPEC_FILE}, which launch wrote there: the run directory was deleted "
+                    "or emptied while the sweep ran, so no resume can continue it (it would refuse). The trials' files "
+                    "still there are in the report above; launch the spec again to run the sweep anew.",
+                    fg=typer.colors.RED, err=True)
+        raise typer.Exit(1)
     if len(left) or not_started:
         counts = dict(left["state"].value_counts()) | ({"not started": not_started} if not_started else {})
         listed = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
@@ -138,6 +144,21 @@ def _finish(run_dir: str) -> None:
     if say_failed(trials):
         typer.echo(advice_for_failures(trials[trials["state"] == "error"], run_dir), err=True)
         raise typer.Exit(1)
+
+
+def _records_lost(run_dir: str) -> bool:
+    """Whether the run directory lost the records this driver found or wrote there:
+    the spec record, and (a local run's) the driver's own log, opened as the command
+    began. A folder deleted mid-sweep is made anew by Tune's sync, without either."""
+    from orchestrator.rundir import RecordError, spec_record
+    from orchestrator.storage import is_remote
+
+    if not is_remote(run_dir) and driver_log(run_dir).exists():
+        return False
+    try:
+        return spec_record(run_dir) is None
+    except (RecordError, OSError):  # there, if damaged: resume names that
+        return False
 
 
 def advice_for_failures(failed, run_dir: str) -> str:
@@ -157,9 +178,10 @@ def advice_for_failures(failed, run_dir: str) -> str:
         lines.append(f"{diverged.sum()} trial(s) diverged: lower their architecture's lr in the spec (or set "
                      "training.grad_clip) and launch it anew; a resume retries them at the same rate (a member of a "
                      "trial array, resources.fuse, it leaves failed: its array trains on without it).")
-    if room.any():
-        lines.append(f"{room.sum()} trial(s) found no room for a checkpoint: free space on the storage, then:\n"
-                     f"  {command('icr-sweep', 'resume', run_dir)}")
+    if room.any():  # where each error says: the storage, or the worker's temp folder a checkpoint is made in first
+        folders = sorted(set(errors[room].str.extract(r"no room for a checkpoint in (.+?): \d", expand=False).dropna()))
+        lines.append(f"{room.sum()} trial(s) found no room for a checkpoint in {', '.join(folders) or 'a folder'}: free "
+                     f"space there, then:\n  {command('icr-sweep', 'resume', run_dir)}")
     if (~(room | at_once | diverged)).any():
         lines.append(f"Retry {'the others' if lines else 'them'} from their checkpoints with:\n  "
                      f"{command('icr-sweep', 'resume', run_dir)}")

@@ -233,8 +233,8 @@ class _LearningRates(Section):
         if isinstance(value, list) and not value:
             raise ValueError("an empty list of learning rates")
         if any(not (math.isfinite(v) and 0 < v <= LR_MAX) for v in values):
-            raise ValueError(f"learning rates must be in (0, {LR_MAX:g}], got {value}: Adam moves each weight by up to "
-                             "the rate per step, so above 1 no model trains (and past float32's range the step overflows)")
+            raise ValueError(f"learning rates must be in (0, {LR_MAX:g}], got {value}: Adam's first step scales the "
+                             "rate by 10 and the weights are float32 (at most 3.4e+38); above 1 no model trains anyway")
         if len(set(values)) != len(values):
             raise ValueError(f"repeated learning rates in {value}: each would run twice and count as extra seeds")
         return value

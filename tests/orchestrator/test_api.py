@@ -100,8 +100,21 @@ def test_best_of_a_run_with_no_trial_results_is_an_empty_table(tmp_path):
     (tmp_path / "empty").mkdir()
     shutil.copy(STORED / "icr-sweep.json", tmp_path / "empty")
     assert best(tmp_path / "empty").empty
+    (tmp_path / "notes").mkdir()
     with pytest.raises(FileNotFoundError, match="holds no run of icr-sweep"):  # a folder that is no run (issue 65)
-        best(tmp_path)
+        best(tmp_path / "notes")
+
+
+def test_a_storage_folder_is_named_as_such_with_the_runs_it_holds(tmp_path):
+    """Issue 83, class 9: `load_run('runs')`, the storage folder above the sweeps'
+    run directories, said it "holds no run"."""
+    import shutil
+
+    for name in ("istree_micro", "laptop"):
+        shutil.copytree(STORED, tmp_path / "runs" / name)
+    with pytest.raises(FileNotFoundError, match=r"runs is a storage folder holding the run directories of the sweeps "
+                                                r"istree_micro, laptop: load one of them, load_run\('.*/runs/istree_micro'\)"):
+        load_run(tmp_path / "runs")
 
 
 def test_the_variants_of_an_arch_are_told_apart_by_their_model(tmp_path):

@@ -267,16 +267,75 @@ def test_another_user_can_neither_plant_nor_hold_the_start_lock(monkeypatch):
 
 
 def test_starts_with_other_temp_dirs_share_one_start_lock(tmp_path, monkeypatch):
-    """Two launches of one user with other --temp-dir choose their dashboard ports
-    one after the other (the lock is the default folder's); only where that folder
-    cannot be used does a --temp-dir take its own."""
+    """Two launches of one user with other --temp-dir, or other TMPDIRs, choose their
+    dashboard ports one after the other: the lock is the private folder's in /tmp
+    (issue 83, class 9: two launches with other TMPDIRs met at port 8265, and one
+    failed). Only where that folder cannot be used does TMPDIR's, then a --temp-dir,
+    take its own."""
     from orchestrator.privatedir import start_lock_folder
 
-    monkeypatch.setattr("tempfile.gettempdir", lambda: str(tmp_path))
-    default = tmp_path / f"icr-sweep-{os.getuid()}"
-    assert start_lock_folder(str(tmp_path / "a")) == start_lock_folder(str(tmp_path / "b")) == default
+    fixed, tmpdir = tmp_path / "tmp", tmp_path / "TMPDIR"
+    fixed.mkdir()
+    tmpdir.mkdir()
+    monkeypatch.setattr(privatedir, "LOCK_TMP", str(fixed))
+    default = fixed / f"icr-sweep-{os.getuid()}"
+    for other in ("one", "another"):
+        monkeypatch.setattr("tempfile.gettempdir", lambda: str(tmp_path / other))
+        assert start_lock_folder(str(tmp_path / "a")) == start_lock_folder(str(tmp_path / "b")) == default
+    monkeypatch.setattr("tempfile.gettempdir", lambda: str(tmpdir))
     default.rmdir()
     default.write_text("planted")
+    assert start_lock_folder(str(tmp_path / "a")) == tmpdir / f"icr-sweep-{os.getuid()}"
+    (tmpdir / f"icr-sweep-{os.getuid()}").rmdir()
+    (tmpdir / f"icr-sweep-{os.getuid()}").write_text("planted")
     assert start_lock_folder(str(tmp_path / "a")) == tmp_path / "a"
     with pytest.raises(PrivateFolderError):
         start_lock_folder(None)
+
+
+def test_a_dashboard_port_another_start_held_for_a_moment_is_named(tmp_path, monkeypatch):
+    """Issue 83, class 9: two launches whose Rays started at once; the loser's
+    dashboard met the port in use, and by the time Ray said so the port was free
+    again (the other between its tries): "Ray did not start (Exception: The last 20
+    lines of .../dashboard.log)". The dashboard's log names the clash."""
+    import ray
+    import yaml
+
+    from orchestrator import cluster
+    from orchestrator.spec import load_spec
+
+    spec_path = tmp_path / "s.yaml"
+    spec_path.write_text(yaml.safe_dump({"name": "s", "axes": {"archs": ["transformer"], "setups": ["cot"],
+                                                                "sizes": ["tiny"], "n": [5]}}))
+    log = tmp_path / "ray" / "session_x" / "logs" / "dashboard.log"
+
+    def the_dashboard_met_its_port_in_use(**kwargs):
+        log.parent.mkdir(parents=True)
+        log.write_text(f"Exception: Failed to find a valid port for dashboard after 0 retries: [Errno 98] error while "
+                       f"attempting to bind on address ('127.0.0.1', {kwargs['dashboard_port']}): address already in use\n")
+        raise Exception(f"The last 20 lines of {log} (it contains the error message from the dashboard)")
+
+    monkeypatch.setattr(ray, "init", the_dashboard_met_its_port_in_use)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(cluster.ClusterError) as e:
+        cluster.start_ray(load_spec(spec_path), None, str(tmp_path), "127.0.0.1", port, None)
+    assert f"port {port} on 127.0.0.1, free when this launch chose it, was taken meanwhile" in str(e.value)
+
+
+def test_a_start_lock_held_too_long_is_not_said_to_move_with_the_temp_dir(tmp_path):
+    """Issue 83, class 9: the timeout advised --temp-dir, which does not move the lock."""
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600); "
+        "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)"),
+        str(tmp_path / privatedir.START_LOCK)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(PrivateFolderError) as e:
+            with one_start_at_a_time(tmp_path, lambda line: None, wait_s=0.5):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+    assert "start with --temp-dir" not in str(e.value) and "whatever --temp-dir says" in str(e.value), str(e.value)

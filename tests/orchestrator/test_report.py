@@ -880,6 +880,24 @@ def test_the_learning_rate_window_is_the_rates_whose_held_out_mean_over_seeds_so
     assert lr_window(df.drop(columns="test_exact_match")).empty  # runs of earlier versions: no held-out set
 
 
+def test_a_rate_without_a_held_out_value_is_named_in_the_window_not_dropped_with_its_model():
+    """Issue 83, class 9: one trial whose held-out value was missing (NaN) was left
+    out, and with it Mamba's second rate: Mamba vanished from the window, unsaid. It
+    stays, that rate named; a mean over some of its seeds is not taken for the rate's."""
+    rows = [("transformer", 5, 1e-3, 0, 0.99, 0.95), ("transformer", 5, 3e-3, 0, 0.99, 0.93),
+            ("mamba", 5, 1e-3, 0, 0.99, 0.92), ("mamba", 5, 3e-3, 0, 0.99, float("nan")),
+            ("hybrid", 5, 1e-3, 0, 0.99, 0.95), ("hybrid", 5, 1e-3, 1, 0.99, 0.94),
+            ("hybrid", 5, 3e-3, 0, 0.99, 0.97), ("hybrid", 5, 3e-3, 1, 0.99, float("nan"))]
+    df = _trials([row[:5] for row in rows]).assign(test_exact_match=[row[5] for row in rows])
+    window = lr_window(df)
+    text = {arch: window_text(rows) for arch, rows in window.groupby("arch")}
+    assert text == {"transformer": "1e-3 to 3e-3 (2 of 2 rates)",
+                    "mamba": "1e-3 (1 of 2 rates; no held-out value at 3e-3 on 1 of 1 seed(s))",
+                    "hybrid": "1e-3 (1 of 2 rates; no held-out value at 3e-3 on 1 of 2 seed(s))"}, text
+    hybrid = window[window["arch"] == "hybrid"].set_index("lr")
+    assert math.isnan(hybrid.loc[3e-3, "held_out"]) and hybrid.loc[3e-3, "held_out_by_seed"] == "0.970/nan"
+
+
 def test_the_report_draws_the_learning_rate_window_where_a_cell_tried_several_rates(tmp_path):
     """fake_run tries the Transformer at 1e-3 and 3e-3 and Mamba at 3e-4: a window
     for the Transformer's cells alone; once the held-out values are gone from the

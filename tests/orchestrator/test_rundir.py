@@ -349,6 +349,7 @@ def test_a_sweep_whose_optuna_budget_is_not_all_started_ends_saying_so_with_the_
     assert run.not_started == 1 and Run(trials, plan={"method": "grid", "trial_count": 4, "trials": {}}).not_started == 0
     finished = trials.copy()
     finished.attrs["not_started"] = run.not_started
+    (tmp_path / "icr-sweep.log").write_text("")  # the driver's own log: its run directory is whole
     monkeypatch.setattr(results, "write_and_print_report", lambda run_dir: finished)
     with pytest.raises(typer.Exit) as ended:
         sweep._finish(str(tmp_path))
@@ -383,3 +384,43 @@ print(result.output)
     out = done.stdout + done.stderr
     assert "EXIT 130" in out and "Stopped before any trial started: nothing of this launch was kept" in out, out[-2000:]
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_trial_without_room_for_its_checkpoint_is_told_where_to_free_space():
+    """Issue 83, class 9: a checkpoint is made in the worker's temp folder first; a full
+    temp folder was blamed on the storage ("free space on the storage")."""
+    import pandas as pd
+
+    from orchestrator.cli.sweep import advice_for_failures
+
+    failed = pd.DataFrame({"state": ["error", "error"], "error": [
+        "DiskSpaceError: no room for a checkpoint in /tmp/icr-trial-x1/checkpoint: 3 MiB free, about 40 MiB needed; "
+        "free some space, then resume",
+        "DiskSpaceError: no room for a checkpoint in /runs/s/t: 1 MiB free, about 40 MiB needed; free some space"]})
+    advice = advice_for_failures(failed, "/runs/s")
+    assert "2 trial(s) found no room for a checkpoint in /runs/s/t, /tmp/icr-trial-x1/checkpoint: free space there" \
+        in advice and "on the storage" not in advice, advice
+
+
+def test_a_run_directory_deleted_mid_sweep_is_said_lost_and_no_resume_is_advised(tmp_path, monkeypatch, capsys):
+    """Issue 83, class 9: the run directory deleted while the sweep ran (Tune's sync
+    made it anew, without the spec record): the closing lines advised a resume,
+    which refused ("not a sweep run directory")."""
+    import pandas as pd
+    import typer
+
+    from orchestrator.cli import results, sweep
+    from orchestrator.rundir import write_spec_record
+    from orchestrator.spec import load_spec
+
+    trials = pd.DataFrame({"trial": ["a", "b"], "state": ["error", "pending"], "error": ["gone", ""]})
+    monkeypatch.setattr(results, "write_and_print_report", lambda run_dir: trials)
+    with pytest.raises(typer.Exit) as ended:
+        sweep._finish(str(tmp_path))
+    said = capsys.readouterr().err
+    assert ended.value.exit_code == 1 and "no longer holds icr-sweep.json" in said and "resume" not in said.split(
+        "(it would refuse)")[1], said
+    write_spec_record(str(tmp_path), load_spec(MICRO).model_dump(mode="json"), {"cpu": 1, "gpu": 0})
+    with pytest.raises(typer.Exit) as ended:
+        sweep._finish(str(tmp_path))
+    assert ended.value.exit_code == 130 and f"icr-sweep resume {tmp_path}" in capsys.readouterr().err

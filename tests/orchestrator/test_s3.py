@@ -250,3 +250,19 @@ def test_status_of_a_storage_root_names_its_runs_without_copying_them(s3, tmp_pa
     s3.put_object(Bucket=BUCKET, Key="empty-ish/notes.txt", Body=b"mine")
     result = CliRunner().invoke(app, ["status", f"s3://{BUCKET}/empty-ish"])
     assert result.exit_code == 2 and "holds no run of icr-sweep" in result.output and "notes.txt" in result.output
+
+
+def test_a_storage_folder_on_s3_is_named_as_such_not_read_as_an_empty_run(s3):
+    """Issue 83, class 9: `load_run('s3://bucket/runs')`, the storage folder above the
+    sweeps, returned an empty frame (locally it said "holds no run")."""
+    from icr_sweep import load_run
+
+    stored = Path(__file__).parents[1] / "fixtures" / "stored_run" / "istree_micro"
+    for path in (p for p in stored.rglob("*") if p.is_file()):
+        s3.put_object(Bucket=BUCKET, Key=f"root/istree_micro/{path.relative_to(stored)}", Body=path.read_bytes())
+    assert set(load_run(f"s3://{BUCKET}/root/istree_micro")["trial"]) == {p.name for p in stored.iterdir() if p.is_dir()}
+    with pytest.raises(FileNotFoundError, match=rf"s3://{BUCKET}/root is a storage folder holding the run directories "
+                                                rf"of the sweeps istree_micro: load one of them"):
+        load_run(f"s3://{BUCKET}/root")
+    with pytest.raises(FileNotFoundError, match="no such run directory"):
+        load_run(f"s3://{BUCKET}/nothing-here")

@@ -237,3 +237,44 @@ def test_a_sync_killed_midway_leaves_the_last_whole_copy(tmp_path, monkeypatch):
         _sync(staging, run_dir)  # the next sync replaces the half copy it left
     assert (run_dir / "experiment_state-x.json").read_text() == '{"trials": 2}'
     assert sorted(p.name for p in run_dir.iterdir()) == ["experiment_state-x.json"]
+
+
+def test_what_wandbs_logging_actor_prints_of_its_own_goes_to_the_runs_log_not_the_console(tmp_path):
+    """Issue 83, class 9: a W&B server that failed a run put wandb's messages and its
+    service's Go panic (26 lines) on the console. They go to the run's log; the
+    tool's own word that W&B stopped stays on the console, once."""
+    from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
+
+    from orchestrator import progress
+    from orchestrator.unpromised import WANDB_ACTOR, WANDB_SAID, quiet_worker_exits
+
+    printed = []
+    dispatcher.add_handler("ray_print_logs", lambda data: printed.append(data["lines"]))
+    log = tmp_path / "icr-sweep.log"
+    try:
+        quiet_worker_exits()
+        with progress.console(False, log):
+            pass  # Tune's loop ended: W&B's actor prints as its runs end
+        said = f"{WANDB_SAID} t0 (HandleAbandonedError: ); the sweep goes on"
+        panic = ["wandb: [wandb.login()] Loaded credentials for http://127.0.0.1:1 from WANDB_API_KEY.",
+                 "panic: runtime error: invalid memory address or nil pointer dereference", "goroutine 89 [running]:",
+                 "wandb: ERROR Problem finishing run"]
+        dispatcher.emit({"lines": [*panic, said], "pid": 7, "is_err": True, "actor_name": WANDB_ACTOR})
+        dispatcher.emit({"lines": ["step 10"], "pid": 8, "is_err": True, "actor_name": "transformer-cot-tiny"})
+    finally:
+        dispatcher.remove_handler("ray_print_logs")
+    assert printed == [[said], ["step 10"]]
+    assert all(line in log.read_text() for line in panic)
+
+
+def test_the_report_names_the_wandb_server_a_run_logged_to(monkeypatch, tmp_path):
+    """Issue 83, class 9: the closing line named wandb.ai for a server of one's own."""
+    from orchestrator.report import open_commands
+    from orchestrator.rundir import Run
+
+    run = Run.__new__(Run)
+    run.spec = {"name": "s", "tracking": {"tensorboard": False, "wandb": {"project": "p", "mode": "online"}}}
+    monkeypatch.setenv("WANDB_BASE_URL", "http://me:PA55@wandb.lab:8080/")
+    assert open_commands(run, str(tmp_path), tmp_path)[-1] == "W&B: http://wandb.lab:8080/p (group s)"
+    monkeypatch.delenv("WANDB_BASE_URL")
+    assert open_commands(run, str(tmp_path), tmp_path)[-1] == "W&B: https://wandb.ai/p (group s)"
