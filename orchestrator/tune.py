@@ -25,7 +25,7 @@ from orchestrator.packing import gpu_share
 from orchestrator.progress import SweepProgress
 from orchestrator.planned_search import LimitedSearch, PlannedGrid, pending_for_grid
 from orchestrator.rundir import (MLFLOW_FILE, PARAMS_FILE, RESULTS_FILE, STOP_FILE, TUNER_FILE, RecordError, load_trials, read_plan,
-                                  read_results, set_aside_plan,
+                                  read_results, remove_half_written, set_aside_plan,
                                   restore_rows, set_aside_for_rebuild, set_aside_results, sqlite_url, tune_statuses,
                                   write_plan, write_spec_record)
 from orchestrator.secrets import command
@@ -335,6 +335,7 @@ def resume(run_dir: str, spec: SweepSpec, resources: dict, say=print) -> str:
         say(f"{e}: {set_aside_plan(run_dir)}; the plan is made anew from the stored spec")
     if stored is None:  # damaged, or a run launched before plans were stored: status and report read it
         write_plan(run_dir, **plan(spec))
+    remove_half_written(run_dir)  # a killed driver's half copies: never read, and named like the tool's own files
     for name, what in restore_rows(run_dir).items():
         say(f"{name}: {what}")
     problem, lacked = _tune_state(run_dir)

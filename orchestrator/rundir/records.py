@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Optional
 
 from orchestrator.rundir.layout import (DAMAGED_RESULTS, DRIVER_FILE, EARLIER_RESULTS, ERROR_FILE, PLAN_FILE, RESULTS_FILE,
-                                        SECRETS_FILE, SPEC_FILE, TUNE_STATE, free_path)
+                                        SECRETS_FILE, SPEC_FILE, SYNC_PART, TUNE_STATE, free_path)
 from orchestrator.secrets import split_secrets, with_secrets
 from orchestrator.storage import is_remote, names_in, read_file, write_file
 
@@ -130,6 +130,20 @@ def driver_ended(run_dir: str | Path) -> bool:
         return False
     newest = _newest_state(run_dir)
     return bool(record and record.get("ended") and newest and record.get("tune_state") == newest.name)
+
+
+def remove_half_written(run_dir: str) -> list[str]:
+    """Removes what a killed driver (or one of an earlier version) left half written
+    at the top of a local run directory and in its trials' folders: Tune's
+    experiment state being saved (.experiment_state-*.json.writing) and a file Tune's
+    sync was copying (.<name>.icr-sync); returns their names."""
+    if is_remote(run_dir):
+        return []
+    root = Path(run_dir.removeprefix("file://"))
+    found = [*root.glob(f".{TUNE_STATE}.writing"), *root.glob(f".*{SYNC_PART}"), *root.glob(f"*/.*{SYNC_PART}")]
+    for path in found:
+        path.unlink(missing_ok=True)
+    return sorted(str(p.relative_to(root)) for p in found)
 
 
 def set_aside_plan(run_dir: str) -> str:

@@ -296,3 +296,18 @@ def test_a_trial_fetches_its_stored_rows_at_its_start_whether_or_not_tune_knew_a
     callback.log_trial_result(1, Trial(), {"samples": 2048, "evaluated": True, "train_loss": 1.5})
     assert [r["samples"] for r in parse_rows((local / "result.json").read_text())] == [1024, 2048]
     assert len(misses) == trackers.FETCH_TRIES - 1 and "could not be fetched" not in capsys.readouterr().err
+
+
+def test_what_a_killed_driver_left_half_written_is_removed_by_a_resume_and_nothing_else(tmp_path):
+    """Issue 83, class 3: each driver left `.experiment_state-*.json.writing` behind;
+    a copy killed midway leaves a hidden part. A resume removes both, and only them."""
+    from orchestrator.rundir import remove_half_written
+
+    (tmp_path / "t").mkdir()
+    for name in (".experiment_state-2026-12-03_00-00-00.json.writing", ".tuner.pkl.icr-sync", "t/.result.json.icr-sync",
+                 "experiment_state-2026-12-03_00-00-00.json", "t/result.json", ".my-notes"):
+        (tmp_path / name).write_text("x")
+    assert remove_half_written(str(tmp_path)) == [".experiment_state-2026-12-03_00-00-00.json.writing",
+                                                   ".tuner.pkl.icr-sync", "t/.result.json.icr-sync"]
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()) == [
+        ".my-notes", "experiment_state-2026-12-03_00-00-00.json", "t/result.json"]
