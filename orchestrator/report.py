@@ -103,8 +103,9 @@ def best_by_cell(df: pd.DataFrame, metric: str = HEADLINE, mode: str = "max", ti
         rows.append(row)
     by_pick = pd.DataFrame(rows)
     best = by_pick.sort_values(**ranked).groupby(GROUP).head(1)
-    best = best.merge(robust_by_cell(done, ranked), on=GROUP, how="left")
-    columns += list(ROBUST)
+    best = best.merge(robust_by_cell(done, ranked), on=GROUP, how="left").merge(baseline_by_cell(done), on=GROUP,
+                                                                                  how="left")
+    columns += list(ROBUST) + list(BASELINE)
     std_columns = [c for c in columns if c.endswith("_std")]
     best[std_columns] = best[std_columns].fillna(0.0)
     order = {label: i for i, label in enumerate(sorted(best["size"].unique(), key=size_key))}
@@ -115,6 +116,31 @@ def best_by_cell(df: pd.DataFrame, metric: str = HEADLINE, mode: str = "max", ti
 # cell, each seed picks its rate on validation (as best_by_cell ranks) and is scored
 # on the held-out set; beside it, how much of the rate grid solves the cell.
 ROBUST = ("robust_exact_match", "robust_exact_match_std", "rates_solving", "rates")
+
+
+# A cell's exact match at its arch's paper rate (DEFAULT_LR), where its rate was chosen among
+# several and that rate was one of them: the baseline the findings' line (g)(i) reads a gap at.
+BASELINE = ("baseline_lr", "baseline_exact_match_by_seed")
+
+
+def baseline_by_cell(done: pd.DataFrame) -> pd.DataFrame:
+    """Per cell of finished trials tried at two or more rates, one of them its arch's
+    paper rate on every seed of the cell: that rate and each seed's exact match at
+    it, held-out where every seed measured it, else validation ("/"-joined by seed)."""
+    from workloads.models.config import DEFAULT_LR
+
+    rows = []
+    for cell, trials in done.groupby(GROUP, sort=False):
+        paper = DEFAULT_LR.get(cell[0])
+        at = trials[trials["lr"] == paper] if paper is not None else trials.iloc[:0]
+        if trials["lr"].nunique() < 2 or at.empty or at["seed"].nunique() != trials["seed"].nunique():
+            continue
+        at = at.sort_values("seed")
+        held = at["test_exact_match"] if "test_exact_match" in at else pd.Series(math.nan, index=at.index)
+        values = held if held.notna().all() else at[HEADLINE]
+        rows.append(dict(zip(GROUP, cell), baseline_lr=float(paper),
+                         baseline_exact_match_by_seed="/".join(f"{v:.8g}" for v in values)))
+    return pd.DataFrame(rows, columns=GROUP + list(BASELINE))
 
 
 def by_base_size(best: pd.DataFrame):

@@ -165,6 +165,10 @@ class TaskBase:
     # The task's known results as claims the findings engine decides (workloads/tasks/findings.py:
     # Falls, Improves, Repairs, StateDecides), each over the run's models at equal size.
     claims: ClassVar[tuple] = ()
+    # The sd of a cell's exact match from one training seed to the next, from a calibration
+    # that measured it (named where set): what a comparison on one seed is read with. None:
+    # a one-seed comparison decides nothing (docs/findings.md).
+    training_noise: ClassVar[Optional[float]] = None
 
     @classmethod
     def findings(cls, best, unfinished=None) -> list[str]:
@@ -175,7 +179,7 @@ class TaskBase:
             return []
         from workloads.tasks.findings import findings
 
-        return findings(best, cls.claims, cls.exact_match_chance, unfinished)
+        return findings(best, cls.claims, cls.exact_match_chance, unfinished, cls.training_noise)
 
     @staticmethod
     def label_text(label) -> str:

@@ -7,11 +7,11 @@ its statistic, threshold and direction (a task's module lists its claims:
 `workloads/tasks/_istree_findings.py`). The engine expands each into comparisons
 between models of equal size (parameter counts within 1.2x) and decides each:
 
-- on counts of samples, never rounded floats, against the threshold with a noise
-  margin of two standard errors that counts the validation set's sampling error
-  and, on the mean over seeds, the spread between the seeds (training noise);
-- on the mean over the seeds its cells share and on each seed alone: shown or
-  refuted only where every view says so;
+- on counts of samples, never rounded floats, against the threshold;
+- on the mean over the seeds its cells share, with a margin from Student's t on
+  those seeds (training noise and sampling as the seeds measure them); on one seed,
+  with the training-noise floor the task declares, or not at all; each seed alone
+  holds the decision open only where it contradicts the mean beyond its own margin;
 - where its cells can show the claim neither way (every cell at guessing level,
   every cell at the ceiling, outside the cells the claim speaks of) it leaves the
   comparison out, with the cells' numbers; a refutation is never left out, unless
@@ -36,11 +36,14 @@ if TYPE_CHECKING:
 
 SOLVED = Fraction(str(SOLVED_LEVEL))  # exact match at which a model solves a cell
 SAME_SIZE = Fraction(6, 5)  # parameter counts within this ratio: the paper's presets differ by at most 1.19x
-Z = 2.0  # the noise margin in standard errors
+Z = 2.0  # a margin in standard errors where the noise is known (sampling alone; a declared training-noise floor)
+T_LEVEL = 0.975  # the mean's margin: Student's t at this level on the seeds' degrees of freedom (two-sided 95%)
 
 SEEDS_COLUMN = "val_exact_match_by_seed"  # best_by_cell: each seed's exact match, "/"-joined in seed order
 HELD_OUT_SEEDS_COLUMN = "test_exact_match_by_seed"  # best_by_cell: each seed's held-out exact match at the cell's rate
 SEED_IDS_COLUMN = "seed_ids"  # best_by_cell: those seeds, "/"-joined
+BASELINE_COLUMN = "baseline_exact_match_by_seed"  # best_by_cell: each seed's exact match at the arch's paper rate
+# (held-out where the cell's is), where its rate was chosen among several and that rate was one of them
 POOLED = "pooled"  # the seed id of a cell that gives only the mean of several seeds
 MIMETIC = "initmimetic"  # the size label's part of a model with `init: mimetic` (workloads/naming.py's field_label)
 
@@ -82,6 +85,7 @@ class Cell:
     still: str  # where its training loss was still falling: "0.943 -> 0.271", else ""
     chance: Fraction = Fraction(0)  # exact match of a model that guesses
     read: str = "validation"  # "held-out" where its rate was chosen among several; "biased": chosen, no held-out value
+    noise: Optional[float] = None  # the task's training-noise floor (sd per seed), for a comparison on one seed
 
     @property
     def name(self) -> str:
@@ -99,14 +103,42 @@ def em(cell: Cell, view: tuple) -> str:
     return f"{float(rate(cell, view)[0]):.3f}"
 
 
+def t_cdf(x: float, dof: int) -> float:
+    """Student's t distribution's CDF at `x` on `dof` (a whole number) degrees of
+    freedom, in closed form (Abramowitz and Stegun 26.7.3 and 26.7.4)."""
+    theta = math.atan(x / math.sqrt(dof))
+    c2 = math.cos(theta) ** 2
+    if dof % 2:
+        term, total = math.sin(theta) * math.cos(theta), 0.0
+        for k in range(1, (dof - 1) // 2 + 1):  # 1 + 2/3 cos^2 + 2.4/(3.5) cos^4 + ...
+            total += term
+            term *= c2 * (2 * k) / (2 * k + 1)
+        return 0.5 + (theta + (total if dof > 1 else 0.0)) / math.pi
+    term, total = math.sin(theta), 0.0
+    for k in range(1, dof // 2 + 1):  # 1 + 1/2 cos^2 + 1.3/(2.4) cos^4 + ...
+        total += term
+        term *= c2 * (2 * k - 1) / (2 * k)
+    return 0.5 + total / 2
+
+
+def t_quantile(p: float, dof: int) -> float:
+    """The `p` quantile of Student's t on `dof` degrees of freedom (bisection on t_cdf)."""
+    lo, hi = -1e6, 1e6
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if t_cdf(mid, dof) < p else (lo, mid)
+    return (lo + hi) / 2
+
+
 class Table:
     """The report's best-per-cell table as cells with counts per seed, and what it
     read: each cell's held-out exact match where its rate was chosen among several
     on validation (the chosen rate's validation value is biased upwards by the
     choice), validation where one rate was tried or no held-out value exists."""
 
-    def __init__(self, best: pd.DataFrame, chance: dict):
+    def __init__(self, best: pd.DataFrame, chance: dict, noise: Optional[float] = None):
         self.cells: dict[tuple, Cell] = {}
+        self.baselines: dict[tuple, Cell] = {}  # a cell at its arch's paper rate, where its rate was chosen among several
         self.unknown_size = "val_samples" not in best or best["val_samples"].isna().any()
         self.missing: list[tuple[str, str]] = []  # (setup, cell) without a finite value: left out of every comparison
         self.held_out: list[str] = []  # cells read on the held-out set
@@ -121,9 +153,17 @@ class Table:
             {"held-out": self.held_out, "biased": self.biased}.get(source, []).append(name)
             total = (_int(r.get("val_samples")) or 1) * ((_int(r["seeds"]) or 1) if seeds == [POOLED] else 1)
             still = r.get("still_training")
-            self.cells[(model.arch, model.size, r["setup"], int(r["n"]))] = Cell(
-                model, r["setup"], int(r["n"]), {s: round(v * total) for s, v in zip(seeds, values)}, total,
-                still if isinstance(still, str) else "", Fraction(str(chance.get(r["setup"], 0.0))), source)
+            key = (model.arch, model.size, r["setup"], int(r["n"]))
+            level = Fraction(str(chance.get(r["setup"], 0.0)))
+            self.cells[key] = Cell(model, r["setup"], int(r["n"]), {s: round(v * total) for s, v in zip(seeds, values)},
+                                   total, still if isinstance(still, str) else "", level, source, noise)
+            baseline = r.get(BASELINE_COLUMN)
+            if isinstance(baseline, str) and seeds != [POOLED]:
+                values = [float(v) for v in baseline.split("/")]
+                if all(math.isfinite(v) for v in values) and len(values) == len(seeds):
+                    self.baselines[key] = Cell(model, r["setup"], int(r["n"]), {s: round(v * total) for s, v in
+                                                                                 zip(seeds, values)}, total, "", level,
+                                               "held-out" if source == "held-out" else "validation", noise)
 
     def models(self, arch: str, mimetic: bool = False) -> list[Model]:
         """The run's models of `arch`, smallest first; those with mimetic init only where
@@ -218,22 +258,38 @@ class Stat:
     def value(self, view: tuple) -> Fraction:
         return sum((c * rate(cell, view)[0] for c, cell in self.terms), self.const)
 
-    def margin(self, view: tuple, spread: bool = True) -> float:
-        """Z standard errors. A cell's variance is its sampling variance (Agresti-Caffo:
-        never zero at 0 or 1) and, on the mean over several seeds, at least the spread
-        between them: the training noise the run measures (`spread` False: sampling
-        alone, for where a cell sits, at a bound or not)."""
+    def sampling(self, view: tuple) -> float:
+        """The sampling variance of the statistic on the view's pooled counts
+        (Agresti-Caffo: never zero at 0 or 1)."""
         var = 0.0
         for c, cell in self.terms:
             k, total = rate(cell, view)
             p = (float(k) * total + 1) / (total + 2)
-            sampling = p * (1 - p) / total
-            if spread and len(view) > 1:
-                rates = [cell.right[s] / cell.total for s in view]
-                mean = sum(rates) / len(rates)
-                sampling = max(sampling, sum((x - mean) ** 2 for x in rates) / (len(rates) - 1) / len(rates))
-            var += float(c) ** 2 * sampling
-        return Z * math.sqrt(var)
+            var += float(c) ** 2 * p * (1 - p) / total
+        return var
+
+    def by_seed(self, view: tuple) -> list[float]:
+        """The statistic on each seed of the view alone."""
+        return [float(self.value((s,))) for s in view]
+
+    def margin(self, view: tuple, spread: bool = True) -> float:
+        """The noise margin of the statistic on the mean over the view's seeds
+        (docs/findings.md): Student's t on the seeds (S >= 2) times the standard error
+        of the mean, max(s_T^2 / S, sampling); on one seed, Z standard errors of
+        sampling and the cells' declared training-noise floor (infinite where a cell
+        has none: the noise is not measured). `spread` False: sampling alone, Z
+        standard errors (where a cell sits, at a bound or not)."""
+        sampling = self.sampling(view)
+        if not spread:
+            return Z * math.sqrt(sampling)
+        if len(view) >= 2:
+            values = self.by_seed(view)
+            mean = sum(values) / len(values)
+            spread_var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+            return t_quantile(T_LEVEL, len(view) - 1) * math.sqrt(max(spread_var / len(view), sampling))
+        if any(cell.noise is None for _, cell in self.terms):
+            return math.inf
+        return Z * math.sqrt(sampling + sum(float(c) ** 2 * cell.noise ** 2 for c, cell in self.terms))
 
     def __add__(self, other: Stat) -> Stat:
         return Stat(self.terms + other.terms, self.const + other.const)
@@ -272,11 +328,13 @@ class Test:
 
     def slack(self, view: tuple) -> float:
         """How far beyond its margin the statistic clears the threshold (negative: short)."""
-        return float(self.stat.value(view) - self.threshold) - self.stat.margin(view)
+        margin = self.stat.margin(view, self.spread)
+        return float(self.stat.value(view) - self.threshold) - (margin if math.isfinite(margin) else 1e9)
 
     def describe(self, view: tuple) -> str:
-        return (f"{self.says.format(f'{float(self.stat.value(view)):.3f}')} ({float(self.threshold):g} claimed, margin "
-                f"{self.stat.margin(view):.3f})")
+        margin = self.stat.margin(view, self.spread)
+        noise = f"margin {margin:.3f}" if math.isfinite(margin) else "one seed: training noise not measured"
+        return f"{self.says.format(f'{float(self.stat.value(view)):.3f}')} ({float(self.threshold):g} claimed, {noise})"
 
 
 def solves(cell: Cell, fails: str = "") -> Test:
@@ -329,6 +387,8 @@ class Comparison:
     capped: Sequence[tuple[Cell, str]] = ()
     check: bool = False
     names: tuple[str, ...] = ()
+    room: Sequence[tuple[Cell, Test]] = ()  # (cell, material): where the cell sits at the ceiling, the claim (an
+    # improvement) has no room to be shown, and refutes only where `material` (a dip large enough to matter) is shown
 
     @property
     def seeds(self) -> tuple:
@@ -359,6 +419,13 @@ def _view(comp: Comparison, view: tuple) -> tuple[str, str]:
     for cond in comp.within:
         if cond.against(view) is not True:
             return OUT, cond.fails
+    full = [(c, dip) for c, dip in comp.room if at_ceiling(c, view)]
+    if full:
+        c, dip = full[0]
+        if dip.against(view) is True:
+            return REFUTED, ""
+        return OUT, (f"{c.name} at the ceiling: no room to improve, and what lies below it is no material dip "
+                     f"({dip.describe(view)})")
     claim = comp.claim.against(view)
     if claim is False:
         pinned = [f"{c.name} at {'guessing level' if bound == 'floor' else 'the ceiling'}" for c, bound in comp.capped
@@ -375,8 +442,9 @@ def _view(comp: Comparison, view: tuple) -> tuple[str, str]:
 
 
 def decide(comp: Comparison) -> Decision:
-    """The outcome on the mean of the shared seeds, kept where each seed alone agrees;
-    else undecided, saying what each view read."""
+    """The outcome on the mean of the shared seeds (docs/findings.md), kept unless a
+    seed alone contradicts it beyond its own margin; each seed that falls on the
+    other side of the threshold is named beside it."""
     seeds = comp.seeds
     if not seeds:
         return Decision(comp, OUT, f"{comp.label} (its cells share no seed)", why="its cells share no seed")
@@ -385,29 +453,33 @@ def decide(comp: Comparison) -> Decision:
     slack = comp.claim.slack(seeds)
     if kind == OUT:
         return Decision(comp, OUT, f"{text}; {why}", slack=slack, why=why)
+    alone, holds = _seeds_alone(comp, seeds, kind)
+    if holds:
+        return Decision(comp, NOISE, f"{text} [{kind} by the mean; {alone}: undecided]", mixed=True, slack=slack)
+    return Decision(comp, kind, f"{text} ({alone})" if alone else text, slack=slack)
+
+
+def _seeds_alone(comp: Comparison, seeds: tuple, kind: str) -> tuple[str, bool]:
+    """The seeds alone that fall on the other side of the threshold from the mean, in
+    words, and whether one of them contradicts a decided mean beyond its own margin:
+    the margin a run of that seed alone would have (its sampling and the task's
+    declared training noise; none where the task declares none: it never holds)."""
     if len(seeds) < 2:
-        return Decision(comp, kind, text, slack=slack)
-    each = [(s, *_view(comp, (s,))) for s in seeds]
-    if all(k == kind for _, k, _ in each):
-        return Decision(comp, kind, text, slack=slack)
-    return Decision(comp, HOLDS if comp.check and REFUTED not in [k for _, k, _ in each] else NOISE,
-                    f"{text} [{_readings(kind, each)}]", mixed=True, slack=slack)
-
-
-def _readings(mean: str, each: list[tuple[str, str, str]]) -> str:
-    """What the views read where they differ, in words true of them."""
-    kinds = {k for _, k, _ in each} | {mean}
-    by = {k: [s for s, got, _ in each if got == k] for k in (SHOWN, REFUTED, NOISE, OUT, HOLDS)}
-    alone = "; ".join(f"seed {s} alone {k}" + (f" ({why})" if why else "") for s, k, why in each if k != mean)
-    if SHOWN in kinds and REFUTED in kinds:
-        return f"seeds disagree: mean {mean}; " + "; ".join(f"seed {s}: {k}" for s, k, _ in each)
-    if mean in (SHOWN, REFUTED):
-        agree = by[mean]
-        return (f"{mean} by the mean and by seed {', '.join(agree)}; {alone}" if agree
-                else f"{mean} by the mean only, no seed alone {'shows' if mean == SHOWN else 'refutes'} it: {alone}")
-    if mean == NOISE and each and all(k in (SHOWN, REFUTED) for _, k, _ in each):
-        return f"each seed alone {each[0][1]}, the mean within the spread between seeds"
-    return f"the mean {mean}; {alone}"
+        return "", False
+    claim = comp.claim
+    side = float(claim.stat.value(seeds) - claim.threshold) >= 0
+    said, holds = [], False
+    for s in seeds:
+        value, margin = float(claim.stat.value((s,))), claim.stat.margin((s,))
+        gap = value - float(claim.threshold)
+        if (gap >= 0) == side:
+            continue
+        beyond = abs(gap) > margin
+        against = (kind in (SHOWN, HOLDS) and gap < 0) or (kind == REFUTED and gap > 0)
+        holds = holds or (beyond and against)
+        own = f"its own margin {margin:.3f}" if math.isfinite(margin) else "its own margin not measured"
+        said.append(f"seed {s} alone {value:.3f}, {'beyond' if beyond else 'within'} {own}")
+    return "; ".join(said), holds
 
 
 # ---------------------------------------------------------------- claims and their lines
@@ -655,13 +727,17 @@ def _why_no_pair(table: Table, a: str, b: str, pairs: list, apart: list[str], no
 class Improves:
     """`after` improves every architecture over `before` (the run's and `archs`): per
     model and n, its skill (exact match above guessing, as a share of what guessing
-    leaves) is higher."""
+    leaves) is higher. Bounded on both sides: where the `after` cell sits at the
+    ceiling, a shortfall is not conclusive; where the `before` cell does, there is no
+    room to improve, and only a material dip (`after`'s skill `dip` or more below,
+    beyond the margin) refutes."""
 
     name: str
     before: str
     after: str
     archs: tuple[str, ...]
     words: dict  # setup -> its name in a line
+    dip: Fraction = Fraction(1, 10)
 
     def expand(self, table: Table) -> list[Claim]:
         comparisons, named = [], {}
@@ -687,8 +763,9 @@ class Improves:
                          f"{float(skill(a).value(view)):.3f})")
             return text
 
+        dip = Test(skill(a) - skill(b), self.dip, f"{after} below {before} by {{}}")
         return Comparison(f"{model} n={a.n}", [a, b], Test(skill(b) - skill(a), Fraction(0), f"a gain of {{}}"),
-                          numbers, capped=[(b, "ceiling")], names=(arch_words(model.arch),))
+                          numbers, capped=[(b, "ceiling")], names=(arch_words(model.arch),), room=[(a, dip)])
 
 
 @dataclass(frozen=True)
@@ -885,7 +962,7 @@ class GapCloses:
         ref = arch_words(self.reference)
         claims = []
         for setup in [s for s in self.setups if s in table.setups()]:
-            comparisons, unread = [], []
+            comparisons, unread, baseless = [], [], []
             for x, u in levers:
                 for t in table.models(self.reference):
                     if not (same_size(t, x) and (u is None or same_size(t, u))):
@@ -895,7 +972,11 @@ class GapCloses:
                         if self.lever == "rate" and xc.read != "held-out":
                             unread.append(f"{xc.name} ({UNREAD[xc.read]})")
                             continue
-                        comparisons += self._cell(xc, tc, None if u is None else table.get(u, setup, n), words)
+                        uc = table.baselines.get((x.arch, x.size, setup, n)) if self.lever == "rate" else (
+                            None if u is None else table.get(u, setup, n))
+                        if uc is None and self.lever == "rate":
+                            baseless.append(xc.name)
+                        comparisons += self._cell(xc, tc, uc, words)
             unread = list(dict.fromkeys(unread))
             alone = [str(x) for x, u in levers if u is None and self.lever == "init"]
             why = (f"no cell of {arch_words(self.arch)} whose rate was chosen among two or more, read on the held-out "
@@ -903,8 +984,11 @@ class GapCloses:
                    f"no {ref} within {float(SAME_SIZE):g}x of its parameters with {setup}")
             notes = " ".join(
                 ([f"Not read, its rate not chosen on a held-out set: {'; '.join(unread)}."] if unread and comparisons
-                 else []) + ([f"Closeness alone for {', '.join(alone)}: no model of the run is it with the default "
-                              "init, to narrow the gap of."] if alone and comparisons else []))
+                 else []) + ([f"No gap at the baseline to read for {', '.join(alone)}: no model of the run is it "
+                              "with the default init, so its closeness can refute, never show."] if alone and
+                             comparisons else [])
+                + ([f"No gap at the baseline to read for {'; '.join(baseless)}: not tried at {arch_words(self.arch)}'s "
+                    "paper rate beside others, so its closeness can refute, never show."] if baseless else []))
             claims.append(Claim(self.name.format(setup=setup), comparisons, {ref: why, words: why}, why,
                                 setups=(setup,), heads=self.heads, judge=_judge, notes=notes))
         return claims
@@ -916,18 +1000,28 @@ class GapCloses:
 
         def numbers(view):
             text = f"{words} ({xc.model.size}) {em(xc, view)}, {ref} {em(tc, view)}"
-            return text + (f", without the lever ({uc.model.size}) {em(uc, view)}" if uc is not None else "")
+            if uc is None:
+                return text
+            return text + (f", at the paper's rate {em(uc, view)}" if self.lever == "rate" else
+                           f", without the lever ({uc.model.size}) {em(uc, view)}")
 
         cells = [xc, tc] + ([uc] if uc is not None else [])
         label = f"{tc.setup} n={tc.n}: {xc.model} against {tc.model}"
+        baseline = ("at the paper's rate" if self.lever == "rate" else uc.model.size) if uc is not None else ""
+        # As a repair (d, e): closeness shows only where the model without the lever had a
+        # material gap (no gap: nothing to close), and refutes anywhere.
+        material = ([Test(one(tc) - one(uc), self.close, "", f"no material gap to close ({words.split(' at ')[0]} "
+                          f"{baseline} lags {ref} by less than {float(self.close):g} beyond the margin)")]
+                    if uc is not None else [])
+        gap = AnyOf(material, material[0].fails if material else "no gap at the baseline to read (no model without "
+                    "the lever beside it)")
         out = [Comparison(label, cells, Test(one(xc) - one(tc), -self.close, f"it ends {{}} from {ref}"), numbers,
-                          where=[solved], capped=[(xc, "ceiling")], names=(ref, words))]
+                          where=[gap, solved], capped=[(xc, "ceiling")], names=(ref, words))]
         if uc is not None:
-            material = Test(one(tc) - one(uc), self.close, "", f"no material gap to close ({uc.model.size} lags {ref} "
-                            f"by less than {float(self.close):g} beyond the margin)")
-            out.append(Comparison(f"{label}, {uc.model.size}'s gap", cells,
+            out.append(Comparison(f"{label}, {baseline}'s gap" if self.lever != "rate" else f"{label}, the gap "
+                                  "at the paper's rate", cells,
                                   Test(one(xc) - one(uc), Fraction(0), "the gap narrows by {}"), numbers,
-                                  within=[material], where=[solved], capped=[(xc, "ceiling")], names=(ref, words)))
+                                  within=material, where=[solved], capped=[(xc, "ceiling")], names=(ref, words)))
         return out
 
 
@@ -947,12 +1041,15 @@ def capacity_or_training(setups: tuple[str, ...], close: Fraction, ratio: int) -
                            close, ratio) for label, lever, text in questions)
 
 
-def findings(best: pd.DataFrame, claims: Sequence, chance: dict, unfinished: Optional[pd.DataFrame] = None) -> list[str]:
+def findings(best: pd.DataFrame, claims: Sequence, chance: dict, unfinished: Optional[pd.DataFrame] = None,
+             noise: Optional[float] = None) -> list[str]:
     """The report's lines on a run: what it read, then one line per claim expanded on
     it. A run with task axes (setups like cot-familyrandom) is decided per task
     variant, its lines prefixed with it. `unfinished`: the run's trials that have not
     finished (columns setup and state: pending, running, interrupted, error): each
-    line names those of the setups it reads, as not run yet."""
+    line names those of the setups it reads, as not run yet. `noise`: the task's
+    training-noise floor, the sd of a cell's exact match from seed to seed, which a
+    comparison on one seed is read with (None: one seed decides nothing)."""
     out = []
     base, variants = _variants(best)
     waiting = unfinished if unfinished is not None and len(unfinished) else best.iloc[:0][["setup"]].assign(state="")
@@ -960,7 +1057,7 @@ def findings(best: pd.DataFrame, claims: Sequence, chance: dict, unfinished: Opt
     for variant in sorted(set(variants) | set(waiting_variants)):
         part = best[variants == variant].assign(setup=base[variants == variant])
         left = waiting[waiting_variants == variant].assign(setup=waiting_base[waiting_variants == variant])
-        lines = _lines(Table(part, chance), claims, left)
+        lines = _lines(Table(part, chance, noise), claims, left)
         out += [x.prefixed(f"[{variant}]") if isinstance(x, Line) else x for x in lines] if variant else lines
     return out
 

@@ -14,8 +14,10 @@ SMALL_STATE = ("tiny-dstate1-nlayers4", 28320, 1024)
 
 
 def cell(arch, size, setup, n, seeds, params=None, state=None, held=None, rates=1):
-    """A best.csv row on two seeds, 1,000 validation samples each; `held`: the
-    held-out exact match per seed where the rate was chosen among `rates`."""
+    """A best.csv row on four seeds, the two values given each on two of them (the
+    few seeds a run needs to measure training noise), 1,000 validation samples each;
+    `held`: the held-out exact match per seed where the rate was chosen among `rates`."""
+    seeds, held = tuple(seeds) * 2, None if held is None else tuple(held) * 2
     p, s = PARAMS.get(arch, (None, None))
     return dict(arch=arch, size=size, setup=setup, n=n, val_exact_match=sum(seeds) / len(seeds), seeds=len(seeds),
                 val_exact_match_by_seed="/".join(map(str, seeds)), seed_ids="/".join(map(str, range(len(seeds)))),
@@ -88,8 +90,14 @@ def test_the_best_rate_is_judged_on_the_held_out_set_not_on_the_validation_that_
     text = lever(findings(best), "(i)")
     assert head(text) == "Capacity or training (i) the best learning rate: the gap does not close", text
     assert "Mamba at its best rate (tiny) 0.555, the Transformer 0.945" in text, text
-    closer = best.assign(test_exact_match_by_seed=["1.0/1.0", "0.95/0.94", "1.0/1.0", "0.93/0.92"])
-    assert head(lever(findings(closer), "(i)")) == "Capacity or training (i) the best learning rate: the gap closes"
+    # At its best rate close to the Transformer: "closes" only where it lagged at its paper rate (best.csv's
+    # baseline), as (d) and (e) read a repair (issue 84); with no such lag there is nothing to close.
+    closer = best.assign(test_exact_match_by_seed=["1.0/1.0/1.0/1.0", "0.95/0.94/0.95/0.94", "1.0/1.0/1.0/1.0",
+                                                   "0.93/0.92/0.93/0.92"])
+    lagged = closer.assign(baseline_exact_match_by_seed=[None, None, "1.0/1.0/1.0/1.0", "0.6/0.61/0.6/0.61"])
+    assert head(lever(findings(lagged), "(i)")) == "Capacity or training (i) the best learning rate: the gap closes"
+    level = closer.assign(baseline_exact_match_by_seed=[None, None, "1.0/1.0/1.0/1.0", "0.93/0.92/0.93/0.92"])
+    assert head(lever(findings(level), "(i)")) == "Capacity or training (i) the best learning rate: not decided"
 
 
 def test_a_rate_chosen_on_validation_without_a_held_out_value_is_not_read():

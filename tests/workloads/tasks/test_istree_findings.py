@@ -20,9 +20,14 @@ LINES = ("vanilla:", "cot:", "retrieval:", "CoT improves", "retrieval improves",
          "the hybrid tracks", "State ablation")
 
 
+SPREAD = (1, -1, 1, -1)  # each seed's offset from a cell's exact match, in units of `spread`: the mean is the value
+
+
 def table(em, archs=("transformer", "mamba", "hybrid"), setups=("vanilla", "cot", "retrieval"), ns=(4, 6, 8),
-          sizes=None, val_samples=300):
-    """A best-per-cell table as the report writes it (one seed), em(arch, setup, n) its exact match."""
+          sizes=None, val_samples=300, seeds=4, spread=0.01):
+    """A best-per-cell table as the report writes it, em(arch, setup, n) its exact match:
+    on `seeds` seeds (4, the few a run needs to measure training noise; 1: one seed),
+    `spread` either side of that value, in turn (never past 0 or 1)."""
     sizes = sizes or {}
     rows = []
     for a in archs:
@@ -30,9 +35,20 @@ def table(em, archs=("transformer", "mamba", "hybrid"), setups=("vanilla", "cot"
             for n in ns:
                 size = sizes.get(a, "tiny")
                 params, state = MODELS[(a, size)]
-                rows.append(dict(arch=a, setup=s, size=size, n=n, lr=1e-3, val_exact_match=em(a, s, n), seeds=1,
-                                 gen_accuracy=0.9, val_samples=val_samples, params=params, state_floats=state))
-    return pd.DataFrame(rows)
+                rows.append(dict(arch=a, setup=s, size=size, n=n, lr=1e-3, val_exact_match=em(a, s, n), seeds=seeds,
+                                 seed_ids="/".join(map(str, range(seeds))), gen_accuracy=0.9,
+                                 val_samples=val_samples, params=params, state_floats=state))
+    return respread(pd.DataFrame(rows), spread)
+
+
+def respread(best, spread=0.01):
+    """`best` with each cell's seeds `spread` either side of its exact match, in turn
+    (never past 0 or 1): after a test set some cells' exact match."""
+    def seeds(value, k):
+        d = min(spread, value, 1 - value)
+        return "/".join(f"{value + d * SPREAD[i % 4]:.8g}" for i in range(k)) if k > 1 else f"{value:.8g}"
+
+    return best.assign(val_exact_match_by_seed=[seeds(v, int(k)) for v, k in zip(best["val_exact_match"], best["seeds"])])
 
 
 def with_seeds(best, by_seed, drop=None):
@@ -126,8 +142,9 @@ def test_a_run_that_learnt_nothing_reproduces_nothing():
 def test_two_unsolved_models_being_close_is_not_tracking():
     # Issue 41: Transformer 0.4-0.6, Mamba with retrieval 0.35, hybrid 0.32-0.42 read
     # "retrieval lifts Mamba" and "the hybrid tracks" Reproduced (largest gap 0.020).
+    # (The hybrid within 0.1 of the Transformer: close, and both unsolved.)
     values = {("transformer", "cot"): 0.6, ("transformer", "retrieval"): 0.4, ("mamba", "cot"): 0.1,
-              ("mamba", "retrieval"): 0.35, ("hybrid", "cot"): 0.42, ("hybrid", "retrieval"): 0.32}
+              ("mamba", "retrieval"): 0.35, ("hybrid", "cot"): 0.52, ("hybrid", "retrieval"): 0.32}
     lines = findings(table(lambda a, s, n: values.get((a, s), 0.5), ns=(4, 5)))
     for start in ("with retrieval Mamba", "the hybrid tracks"):
         text = line(lines, start)
@@ -187,7 +204,7 @@ def test_seeds_are_counted_per_findings_own_cells():
     for drop in (None, lambda a, s, n: (a, s) == ("transformer", "vanilla")):
         lines = findings(with_seeds(table(paper_shape), split, drop))
         text = line(lines, "cot:")
-        assert text.startswith("- **Not decided** on 2 seeds") and "seeds disagree" in text, text
+        assert text.startswith("- **Not decided** on 2 seeds") and "seed 1 alone" in text, text
         assert "** on 2 seeds: " in line(lines, "with retrieval Mamba")  # its cells all have both seeds
     lines = findings(with_seeds(table(paper_shape), split, lambda a, s, n: (a, s) == ("transformer", "vanilla")))
     assert ("(1 seed: transformer vanilla tiny n=4, transformer vanilla tiny n=6, transformer vanilla tiny n=8 have no "
@@ -246,7 +263,7 @@ def ablation(small, large):
     cot = other["setup"] == "cot"
     other.loc[cot, "val_exact_match"] = other.loc[cot, "n"].map(small)
     best.loc[(best["arch"] == "mamba") & (best["setup"] == "cot"), "val_exact_match"] = best["n"].map(large)
-    return findings(pd.concat([best, other]))
+    return findings(respread(pd.concat([best, other])))
 
 
 def test_the_state_ablation_says_whether_the_states_size_decided_the_gap():
@@ -281,13 +298,14 @@ def test_a_state_comparison_whose_seeds_disagree_decides_nothing():
     small = best[best["arch"] == "mamba"].assign(size="tiny-dstate1-nlayers4", params=28320, state_floats=1024,
                                                  val_exact_match=0.5005, val_exact_match_by_seed="0.529/0.472")
     text = line(findings(pd.concat([best, small])), "vanilla: does the size")
-    assert head(text) == "State ablation: cannot tell" and "seed 0 alone shown" in text, text
+    assert head(text) == "State ablation: cannot tell", text
 
 
 @pytest.mark.parametrize("variant", ["familyrandom"])
 def test_a_task_variant_is_decided_on_its_own_cells(variant):
     best = table(paper_shape)
-    lines = verdicts(findings(pd.concat([best, best.assign(setup=best["setup"] + "-" + variant, val_exact_match=1.0)])))
+    lines = verdicts(findings(respread(pd.concat([best, best.assign(setup=best["setup"] + "-" + variant,
+                                                                      val_exact_match=1.0)]))))
     assert len(lines) == 22  # (a) to (e) and the three capacity-or-training questions, per variant
     assert head(line(lines[:11], "cot:")) == "Reproduced"
     assert lines[11].startswith(f"- [{variant}] **")
@@ -301,24 +319,26 @@ P = {("transformer", "vanilla"): (0.95, 0.5), ("mamba", "vanilla"): (0.7, 0.5), 
      ("hybrid", "retrieval"): (0.98, 0.98)}
 
 
-def two_seeds(values=P, setups=("vanilla", "cot", "retrieval"), **changed):
-    """A run of P's shape (or `values`), `changed` replacing cells: {"mamba_cot": (1.0, 0.85)}; None drops a cell."""
+def seeded(values=P, setups=("vanilla", "cot", "retrieval"), seeds=4, **changed):
+    """A run of P's shape (or `values`) on `seeds` seeds that agree, `changed` replacing cells:
+    {"mamba_cot": (1.0, 0.85)}; None drops a cell."""
     cells = {**values, **{tuple(k.split("_")): v for k, v in changed.items()}}
     best = table(lambda a, s, n: 0.0, setups=setups, ns=(4, 6), val_samples=1000)
-    best = with_seeds(best, lambda a, s, n: [cells[(a, s)][(4, 6).index(n)]] * 2 if cells.get((a, s)) else [0.0, 0.0])
+    best = with_seeds(best, lambda a, s, n: [cells[(a, s)][(4, 6).index(n)]] * seeds if cells.get((a, s)) else
+                      [0.0] * seeds)
     gone = [(a, s) for (a, s), v in cells.items() if v is None]
     return best[[(a, s) not in gone for a, s in zip(best["arch"], best["setup"])]].reset_index(drop=True)
 
 
 def test_the_papers_shape_still_reproduces_what_it_shows():
-    lines = findings(two_seeds())
+    lines = findings(seeded())
     for start in ("cot:", "CoT improves", "with retrieval Mamba", "the hybrid tracks"):
         assert head(line(lines, start)) == "Reproduced", line(lines, start)
 
 
 def test_a_claim_about_named_models_is_not_decided_on_a_subset_of_them():
     # Class A: Mamba against the hybrid alone read "far more than the Transformer's and the hybrid's".
-    best = two_seeds(mamba_vanilla=(0.95, 0.55), hybrid_vanilla=(0.93, 0.93))
+    best = seeded(mamba_vanilla=(0.95, 0.55), hybrid_vanilla=(0.93, 0.93))
     best = best[~((best["arch"] == "transformer") & (best["setup"] == "vanilla") & (best["n"] == 6))]
     text = line(findings(best), "vanilla:")
     assert head(text) == "Not decided", text
@@ -326,11 +346,11 @@ def test_a_claim_about_named_models_is_not_decided_on_a_subset_of_them():
         in text, text
     assert "[shown]" in text  # the hybrid's comparison is there, and shows it
     # A comparator absent from the run, or only at another size, is named the same way.
-    text = line(findings(two_seeds(hybrid_vanilla=None, hybrid_cot=None, hybrid_retrieval=None)), "cot:")
+    text = line(findings(seeded(hybrid_vanilla=None, hybrid_cot=None, hybrid_retrieval=None)), "cot:")
     assert head(text) == "Not decided" and "the hybrid (never compared: no hybrid in this run)" in text, text
-    text = line(findings(two_seeds(hybrid_retrieval=None, hybrid_cot=None, hybrid_vanilla=None)), "CoT improves")
+    text = line(findings(seeded(hybrid_retrieval=None, hybrid_cot=None, hybrid_vanilla=None)), "CoT improves")
     assert head(text) == "Not decided" and "the hybrid (never compared: absent from this run)" in text, text
-    best = two_seeds()
+    best = seeded()
     best.loc[best["arch"] == "hybrid", ["size", "params"]] = ["tiny-dmodel16", 10144]
     text = line(findings(best), "cot:")
     assert head(text) == "Not decided" and "the hybrid (never compared: none of Mamba's size" in text, text
@@ -339,17 +359,17 @@ def test_a_claim_about_named_models_is_not_decided_on_a_subset_of_them():
 
 def test_a_guard_never_drops_a_counterexample():
     # Class B: CoT gave Mamba nothing (both at guessing) and "CoT improves every architecture" read Reproduced.
-    text = line(findings(two_seeds(mamba_vanilla=(0.5, 0.5), mamba_cot=(0.0, 0.0))), "CoT improves")
+    text = line(findings(seeded(mamba_vanilla=(0.5, 0.5), mamba_cot=(0.0, 0.0))), "CoT improves")
     assert head(text) == "Not decided" and "every cell at guessing level" in text, text
     assert "Mamba (each of its comparisons left out: every cell at guessing level)" in text, text
     # At the ceiling: left out where CoT stays there; where it falls below it, a counterexample that
     # refutes (issue 61: before, it was kept "within noise" and could never refute).
     ceiling = dict(transformer_vanilla=(1.0, 1.0), transformer_cot=(1.0, 1.0))
-    assert "every cell at the ceiling" in line(findings(two_seeds(**ceiling)), "CoT improves")
-    text = line(findings(two_seeds(**{**ceiling, "transformer_cot": (0.6, 0.6)})), "CoT improves")
-    assert head(text) == "Not reproduced" and "a gain of -0.400 (0 claimed, margin 0.022) [refuted]" in text, text
+    assert "every cell at the ceiling" in line(findings(seeded(**ceiling)), "CoT improves")
+    text = line(findings(seeded(**{**ceiling, "transformer_cot": (0.6, 0.6)})), "CoT improves")
+    assert head(text) == "Not reproduced" and "a gain of -0.400 (0 claimed, margin 0.025) [refuted]" in text, text
     # The comparator falling more than a Mamba that still solves the largest n: refuted.
-    text = line(findings(two_seeds(mamba_cot=(1.0, 0.95), transformer_cot=(1.0, 0.95), hybrid_cot=(1.0, 0.5))), "cot:")
+    text = line(findings(seeded(mamba_cot=(1.0, 0.95), transformer_cot=(1.0, 0.95), hybrid_cot=(1.0, 0.5))), "cot:")
     assert head(text) == "Not reproduced" and "the hybrid 1.000 / 0.500: Mamba falls -0.450 more" in text, text
 
 
@@ -357,7 +377,7 @@ def test_mamba_and_its_comparators_are_guarded_alike():
     # Class C: Mamba 1.000 -> 0.850 against a Transformer rising from 0.300: "Mamba falls 0.800 more".
     # Issue 61: the comparator need not solve n=4 (0.87 was refused), but Mamba must itself fall far:
     # here it falls 0.150 (0.2 claimed), and the line says so, whatever the comparators did.
-    best = two_seeds(setups=("cot",), mamba_cot=(1.0, 0.85), transformer_cot=(0.3, 0.95), hybrid_cot=(0.3, 0.95))
+    best = seeded(setups=("cot",), mamba_cot=(1.0, 0.85), transformer_cot=(0.3, 0.95), hybrid_cot=(0.3, 0.95))
     found = line(findings(best), "cot:")
     assert head(found) == "Not reproduced" and found.decisive.startswith("mamba tiny (29,888 params) itself"), found
     assert "it falls 0.150 from n=4 to n=6 (0.2 claimed" in found.decisive, found.decisive
@@ -366,7 +386,7 @@ def test_mamba_and_its_comparators_are_guarded_alike():
 def test_a_rate_chosen_among_several_is_read_on_the_held_out_set():
     # Class D: four rates per cell; the Transformer's CoT n=6 at .921/.925 on validation (the rate was
     # picked by these), about .90 on the held-out set.
-    best = two_seeds()
+    best = seeded()
     best["rates"] = 4
     best["test_exact_match_by_seed"] = best["val_exact_match_by_seed"]
     picked = (best["arch"] == "transformer") & (best["setup"] == "cot") & (best["n"] == 6)
@@ -384,7 +404,7 @@ def test_a_rate_chosen_among_several_is_read_on_the_held_out_set():
 
 
 def test_a_value_that_is_not_a_number_is_named_in_its_cell_and_line():
-    best = two_seeds()
+    best = seeded()
     cell = (best["arch"] == "mamba") & (best["setup"] == "cot") & (best["n"] == 6)
     best.loc[cell, "val_exact_match_by_seed"] = "0.4/nan"
     lines = findings(best)
@@ -395,17 +415,17 @@ def test_a_value_that_is_not_a_number_is_named_in_its_cell_and_line():
     assert head(line(lines, "cot:")) != "Reproduced"
 
 
-def test_the_mean_showing_what_no_seed_alone_can_is_not_called_a_disagreement():
+def test_the_mean_decides_and_seeds_alone_within_noise_never_hold_it():
     # Identical seeds of 100 samples: a fall of 0.3 more than the Transformer's (0.2 needed), beyond the
-    # pooled margin only. The seeds agree; each alone is within noise.
-    best = two_seeds(setups=("cot",), mamba_cot=(1.0, 0.6), transformer_cot=(1.0, 0.9), hybrid_cot=(1.0, 0.9))
+    # mean's margin, each seed alone within the sampling of its 100. The old rule made every seed agree,
+    # so a claim shown on the mean was held undecided by seeds merely within noise (issue 84).
+    best = seeded(setups=("cot",), mamba_cot=(1.0, 0.6), transformer_cot=(1.0, 0.9), hybrid_cot=(1.0, 0.9))
     text = line(findings(best.assign(val_samples=100)), "cot:")
-    assert head(text) == "Not decided" and "seeds disagree" not in text, text
-    assert "shown by the mean only, no seed alone shows it" in text, text
+    assert head(text) == "Reproduced" and "alone" not in text, text
 
 
 def test_a_setup_the_run_lacks_has_its_line():
-    lines = findings(two_seeds(setups=("cot", "retrieval")))
+    lines = findings(seeded(setups=("cot", "retrieval")))
     assert head(line(lines, "vanilla:")) == "Not testable here" and "this run has no finished vanilla trial" in line(lines, "vanilla:")
 
 
@@ -434,13 +454,15 @@ def stored_findings(run: str) -> tuple[list[str], dict]:
 
 
 def test_run_7s_findings_under_the_engine():
-    """Run 7 as the engine reads it: (b) and (d) moved from Reproduced to Not decided (issue 61): Mamba's answer
-    alone at n=4 (0.916 / 0.472) straddles the gain CoT gives, and the CoT gap at n=6 (0.100) is not material."""
+    """Run 7 as the engine reads it: on two seeds, whose spread Student's t reads on one degree of freedom,
+    nothing is decided (issue 84: its Mamba's fall with CoT, 0.100 more than the Transformer's where 0.2 is
+    claimed, read Not reproduced, and its state ablation "did not decide the gap", on a margin that two seeds
+    cannot measure)."""
     _, heads = stored_findings("istree_laptop_run7")
-    assert heads == {"vanilla: Mamba": "Not decided", "cot: Mamba": "Not reproduced", "retrieval: Mamba": "Not decided",
+    assert heads == {"vanilla: Mamba": "Not decided", "cot: Mamba": "Not decided", "retrieval: Mamba": "Not decided",
                      "CoT improves": "Not decided", "retrieval improves": "Not decided",
                      "with retrieval Mamba": "Not decided", "the hybrid tracks": "Not decided",
-                     "cot: does the size": "State ablation: the state's size did not decide the gap"}
+                     "cot: does the size": "State ablation: cannot tell"}
 
 
 def test_the_laptop_paragraphs_say_what_run_8s_findings_say():
@@ -473,27 +495,27 @@ def test_the_laptop_paragraphs_say_what_run_8s_findings_say():
 def test_a_cell_outside_a_repair_that_contradicts_it_refutes_it():
     # (e) read Reproduced while the hybrid's retrieval n=6 sat at 0.400 against the Transformer's 0.980: the
     # cell has no Mamba gap to close, so it was left out, its numbers unsaid.
-    found = line(findings(two_seeds(hybrid_retrieval=(0.98, 0.40))), "the hybrid tracks")
+    found = line(findings(seeded(hybrid_retrieval=(0.98, 0.40))), "the hybrid tracks")
     assert head(found) == "Not reproduced", found
     assert "retrieval n=6: the hybrid 0.400, the Transformer 0.980" in found.decisive and "[refuted]" in found.decisive
     # (d) the same: with CoT Mamba keeps up at n=6 (no gap), with retrieval it falls to 0.68.
-    found = line(findings(two_seeds(mamba_cot=(1.0, 0.97), mamba_retrieval=(0.98, 0.68))), "with retrieval Mamba")
+    found = line(findings(seeded(mamba_cot=(1.0, 0.97), mamba_retrieval=(0.98, 0.68))), "with retrieval Mamba")
     assert head(found) == "Not reproduced" and "with retrieval Mamba 0.680, the Transformer 0.980" in found.decisive
 
 
 def test_retrieval_must_narrow_a_material_gap_not_only_stay_near():
     # A lag that retrieval widens (0.15 with CoT, 0.28 with retrieval) refutes.
-    found = line(findings(two_seeds(mamba_cot=(1.0, 0.82), mamba_retrieval=(0.98, 0.70))), "with retrieval Mamba")
+    found = line(findings(seeded(mamba_cot=(1.0, 0.82), mamba_retrieval=(0.98, 0.70))), "with retrieval Mamba")
     assert head(found) == "Not reproduced" and "the gap narrows by -0.130" in found, found
     # A lag of 0.006 at 5,000 samples is detectable, not material: nothing for retrieval to repair, even where
     # retrieval moves Mamba further off (0.03). Before, "a gap" and "close", Reproduced.
-    best = two_seeds(mamba_cot=(1.0, 0.964), mamba_retrieval=(0.98, 0.95)).assign(val_samples=5000)
+    best = seeded(mamba_cot=(1.0, 0.964), mamba_retrieval=(0.98, 0.95)).assign(val_samples=5000)
     found = line(findings(best), "with retrieval Mamba")
     assert head(found) == "Not decided" and "no material gap to close" in found, found
 
 
 def test_a_chosen_rate_without_held_out_values_is_named_and_counted():
-    best = two_seeds().assign(rates=4)
+    best = seeded().assign(rates=4)
     best["test_exact_match_by_seed"] = best["val_exact_match_by_seed"]
     gone = (best["arch"] == "mamba") & (best["setup"] == "cot") & (best["n"] == 6)
     best.loc[gone, "test_exact_match_by_seed"] = float("nan")
@@ -507,30 +529,30 @@ def test_the_summary_row_gives_the_comparison_that_decided_the_head():
     from orchestrator.report import findings_rows
 
     # Not reproduced: the refuted comparison, not the line's first (which is shown).
-    broken = two_seeds(hybrid_cot=(1.0, 0.3))
+    broken = seeded(hybrid_cot=(1.0, 0.3))
     found = line(findings(broken), "the hybrid tracks")
     assert head(found) == "Not reproduced" and "[shown]" in found.split(". ", 1)[1].split(";")[0], found
     assert "cot n=6: the hybrid 0.300" in found.decisive and found.decisive.endswith("[refuted]"), found.decisive
     rows = {claim: numbers for _, _, claim, numbers in findings_rows(findings(broken))}
     assert rows["the hybrid tracks the Transformer of the same size"] == found.decisive
     # Reproduced: the weakest shown comparison (the least beyond its margin).
-    found = line(findings(two_seeds()), "CoT improves")
+    found = line(findings(seeded()), "CoT improves")
     assert head(found) == "Reproduced" and found.decisive.startswith("transformer tiny (30,944 params) n=4: CoT 1.000 "
                                                                      "against 0.950"), found.decisive
     # Not decided for a model never compared: the model, and why.
-    found = line(findings(two_seeds(hybrid_vanilla=None, hybrid_cot=None, hybrid_retrieval=None)), "cot:")
+    found = line(findings(seeded(hybrid_vanilla=None, hybrid_cot=None, hybrid_retrieval=None)), "cot:")
     assert found.decisive == "not shown for every model it names: the hybrid (never compared: no hybrid in this run)"
 
 
 def test_a_counterexample_beyond_the_margin_refutes():
     # Mamba 1.000 at CoT n=6 where the Transformer falls to 0.500: read Not decided before.
-    found = line(findings(two_seeds(mamba_cot=(1.0, 1.0), transformer_cot=(1.0, 0.5))), "cot:")
+    found = line(findings(seeded(mamba_cot=(1.0, 1.0), transformer_cot=(1.0, 0.5))), "cot:")
     assert head(found) == "Not reproduced" and "Mamba falls -0.500 more" in found.decisive, found
 
 
 def test_a_comparator_that_nearly_solves_the_smallest_n_is_compared():
     # The comparator at 0.87 at n=4 "did not solve n_1", so Mamba's fall from 0.95 to 0.50 was never compared.
-    found = line(findings(two_seeds(setups=("cot",), mamba_cot=(0.95, 0.5), transformer_cot=(0.87, 0.85),
+    found = line(findings(seeded(setups=("cot",), mamba_cot=(0.95, 0.5), transformer_cot=(0.87, 0.85),
                                     hybrid_cot=(0.87, 0.85))), "cot:")
     assert head(found) == "Reproduced", found
 
@@ -538,13 +560,14 @@ def test_a_comparator_that_nearly_solves_the_smallest_n_is_compared():
 def test_a_difference_inside_the_spread_between_seeds_is_not_shown():
     # Mamba's CoT n=6 seeds 0.74 and 0.64: a fall 0.28 more than the Transformer's where 0.2 is claimed, each
     # seed alone beyond it on 20,000 samples; but 0.08 past the threshold is inside the seeds' spread (0.1).
-    best = two_seeds(setups=("cot",), mamba_cot=(1.0, 0.69), transformer_cot=(1.0, 0.97), hybrid_cot=(1.0, 0.97))
+    best = seeded(setups=("cot",), mamba_cot=(1.0, 0.69), transformer_cot=(1.0, 0.97), hybrid_cot=(1.0, 0.97))
     best = best.assign(val_samples=20000)
     assert head(line(findings(best), "cot:")) == "Reproduced"  # the same mean, the seeds alike
     cell = (best["arch"] == "mamba") & (best["n"] == 6)
     best.loc[cell, "val_exact_match_by_seed"] = "0.74/0.64"
     found = line(findings(best), "cot:")
-    assert head(found) == "Not decided" and "the mean within the spread between seeds" in found, found
+    assert head(found) == "Not decided" and "Mamba falls 0.280 more (0.2 claimed, margin 0.635) [within noise]" \
+        in found, found  # two seeds 0.1 apart: Student's t on one degree of freedom, 12.7 standard errors
 
 
 def test_verdicts_do_not_depend_on_row_order_seed_ids_or_model_names():
@@ -553,16 +576,17 @@ def test_verdicts_do_not_depend_on_row_order_seed_ids_or_model_names():
     from workloads.tasks.istree import IsTreeTask
 
     root = __import__("pathlib").Path(__file__).parents[3]
-    runs = [two_seeds(), two_seeds(hybrid_retrieval=(0.98, 0.4)), two_seeds(mamba_cot=(1.0, 0.82)),
+    runs = [seeded(), seeded(hybrid_retrieval=(0.98, 0.4)), seeded(mamba_cot=(1.0, 0.82)),
             pd.read_csv(root / "sweeps/calibration/istree_laptop_run7/best.csv")]
     rng = random.Random(61)
     for best in runs:
         want = [(t.head, t.seeds) for t in IsTreeTask.findings(best) if hasattr(t, "head")]
         for _ in range(5):
-            ids = {"0": str(rng.randrange(10, 99)), "1": str(rng.randrange(100, 999))}
+            ids = {str(k): str(rng.randrange(10 ** (k + 1), 10 ** (k + 2))) for k in range(4)}
             base = rng.choice(["small", "s", "t9"])
             shuffled = best.sample(frac=1, random_state=rng.randrange(1000)).assign(
-                size=best["size"].str.replace("tiny", base), seed_ids="/".join(ids.values()))
+                size=best["size"].str.replace("tiny", base),
+                seed_ids=best["seed_ids"].map(lambda s: "/".join(ids[x] for x in str(s).split("/"))))
             got = [(t.head, t.seeds) for t in IsTreeTask.findings(shuffled) if hasattr(t, "head")]
             assert got == want
 
@@ -591,23 +615,125 @@ BROKEN = {  # one claim broken at a time: (the cells replaced, the line that mus
 }
 
 
-def at_scale(cells):
+def at_scale(cells, seeds=4):
     rows = []
     for (arch, setup), values in cells.items():
         for size in ("0.5M", "1M", "2M"):
             params, state = MODELS[(arch, size)]
             for n, v in zip((16, 32, 64), values):
-                rows.append(dict(arch=arch, setup=setup, size=size, n=n, lr=1e-3, val_exact_match=v, seeds=1,
-                                 gen_accuracy=0.9, val_samples=5000, params=params, state_floats=state))
-    return pd.DataFrame(rows)
+                rows.append(dict(arch=arch, setup=setup, size=size, n=n, lr=1e-3, val_exact_match=v, seeds=seeds,
+                                 seed_ids="/".join(map(str, range(seeds))), gen_accuracy=0.9, val_samples=5000,
+                                 params=params, state_floats=state))
+    return respread(pd.DataFrame(rows), spread=0.002)  # seeds that agree, as the paper's large models' would
+
+
+CLAIM_LINES = ("vanilla:", "cot:", "retrieval:", "CoT improves", "retrieval improves", "with retrieval Mamba",
+               "the hybrid tracks")
 
 
 def test_the_papers_shape_at_its_scale_reproduces_every_claim_and_each_broken_claim_does_not():
     lines = findings(at_scale(AT_SCALE))
-    for start in ("vanilla:", "cot:", "retrieval:", "CoT improves", "retrieval improves", "with retrieval Mamba",
-                  "the hybrid tracks"):
+    for start in CLAIM_LINES:
         assert head(line(lines, start)) == "Reproduced", line(lines, start)
     assert head(line(lines, "State ablation")) == "State ablation: not testable here"
     for claim, (cells, start) in BROKEN.items():
         found = line(findings(at_scale({**AT_SCALE, **cells})), start)
         assert head(found) in ("Not reproduced", "Not decided"), (claim, found)
+
+
+def test_the_papers_grid_of_one_seed_is_read_less_confidently_than_seeds_would_read_it():
+    """Issue 84: one seed had no training noise in its margin, so its verdicts were the
+    most confident of any. On the paper's own grid (one seed per cell) its training
+    noise is IsTree's declared floor: each line reads Reproduced only where four seeds
+    of the same means do, and a margin never narrower than theirs."""
+    one, four = findings(at_scale(AT_SCALE, seeds=1)), findings(at_scale(AT_SCALE))
+    for start in CLAIM_LINES:
+        assert head(line(one, start)) != "Reproduced" or head(line(four, start)) == "Reproduced", start
+    assert sum(head(line(one, start)) == "Reproduced" for start in CLAIM_LINES) < len(CLAIM_LINES)
+    first = re.search(r"margin (\d\.\d+)", line(one, "cot:")), re.search(r"margin (\d\.\d+)", line(four, "cot:"))
+    assert float(first[0].group(1)) > float(first[1].group(1))
+
+
+def test_without_a_declared_floor_one_seed_decides_nothing():
+    from workloads.tasks._istree_findings import CHANCE, CLAIMS
+    from workloads.tasks.findings import findings as engine
+
+    lines = engine(at_scale(AT_SCALE, seeds=1), CLAIMS, CHANCE, noise=None)
+    text = line(lines, "cot:")
+    assert head(text) == "Not decided" and "one seed: training noise not measured" in text, text
+
+
+# Issue 84: the verdicts' statistics. Each case is one the old rule read against its data.
+
+
+def test_eight_seeds_show_a_fall_that_one_seed_of_eight_does_not():
+    # The mean and 7 seeds: Mamba with CoT at n=6 falls 0.5 more than the Transformer; one seed at 0.85 where
+    # the others are 0.40. The old rule made every seed agree: Not decided. The mean decides; the eighth seed
+    # lies within its own margin, and is named.
+    best = seeded(setups=("cot",), seeds=8, mamba_cot=(1.0, 0.4), transformer_cot=(1.0, 0.96), hybrid_cot=(1.0, 0.96))
+    cell = (best["arch"] == "mamba") & (best["n"] == 6)
+    best.loc[cell, "val_exact_match_by_seed"] = "/".join(["0.4"] * 7 + ["0.85"])
+    text = line(findings(best), "cot:")
+    assert head(text) == "Reproduced" and text.startswith("- **Reproduced** on 8 seeds"), text
+    assert "seed 7 alone 0.110, within its own margin" in text, text
+
+
+def test_one_seed_of_many_refuting_beyond_its_own_margin_holds_the_line():
+    # Seven seeds show the fall far beyond the margin; the eighth shows Mamba not falling at all. With IsTree's
+    # floor (0.10 a cell) a seed alone cannot see that far: it is named, within its own margin. Where a task
+    # declares a training noise a seed alone can see past (0.01), it refutes beyond its own margin: the line is
+    # held undecided, and says so.
+    from workloads.tasks._istree_findings import CHANCE, CLAIMS
+    from workloads.tasks.findings import findings as engine
+
+    best = seeded(setups=("cot",), seeds=8, mamba_cot=(1.0, 0.2), transformer_cot=(1.0, 0.96), hybrid_cot=(1.0, 0.96))
+    cell = (best["arch"] == "mamba") & (best["n"] == 6)
+    best.loc[cell, "val_exact_match_by_seed"] = "/".join(["0.2", "0.201", "0.199", "0.2", "0.202", "0.198", "0.2",
+                                                          "0.99"])
+    text = line(findings(best), "cot:")
+    assert head(text) == "Reproduced" and "seed 7 alone -0.030, within its own margin" in text, text
+    text = line(engine(best, CLAIMS, CHANCE, noise=0.01), "cot:")
+    assert head(text) == "Not decided" and "seed 7 alone -0.030, beyond its own margin" in text, text
+    assert "[shown by the mean; seed 7 alone" in text and ": undecided]" in text, text
+
+
+def lever(mamba_best, mamba_paper, transformer=0.97, rates=3):
+    """CoT at n=4 and 6: the Transformer and Mamba each chosen among `rates` rates on validation (read held
+    out), Mamba at the paper's rate `mamba_paper` (best.csv's baseline)."""
+    best = seeded(setups=("cot",), mamba_cot=(mamba_best, mamba_best), transformer_cot=(transformer, transformer),
+                  hybrid_cot=None).assign(rates=rates)
+    best["test_exact_match_by_seed"] = best["val_exact_match_by_seed"]
+    mamba = best["arch"] == "mamba"
+    best.loc[mamba, "baseline_exact_match_by_seed"] = "/".join([str(mamba_paper)] * 4)
+    return best
+
+
+def test_capacity_or_training_answers_closes_only_where_mamba_had_a_gap():
+    # (g) read "the gap closes" where Mamba sat at 0.95 at every rate beside the Transformer's 0.97: no gap at the
+    # baseline, nothing closed. As (d) and (e): closeness speaks only where the gap at the baseline is material.
+    text = line(findings(lever(0.95, 0.95)), "Capacity or training (i)")
+    assert head(text) == "Capacity or training (i) the best learning rate: not decided", text
+    assert "no material gap to close" in text, text
+    closes = line(findings(lever(0.95, 0.6)), "Capacity or training (i)")
+    assert head(closes) == "Capacity or training (i) the best learning rate: the gap closes", closes
+    stays = line(findings(lever(0.75, 0.6)), "Capacity or training (i)")
+    assert head(stays) == "Capacity or training (i) the best learning rate: the gap does not close", stays
+    # No Mamba at the paper's rate among its rates: no baseline, so closeness can refute, never show.
+    unknown = lever(0.95, 0.6).drop(columns="baseline_exact_match_by_seed")
+    text = line(findings(unknown), "Capacity or training (i)")
+    assert head(text) == "Capacity or training (i) the best learning rate: not decided", text
+    assert "not tried at Mamba's paper rate beside others" in text, text
+
+
+@pytest.mark.parametrize("retrieval, refuted", [(0.998, False), (0.98, False), (0.5, True)])
+def test_an_improvement_is_refuted_by_a_material_dip_under_the_ceiling_only(retrieval, refuted):
+    # (c) read Not reproduced where retrieval sat at 0.998 under CoT's 1.000 at n=4 on 5,000 samples, and on the
+    # paper's own shape with retrieval at 0.980 there: with CoT at the ceiling there is no room to improve, and
+    # only a dip that matters (0.1 or more beyond the margin) is a counterexample.
+    best = seeded(mamba_cot=(1.0, 0.6), mamba_retrieval=(retrieval, 0.95), transformer_cot=(1.0, 0.85),
+                  transformer_retrieval=(retrieval, 0.97), hybrid_cot=(1.0, 0.85),
+                  hybrid_retrieval=(retrieval, 0.97)).assign(val_samples=5000)
+    text = line(findings(best), "retrieval improves")
+    assert (head(text) == "Not reproduced") == refuted, text
+    if not refuted:
+        assert head(text) == "Reproduced" and "at the ceiling: no room to improve" in text, text
