@@ -857,9 +857,10 @@ def _findings_summary(found: list[str]) -> list[str]:
     notes = [text for text in found if not text.startswith("- ")]  # what the findings read
     return ["## What this run shows of the paper's findings", "",
             "Decided by the rules of docs/findings.md (teacher-forced exact match; models compared at equal size, on "
-            "counts of samples with a noise margin that counts the spread between seeds, on the mean over seeds and "
-            "on each seed; a line reads Reproduced only where every model it names has a comparison shown and none "
-            "is refuted; each row gives the comparison that decided it). Each line's every comparison: "
+            "counts of samples, on the mean over seeds with a margin of Student's t on them (one seed: the task's "
+            "training-noise floor), a seed alone holding a line open only beyond its own margin; a line reads "
+            "Reproduced only where every model it names has a comparison shown and none is refuted; each row gives "
+            "the comparison that decided it). Each line's every comparison: "
             "[Why each verdict](#why-each-verdict).", "", *notes, "",
             "| verdict | finding | the numbers that decide it |", "|---|---|---|",
             *[f"| {head}{' ' + seeds if seeds else ''} | {claim} | {numbers} |" for head, seeds, claim, numbers in rows],

@@ -320,7 +320,7 @@ class Test:
     threshold: Fraction
     says: str
     fails: str = ""
-    spread: bool = True  # the margin counts the spread between seeds (False: where a cell sits)
+    spread: bool = True  # the margin counts training noise (False: sampling alone, for where a cell sits)
 
     def against(self, view: tuple) -> Optional[bool]:
         gap, margin = self.stat.value(view) - self.threshold, self.stat.margin(view, self.spread)
