@@ -313,7 +313,7 @@ class CellwiseOptuna(Searcher):
                 self.members[tune_id] = {}
             for key, name, trial in entries:
                 cell = _cell_of(trial)
-                if cell not in self.used:  # not a cell of this spec
+                if cell is None or cell not in self.used:  # not a cell of this spec (or unreadable)
                     continue
                 if name not in self.names[cell]:
                     self.names[cell].append(name)
@@ -478,9 +478,15 @@ class CellwiseOptuna(Searcher):
         self.attach()
 
 
-def _cell_of(trial: dict) -> Cell:
-    """The cell of a trial config (as stored): the trials only a rate tells apart."""
-    config = TrialConfig.model_validate(trial)
+def _cell_of(trial: dict) -> Optional[Cell]:
+    """The cell of a trial config (as stored): the trials only a rate tells apart;
+    None where today's schema cannot read it (an earlier version's config)."""
+    from pydantic import ValidationError
+
+    try:
+        config = TrialConfig.model_validate(trial)
+    except (ValidationError, TypeError, ValueError):
+        return None
     return Cell(config.model.arch, config.setup, config.model.size, config.task.n, config.train.seed)
 
 
