@@ -198,7 +198,7 @@ PRESETS: dict[str, dict[str, ModelConfig]] = {
     "transformer": {
         # Ours, not the paper's: 3 layers, about the tiny Mamba's and hybrid's parameters
         # (30.9k, 29.9k, 30.2k) as the paper's sizes match, and PyTorch's init (as the
-        # hybrid's layer), with which it learns IsTree at width 32 (README, Fidelity).
+        # hybrid's layer), with which it learns IsTree at width 32 (docs/fidelity.md).
         "tiny": _transformer("tiny", 32, 64, 3, 2, attn_init="torch"),
         "0.5M": _transformer("0.5M", 64, 256, 8, 4),
         "1M": _transformer("1M", 64, 256, 16, 4),

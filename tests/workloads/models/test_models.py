@@ -25,7 +25,7 @@ def test_presets_match_the_paper_parameter_counts(arch, size):
 
 
 def test_the_tiny_paper_architectures_match_in_parameters_and_the_transformer_keeps_pytorchs_init():
-    """tiny is ours (README, Fidelity): the three compared at about one parameter count,
+    """tiny is ours (docs/fidelity.md): the three compared at about one parameter count,
     as the paper's sizes are, and the Transformer at PyTorch's init, which learns at width 32."""
     counts = {arch: build_model(preset(arch, "tiny"), VOCAB).num_params() for arch in ("transformer", "mamba", "hybrid")}
     assert max(counts.values()) / min(counts.values()) < 1.05, counts

@@ -22,7 +22,7 @@ chunked form where it imports. Two parts of fla's RWKV-7 block are not here, as
 no recurrent layer of this project has them: the channel-mixing MLP (our
 recurrent layers are mixer-only, mamba-ssm's MixerModel rule) and the value
 residual (v lerped towards the first layer's v), which would need a value passed
-from layer to layer (README, Fidelity).
+from layer to layer (docs/fidelity.md).
 """
 
 import math
