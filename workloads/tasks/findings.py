@@ -1010,8 +1010,9 @@ class GapCloses:
         baseline = ("at the paper's rate" if self.lever == "rate" else uc.model.size) if uc is not None else ""
         # As a repair (d, e): closeness shows only where the model without the lever had a
         # material gap (no gap: nothing to close), and refutes anywhere.
-        material = ([Test(one(tc) - one(uc), self.close, "", f"no material gap to close ({words.split(' at ')[0]} "
-                          f"{baseline} lags {ref} by less than {float(self.close):g} beyond the margin)")]
+        without = f"{arch_words(self.arch)} {baseline}"  # U, the model without the lever, never X's words
+        material = ([Test(one(tc) - one(uc), self.close, "", f"no material gap to close ({without} lags {ref} by less "
+                          f"than {float(self.close):g} beyond the margin)")]
                     if uc is not None else [])
         gap = AnyOf(material, material[0].fails if material else "no gap at the baseline to read (no model without "
                     "the lever beside it)")

@@ -128,3 +128,16 @@ def test_mqar_asks_the_three_questions_and_nothing_of_the_paper():
         "Capacity or training (i) the best learning rate", "Capacity or training (ii) mimetic init",
         "Capacity or training (iii) a 3x larger state"]
     assert head(lines[1]) == "Capacity or training (ii) mimetic init: the gap closes", lines[1]
+
+
+def test_no_material_gap_names_the_model_without_the_lever():
+    # The reason named the lever's model with the other's size ("the larger-state Mamba tiny-dstate1-nlayers4",
+    # "Mamba with mimetic init tiny"): the gap that was not material is the model's without the lever.
+    close = cot(mamba_n6=(0.93, 0.93), mimetic_n6=(0.95, 0.95))
+    text = lever(findings(close), "(ii)")
+    assert "no material gap to close (Mamba tiny lags the Transformer by less than 0.1" in text, text
+    small = cell("mamba", SMALL_STATE[0], "cot", 6, (0.93, 0.93), params=SMALL_STATE[1], state=SMALL_STATE[2])
+    small4 = cell("mamba", SMALL_STATE[0], "cot", 4, (1.0, 1.0), params=SMALL_STATE[1], state=SMALL_STATE[2])
+    text = lever(findings(pd.concat([cot(mamba_n6=(0.95, 0.95)), run(small4, small)])), "(iii)")
+    assert f"no material gap to close (Mamba {SMALL_STATE[0]} lags the Transformer by less than 0.1" in text, text
+    assert "larger-state Mamba " + SMALL_STATE[0] not in text, text
