@@ -206,3 +206,20 @@ def best(run_dir: str | Path) -> pd.DataFrame:
                                           if isinstance(v, str) else v)
     table.attrs["notes"] = run.notes
     return table
+
+
+def findings(run_dir: str | Path):
+    """What the run at `run_dir` shows of its task's known results, decided by the
+    findings engine on its best-per-cell table as it stands now (the report writes
+    the same into findings.json; `Findings.from_json` reads that file back): a
+    `workloads.tasks.verdicts.Findings`, whose `.lines` are each claim's `Finding`
+    (verdict, seeds, the comparison that decided it, each comparison decided and left
+    out) and whose `.markdown()` gives the report's lines."""
+    from orchestrator.report import best_table, unfinished_trials
+    from workloads.tasks import TASKS
+    from workloads.tasks.verdicts import Findings
+
+    with _opened(run_dir) as (local, _, own):
+        run = read_stored(local, locked=own)
+    table = best_table(run)[0] if not run.trials.empty else pd.DataFrame()
+    return TASKS[run.task][1].findings(table, unfinished_trials(run)) if not table.empty else Findings()

@@ -7,6 +7,7 @@ always be regenerated from the stored results.
 import contextlib
 import itertools
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -20,6 +21,7 @@ from workloads.models import PRESETS, preset
 from workloads.models.config import SIZES
 from workloads.naming import model_label, preset_of, short_float, significant
 from workloads.tasks import DEFAULT_TASK, TASKS
+from workloads.tasks.verdicts import Findings
 
 GROUP = ["arch", "setup", "size", "n"]
 SIZE_ORDER = {size: i for i, size in enumerate(SIZES)}
@@ -669,15 +671,27 @@ def _mlflow_experiment_id(db: Path, name: str) -> Optional[str]:
     return str(row[0]) if row else None
 
 
-def write_report(run: Run, out_dir: Path, solved: float = SOLVED,
-                 location: Optional[str] = None) -> tuple[str, pd.DataFrame]:
-    """Writes report.md, results.csv, best.csv and the plots of `run` (as
-    orchestrator.rundir.read_run read it) into `out_dir`, and for a sweep over two
+@dataclass(frozen=True)
+class Written:
+    """A report as write_report wrote it: its Markdown, the per-cell best table, the
+    findings, and the title, trial counts and notes it opens with (the console's
+    summary renders these; it never reads the Markdown back)."""
+
+    text: str
+    best: pd.DataFrame
+    findings: Findings
+    title: str
+    counts: str
+    notes: tuple[str, ...]
+
+
+def write_report(run: Run, out_dir: Path, solved: float = SOLVED, location: Optional[str] = None) -> Written:
+    """Writes report.md, findings.json, results.csv, best.csv and the plots of `run`
+    (as orchestrator.rundir.read_run read it) into `out_dir`, and for a sweep over two
     or more n, frontier.csv and frontier.png (a cell is solved at exact match >=
-    `solved`); returns the markdown and the per-cell best table. Each cell's
-    learning rate is chosen by the sweep's search.metric and search.mode.
-    `location`: the run directory as the user names it, for the commands that
-    open it in each tool (default `out_dir`)."""
+    `solved`). Each cell's learning rate is chosen by the sweep's search.metric and
+    search.mode. `location`: the run directory as the user names it, for the commands
+    that open it in each tool (default `out_dir`)."""
     out_dir, df = Path(out_dir), run.trials
     if df.empty:
         raise FileNotFoundError(f"{out_dir}: no trial results (no */params.json)")
@@ -693,15 +707,16 @@ def write_report(run: Run, out_dir: Path, solved: float = SOLVED,
     selected_by = (f"{metric} ({'highest' if mode == 'max' else 'lowest'} mean over seeds; ties by "
                    f"{'highest' if METRICS[tie_break].mode == 'max' else 'lowest'} {tie_break})")
     unfinished = unfinished_trials(run)
-    lines = [f"# Sweep report: {out_dir.name}", "",
-             f"{len(df)} trials: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + ".", "",
-             *([f"**Note:** {partial_note(run, unfinished, location or str(out_dir))}\n"] if len(unfinished) else []),
+    title = f"Sweep report: {out_dir.name}"
+    tally = f"{len(df)} trials: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + "."
+    partial = [partial_note(run, unfinished, location or str(out_dir))] if len(unfinished) else []
+    lines = [f"# {title}", "", tally, "", *[f"**Note:** {note}\n" for note in partial],
              "Open this run in:", "", *[f"- {line}" for line in open_commands(run, location or str(out_dir), out_dir)], "",
              *[f"**Note:** {note}\n" for note in run.notes],
              _headline(best, run.task), ""]
     # What the run shows first (issue 53): the findings in one sentence each, then the
     # figures, then the tables, then each verdict's full reasoning.
-    found = TASKS[run.task][1].findings(best, unfinished) if not best.empty else []
+    found = TASKS[run.task][1].findings(best, unfinished) if not best.empty else Findings()
     lines += _findings_summary(found)
     lines += ["## Figures", "", *[f"![{p.stem}]({p.name})" for p in plots], ""] if plots else []
     lines += [*_models_section(best), "## Best learning rate per cell", "",
@@ -720,8 +735,10 @@ def write_report(run: Run, out_dir: Path, solved: float = SOLVED,
     lines += _trials_section(df)
     text = redact("\n".join(lines) + "\n")  # a URL's secret (a storage's, a tracker's) never in the report
     (out_dir / "report.md").write_text(text)
+    found.write(out_dir)
     record_report(out_dir, [p.name for p in report_files(out_dir)])
-    return text, best
+    notes = tuple(redact(f"**Note:** {note}").split("\n")[0] for note in (*partial, *run.notes))
+    return Written(text, best, found, title, tally, notes)
 
 
 def unfinished_trials(run: Run) -> pd.DataFrame:
@@ -818,59 +835,39 @@ LEGEND = ("*shown* / *refuted*: a comparison beyond its threshold by more than i
           "compare. Rules: docs/findings.md.")
 
 
-def findings_rows(found: list[str]) -> list[tuple[str, str, str, str]]:
-    """(verdict, seeds, claim, the numbers that decided it) of each findings line: the
-    comparison the findings engine says decided its head (a refuted one for Not
-    reproduced, the weakest shown one for Reproduced, the open or missing one else).
-    Lines of plain text (what the findings read, who guesses) have no row."""
-    return [row for row in map(_row, found) if row]
-
-
-def _row(text: str) -> Optional[tuple[str, str, str, str]]:
-    """A findings line's row, from the parts the engine gives it (workloads/tasks/findings.Line)."""
-    if not hasattr(text, "decisive"):
-        return None
-    return text.head, text.seeds, text.claim.split(" (")[0], text.decisive
-
-
-def console_summary(text: str, best: pd.DataFrame, task: str, unfinished: Optional[pd.DataFrame] = None) -> str:
+def console_summary(report: Written) -> str:
     """What the console says of a report (issue 53: the report itself, raw Markdown,
     was printed): its title and trial counts, its notes, and each finding's verdict,
-    with the trials it would read that have not run yet (`unfinished`:
-    unfinished_trials); report.md holds the rest."""
-    head = [line for line in text.split("\nOpen this run in:")[0].strip().splitlines() if not line.startswith("**Note:**")]
-    notes = [line for line in text.splitlines() if line.startswith("**Note:**")]
-    found = TASKS[task][1].findings(best, unfinished) if not best.empty else []
-    rows = [(row, getattr(text, "unfinished", "")) for text in found if (row := _row(text))]
-    out = [*(line.lstrip("# ") for line in head if line.strip()), *notes]
-    if rows:
+    with the trials it would read that have not run yet; report.md holds the rest."""
+    out = [report.title, report.counts, *report.notes]
+    if report.findings.lines:
         out += ["What this run shows of the paper's findings (report.md says why each):",
-                *[f"  {verdict}{' ' + seeds if seeds else ''}: {claim}" + (f" (not run yet: {waiting})" if waiting else "")
-                  for (verdict, seeds, claim, _), waiting in rows]]
+                *[f"  {f.verdict}{' ' + f.seeds if f.seeds else ''}: {f.finding}"
+                  + (f" (not run yet: {f.not_run})" if f.not_run else "") for f in report.findings.lines]]
     return "\n".join(out)
 
 
-def _findings_summary(found: list[str]) -> list[str]:
-    rows = findings_rows(found)
-    if not rows:
+def _findings_summary(found: Findings) -> list[str]:
+    """The report's table of verdicts, each with the comparison that decided it (a
+    refuted one for Not reproduced, the weakest shown one for Reproduced, the open or
+    missing one else), after what the findings read."""
+    if not found.lines:
         return []
-    notes = [text for text in found if not text.startswith("- ")]  # what the findings read
     return ["## What this run shows of the paper's findings", "",
             "Decided by the rules of docs/findings.md (teacher-forced exact match; models compared at equal size, on "
             "counts of samples, on the mean over seeds with a margin of Student's t on them (one seed: the task's "
             "training-noise floor), a seed alone holding a line open only beyond its own margin; a line reads "
             "Reproduced only where every model it names has a comparison shown and none is refuted; each row gives "
             "the comparison that decided it). Each line's every comparison: "
-            "[Why each verdict](#why-each-verdict).", "", *notes, "",
+            "[Why each verdict](#why-each-verdict).", "", *found.read, "",
             "| verdict | finding | the numbers that decide it |", "|---|---|---|",
-            *[f"| {head}{' ' + seeds if seeds else ''} | {claim} | {numbers} |" for head, seeds, claim, numbers in rows],
+            *[f"| {f.verdict}{' ' + f.seeds if f.seeds else ''} | {f.finding} | {f.numbers} |" for f in found.lines],
             "", LEGEND, ""]
 
 
-def _findings_reasons(found: list[str]) -> list[str]:
-    lines = [text for text in found if text.startswith("- ")]
+def _findings_reasons(found: Findings) -> list[str]:
+    lines = [text for text in found.markdown() if text.startswith("- ")]
     return ["", "## Why each verdict", "", *lines] if lines else []
-
 
 
 def _frontier_section(best: pd.DataFrame, run: Run, out_dir: Path, solved: float, robust: bool) -> list[str]:

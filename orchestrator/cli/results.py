@@ -155,7 +155,7 @@ def write_and_print_report(run_dir: str, out: Optional[Path] = None, solved: flo
     import errno
 
     from orchestrator.api import read_stored
-    from orchestrator.report import console_summary, open_commands, report_files, unfinished_trials, write_report
+    from orchestrator.report import console_summary, open_commands, report_files, write_report
     from orchestrator.rundir import RunDirError, check_report_dir, record_report
     from orchestrator.storage import is_remote, local_view, upload
 
@@ -166,7 +166,7 @@ def write_and_print_report(run_dir: str, out: Optional[Path] = None, solved: flo
             run = read_stored(local, locked=not remote)
             trials = run.trials
             try:
-                text, best = write_report(run, local, solved=solved, location=run_dir)
+                written = write_report(run, local, solved=solved, location=run_dir)
             except FileNotFoundError as e:
                 fail(_no_trials(run_dir, str(e).replace(str(local), run_dir).split(": ", 1)[-1]))
             except OSError as e:
@@ -191,7 +191,7 @@ def write_and_print_report(run_dir: str, out: Optional[Path] = None, solved: flo
                 record_report(out, [file.name for file in files])
     except (RunDirError, OSError) as e:
         fail(f"{run_dir}: cannot be read or written ({e})")
-    typer.echo(console_summary(text, best, run.task, unfinished_trials(run)))
+    typer.echo(console_summary(written))
     where = f"{run_dir}/report.md" + (f" and {out}/report.md" if out is not None else "")
     typer.echo(f"Report: {where} ({', '.join(f.name for f in files if f.name != 'report.md')} beside it)")
     typer.echo("Open this run in:\n" + "\n".join(f"  {line}" for line in opened))

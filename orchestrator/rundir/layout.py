@@ -74,7 +74,8 @@ DRIVER_LOG = "icr-sweep.log"  # Ray's and Tune's log lines of each launch and re
 WANDB_FAILED = ".icr-wandb-failed"  # the first error of W&B's logging in this run: said once, and in the report
 PLOT_FILES = tuple(f"{METRICS[m].plot}_*.png" for m in PLOTTED) + ("frontier.png", "frontier_robust.png",
                                                                   "lr_window_*.png")
-REPORT_FILES = ("report.md", "results.csv", "best.csv", "frontier.csv", "frontier_robust.csv", *PLOT_FILES)
+REPORT_FILES = ("report.md", "findings.json", "results.csv", "best.csv", "frontier.csv", "frontier_robust.csv",
+                *PLOT_FILES)
 
 # What a launch writes into its run directory before its first trial starts: its own
 # records (and their halves, where a write was cut short) and Ray Tune's (its storage

@@ -162,8 +162,8 @@ def test_report_of_an_empty_directory_is_a_clear_error(tmp_path):
 
 def test_write_report_is_a_function_of_the_files_alone(tmp_path):
     run, _ = fake_run(tmp_path, accuracy)
-    first, _ = write_report(read_run(run), run)
-    second, _ = write_report(read_run(run), run)
+    first = write_report(read_run(run), run).text
+    second = write_report(read_run(run), run).text
     assert first == second
 
 
@@ -514,7 +514,7 @@ def test_an_istree_report_says_what_it_shows_of_the_papers_findings_and_what_is_
         for row in rows:
             row["train_loss"] = 0.5  # flat: trained out
         results.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    text, _ = write_report(read_run(run, locked=False), run)
+    text = write_report(read_run(run, locked=False), run).text
     assert "## What this run shows of the paper's findings" in text
     # fake_run sweeps the Transformer and Mamba with CoT only: what needs more is said to be untestable.
     assert "- **Not testable here**: with retrieval Mamba closes its gap" in text
@@ -912,13 +912,13 @@ def test_the_report_draws_the_learning_rate_window_where_a_cell_tried_several_ra
             path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
     held_out(lambda t: 0.95 if t.train.lr == 1e-3 else 0.5)
-    text, _ = write_report(read_run(run), run)
+    text = write_report(read_run(run), run).text
     section = text.split("## The learning-rate window")[1].split("\n## ")[0]
     assert "![lr_window_0.5M](lr_window_0.5M.png)" in section and (run / "lr_window_0.5M.png").is_file()
     assert "| cot | transformer | 1e-3 (1 of 2 rates) | 1e-3 (1 of 2 rates) |" in section
     assert "mamba" not in section
     held_out(lambda t: None)
-    text, _ = write_report(read_run(run), run)
+    text = write_report(read_run(run), run).text
     assert "learning-rate window" not in text and not (run / "lr_window_0.5M.png").exists()
 
 

@@ -237,7 +237,7 @@ def test_a_report_never_holds_a_secret_of_the_run_directorys_uri(tmp_path):
 
     run_dir = tmp_path / "istree_micro"
     shutil.copytree(Path(__file__).parents[1] / "fixtures" / "stored_run" / "istree_micro", run_dir)
-    text, _ = write_report(read_run(run_dir), run_dir, location="s3://AKID:S3CRETKEY@bkt/runs/istree_micro")
+    text = write_report(read_run(run_dir), run_dir, location="s3://AKID:S3CRETKEY@bkt/runs/istree_micro").text
     assert "load_run('s3://AKID:***@bkt/runs/istree_micro')" in text and "S3CRETKEY" not in text
     assert "S3CRETKEY" not in (run_dir / "report.md").read_text()
 

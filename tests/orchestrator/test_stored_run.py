@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from icr_sweep import best, load_run
+from icr_sweep import Findings, best, findings, load_run
 from orchestrator.api import read_stored
 from orchestrator.report import write_report
 from orchestrator.rundir import PLAN_FILE, read_plan, read_run
@@ -26,11 +26,18 @@ def test_a_stored_run_reads_whole_and_reports_the_same_from_every_reader(tmp_pat
     assert sorted(stored.trials["trial"]) == sorted(planned) and set(stored.trials["state"]) == {"finished"}
     assert stored.notes == [] and stored.configs == planned  # each trial's stored config is the planned one
     assert all(rows[-1]["final_eval"] for rows in stored.rows.values())
-    text, table = write_report(stored, run)
+    written = write_report(stored, run)
+    text, table = written.text, written.best
     for name in planned:
         assert f"| {name} | finished |" in text
     assert pd.read_csv(run / "best.csv")["val_exact_match"].tolist() == table["val_exact_match"].tolist()
     assert best(run)["val_exact_match"].tolist() == table["val_exact_match"].tolist()
+    # The findings as data: findings.json reads back to what the report rendered, and a notebook's
+    # findings() decides the same on the run as it stands.
+    stored_findings = Findings.from_json((run / "findings.json").read_text())
+    assert stored_findings == written.findings == findings(run) and stored_findings.lines
+    for line in stored_findings.markdown():
+        assert line in text
     latest = load_run(run, evaluations=False).set_index("trial")
     assert latest["val_exact_match"].to_dict() == stored.trials.set_index("trial")["val_exact_match"].to_dict()
 

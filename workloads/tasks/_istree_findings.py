@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from workloads.tasks.findings import (ARCH_WORDS, Cell, Falls, Improves, Repairs, StateDecides, Stat, Table, Test,
                                       capacity_or_training, findings as decide_claims, off_floor, rate)
+from workloads.tasks.verdicts import Findings
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -75,10 +76,10 @@ CLAIMS = (
 )
 
 
-def findings(best: pd.DataFrame) -> list[str]:
-    """Markdown lines: what the findings read, (a) per setup, (b) to (e), then (f) and
-    (g) per setup (a run with task axes: per task variant). IsTreeTask.findings adds the cells
-    at guessing level."""
+def findings(best: pd.DataFrame) -> Findings:
+    """What the findings read, (a) per setup, (b) to (e), then (f) and (g) per setup (a
+    run with task axes: per task variant). IsTreeTask.findings adds the cells at
+    guessing level."""
     return decide_claims(best, CLAIMS, CHANCE, noise=TRAINING_NOISE)
 
 

@@ -171,13 +171,15 @@ class TaskBase:
     training_noise: ClassVar[Optional[float]] = None
 
     @classmethod
-    def findings(cls, best, unfinished=None) -> list[str]:
-        """Markdown lines for the report: what the run shows of the task's known
-        results; `unfinished`, the trials not finished (setup, state), named as not run
-        yet in each line that would read them."""
-        if not cls.claims:
-            return []
+    def findings(cls, best, unfinished=None):
+        """What the run shows of the task's known results (workloads/tasks/verdicts.py's
+        `Findings`); `unfinished`, the trials not finished (setup, state), named as not
+        run yet in each finding that would read them."""
         from workloads.tasks.findings import findings
+        from workloads.tasks.verdicts import Findings
+
+        if not cls.claims:
+            return Findings()
 
         return findings(best, cls.claims, cls.exact_match_chance, unfinished, cls.training_noise)
 

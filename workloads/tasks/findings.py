@@ -25,11 +25,12 @@ summary names the comparison that decided it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from workloads.metrics import SOLVED as SOLVED_LEVEL
+from workloads.tasks.verdicts import Compared, Finding, Findings, Part
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -406,8 +407,12 @@ class Decision:
     why: str = ""  # why it was left out
 
     @property
+    def compared(self) -> Compared:
+        return Compared(self.comparison.label, self.kind, self.text, self.why, self.mixed)
+
+    @property
     def said(self) -> str:
-        return self.text if self.mixed else f"{self.text} [{self.kind}]"
+        return self.compared.said
 
 
 def _view(comp: Comparison, view: tuple) -> tuple[str, str]:
@@ -503,34 +508,6 @@ class Claim:
     notes: str = ""  # a sentence its line ends with (cells it did not read, and why)
 
 
-class Line(str):
-    """A findings line (Markdown) that knows its parts: head, seeds, the claim, the
-    comparison that decided the head, in a sentence (the report's summary row), and
-    the trials it would read that have not finished ("" where none)."""
-
-    head: str
-    seeds: str
-    claim: str
-    decisive: str
-    unfinished: str
-
-    def __new__(cls, text: str, head: str, seeds: str, claim: str, decisive: str, unfinished: str = ""):
-        line = super().__new__(cls, text)
-        line.head, line.seeds, line.claim, line.decisive, line.unfinished = head, seeds, claim, decisive, unfinished
-        return line
-
-    def prefixed(self, prefix: str) -> Line:
-        return Line(self.replace("- **", f"- {prefix} **", 1), self.head, self.seeds, self.claim, self.decisive,
-                    self.unfinished)
-
-    def with_unfinished(self, unfinished: str) -> Line:
-        """This line saying that the trials `unfinished` names have not been read (not run yet)."""
-        if not unfinished:
-            return self
-        return Line(f"{self} Not run yet, so not read: {unfinished}.", self.head, self.seeds, self.claim,
-                    f"{self.decisive}; not run yet: {unfinished}", unfinished)
-
-
 HEADS = {True: "Reproduced", False: "Not reproduced", None: "Not decided"}
 
 
@@ -562,39 +539,30 @@ def _judge_question(kept: list[Decision], uncovered: list[str]) -> tuple[object,
     return (False if not shown else "some"), other
 
 
-def line(claim: Claim, missing: list[tuple[str, str]] = ()) -> Line:
-    """The Markdown line of a claim on a run: its head, the seeds its comparisons read,
-    every comparison decided, each model it could not compare and why, those left out
-    with their numbers, the deciding cells still training, the cells it could not read."""
+def line(claim: Claim, missing: list[tuple[str, str]] = ()) -> Finding:
+    """A claim decided on a run: its verdict, the seeds its comparisons read, every
+    comparison decided, each model it could not compare and why, those left out with
+    their numbers, the deciding cells still training, the cells it could not read."""
     heads = claim.heads or HEADS
-    unread = [cell for setup, cell in missing if setup in claim.setups]
-    tail = f" Not read, having no finite exact match: {'; '.join(unread)}." if unread else ""
+    unread = tuple(cell for setup, cell in missing if setup in claim.setups)
     if not claim.comparisons:
         if claim.unequal and not claim.paired:
             head, why = "Not testable at equal size", (f"parameter counts more than {float(SAME_SIZE):g}x apart: "
                                                         + "; ".join(claim.unequal))
         else:
             head, why = heads.get("untestable", "Not testable here"), claim.needs
-        return Line(f"- **{head}**: {claim.name} ({why})." + tail, head, "", claim.name, why)
+        return Finding(claim.name, head, decided_by=why, untestable=why, unread=unread)
     decisions = [decide(c) for c in claim.comparisons]
     kept = [d for d in decisions if d.kind != OUT]
     uncovered = _uncovered(claim, decisions)
     outcome, decisive = (claim.judge or (_judge_question if claim.heads else _judge))(kept, uncovered)
-    head, seeds = heads[outcome], _seeds(claim.comparisons)
-    never = " Not shown for every model it names: " + "; ".join(uncovered) + "." if uncovered else ""
     left = [d.text for d in decisions if d.kind == OUT]
-    if kept:
-        text = f"- **{head}**{seeds}: {claim.name}. " + "; ".join(d.said for d in kept) + "." + never
-        text += " Left out, as their cells can show it neither way: " + "; ".join(left) + "." if left else ""
-    else:
-        text = f"- **{head}**{seeds}: {claim.name}. No comparison here can show it either way: " + "; ".join(left) + "."
-        text += never
     training = sorted({f"{cell.name} (loss {cell.still})" for d in kept for cell in d.comparison.cells if cell.still})
-    if training:
-        text += " Still training at the last evaluation, so more samples may change this: " + "; ".join(training) + "."
     said = decisive.said if decisive else (f"not shown for every model it names: {'; '.join(uncovered)}" if uncovered
                                            else f"no comparison can show it: {left[0]}" if left else "")
-    return Line(text + (f" {claim.notes}" if claim.notes else "") + tail, head, seeds.strip(), claim.name, said)
+    return Finding(claim.name, heads[outcome], _seeds(claim.comparisons).strip(), said,
+                   tuple(d.compared for d in kept), tuple(d.compared for d in decisions if d.kind == OUT),
+                   tuple(uncovered), still_training=tuple(training), notes=claim.notes, unread=unread)
 
 
 def _uncovered(claim: Claim, decisions: list[Decision]) -> list[str]:
@@ -1043,24 +1011,23 @@ def capacity_or_training(setups: tuple[str, ...], close: Fraction, ratio: int) -
 
 
 def findings(best: pd.DataFrame, claims: Sequence, chance: dict, unfinished: Optional[pd.DataFrame] = None,
-             noise: Optional[float] = None) -> list[str]:
-    """The report's lines on a run: what it read, then one line per claim expanded on
-    it. A run with task axes (setups like cot-familyrandom) is decided per task
-    variant, its lines prefixed with it. `unfinished`: the run's trials that have not
-    finished (columns setup and state: pending, running, interrupted, error): each
-    line names those of the setups it reads, as not run yet. `noise`: the task's
+             noise: Optional[float] = None) -> Findings:
+    """What the run shows of `claims`: what it read, then each claim expanded on it
+    decided. A run with task axes (setups like cot-familyrandom) is decided per task
+    variant, a `Part` each. `unfinished`: the run's trials that have not finished
+    (columns setup and state: pending, running, interrupted, error): each finding
+    names those of the setups it reads, as not run yet. `noise`: the task's
     training-noise floor, the sd of a cell's exact match from seed to seed, which a
     comparison on one seed is read with (None: one seed decides nothing)."""
-    out = []
+    parts = []
     base, variants = _variants(best)
     waiting = unfinished if unfinished is not None and len(unfinished) else best.iloc[:0][["setup"]].assign(state="")
     waiting_base, waiting_variants = _variants(waiting)
     for variant in sorted(set(variants) | set(waiting_variants)):
         part = best[variants == variant].assign(setup=base[variants == variant])
         left = waiting[waiting_variants == variant].assign(setup=waiting_base[waiting_variants == variant])
-        lines = _lines(Table(part, chance, noise), claims, left)
-        out += [x.prefixed(f"[{variant}]") if isinstance(x, Line) else x for x in lines] if variant else lines
-    return out
+        parts.append(_part(Table(part, chance, noise), claims, left, variant))
+    return Findings(tuple(parts))
 
 
 def _variants(frame: pd.DataFrame):
@@ -1069,13 +1036,15 @@ def _variants(frame: pd.DataFrame):
     return parts.map(lambda p: p[0]), parts.map(lambda p: p[1])
 
 
-def _lines(table: Table, claims: Sequence, unfinished: pd.DataFrame) -> list[str]:
+def _part(table: Table, claims: Sequence, unfinished: pd.DataFrame, variant: str) -> Part:
     if table.unknown_size and table.cells:
-        text = ("the claims (the validation set's size is not known, so no comparison can be given its noise margin; "
-                "`icr-sweep report` of this run with today's version records it)")
-        return [Line(f"- **Not decided**: {text}.", "Not decided", "", "the claims", text)]
-    return table.read_notes() + [line(claim, table.missing).with_unfinished(_not_run(unfinished, claim.setups))
-                                 for declared in claims for claim in declared.expand(table)]
+        why = ("the validation set's size is not known, so no comparison can be given its noise margin; "
+               "`icr-sweep report` of this run with today's version records it")
+        return Part(variant, (), (Finding("the claims", "Not decided", decided_by=f"the claims ({why})",
+                                          untestable=why),))
+    return Part(variant, tuple(table.read_notes()),
+                tuple(replace(line(claim, table.missing), not_run=_not_run(unfinished, claim.setups))
+                      for declared in claims for claim in declared.expand(table)))
 
 
 def _not_run(unfinished: pd.DataFrame, setups: tuple[str, ...]) -> str:

@@ -77,16 +77,13 @@ class IsTreeTask(TaskBase):
     training_noise = TRAINING_NOISE  # a one-seed comparison's training noise (its calibration: _istree_findings.py)
 
     @classmethod
-    def findings(cls, best, unfinished=None) -> list[str]:
-        """The paper's findings as this sweep shows them (the report's paragraph), then
-        the cells at guessing level."""
+    def findings(cls, best, unfinished=None):
+        """The paper's findings as this sweep shows them, with the cells at guessing level."""
+        from dataclasses import replace
+
         from workloads.tasks._istree_findings import at_guessing
 
-        lines = super().findings(best, unfinished)
-        guessing = at_guessing(best)
-        if guessing:
-            lines.append("- **At guessing level** (a model that guesses the answer scores this): " + "; ".join(guessing) + ".")
-        return lines
+        return replace(super().findings(best, unfinished), guessing=tuple(at_guessing(best)))
 
     def __init__(self, config: IsTreeConfig):
         K = _kernels()

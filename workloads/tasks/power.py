@@ -124,10 +124,8 @@ def reproduced(scenario: Scenario, effect: float, seeds: int, runs: int, seed: i
     rng = np.random.default_rng([seed, seeds, int(effect * 1000)])
     declaration, hits = scenario.declaration(), 0
     for _ in range(runs):
-        lines = findings(draw(scenario.cells(effect), seeds, rng, val_samples, noise), [declaration], CHANCE,
-                         noise=TRAINING_NOISE)
-        verdicts = [text for text in lines if text.startswith("- **")]
-        line = next(text for text in verdicts if "cot:" in text) if len(verdicts) > 1 else verdicts[0]  # a line per setup
-        head = line.split("**")[1]
-        hits += head == "Reproduced" or head.endswith("the gap closes")
+        found = findings(draw(scenario.cells(effect), seeds, rng, val_samples, noise), [declaration], CHANCE,
+                         noise=TRAINING_NOISE).lines
+        verdict = (next(f for f in found if "cot:" in f.claim) if len(found) > 1 else found[0]).verdict  # one per setup
+        hits += verdict == "Reproduced" or verdict.endswith("the gap closes")
     return hits / runs

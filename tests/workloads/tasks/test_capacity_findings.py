@@ -5,8 +5,7 @@ that answer it each way, and what it must not read."""
 
 import pandas as pd
 
-from tests.workloads.tasks.test_istree_findings import head, line, verdicts
-from workloads.tasks._istree_findings import findings
+from tests.workloads.tasks.test_istree_findings import findings, head, line, verdicts
 from workloads.tasks.mqar import MQARTask
 
 PARAMS = {"transformer": (30944, 0), "mamba": (29888, 3648)}
@@ -123,7 +122,7 @@ def test_a_larger_state_answers_for_the_smaller_states_gap():
 def test_mqar_asks_the_three_questions_and_nothing_of_the_paper():
     best = run(cell("transformer", "tiny", "vanilla", 8, (0.95, 0.96)), cell("mamba", "tiny", "vanilla", 8, (0.2, 0.3)),
                cell("mamba", "tiny-initmimetic", "vanilla", 8, (0.9, 0.92)))
-    lines = verdicts(MQARTask.findings(best))
+    lines = verdicts(MQARTask.findings(best).markdown())
     assert [head(x).split(":")[0] for x in lines] == [
         "Capacity or training (i) the best learning rate", "Capacity or training (ii) mimetic init",
         "Capacity or training (iii) a 3x larger state"]

@@ -7,7 +7,8 @@ import re
 import pandas as pd
 import pytest
 
-from workloads.tasks._istree_findings import at_guessing, findings
+from workloads.tasks._istree_findings import at_guessing
+from workloads.tasks._istree_findings import findings as decide
 
 # The tiny presets (`icr-sweep models`): parameters and recurrent state floats.
 MODELS = {("transformer", "tiny"): (30944, 0), ("mamba", "tiny"): (29888, 3648), ("hybrid", "tiny"): (30240, 2432),
@@ -18,6 +19,11 @@ MODELS = {("transformer", "tiny"): (30944, 0), ("mamba", "tiny"): (29888, 3648),
           ("hybrid", "1M"): (980480, 34048), ("hybrid", "2M"): (1796736, 68096)}
 LINES = ("vanilla:", "cot:", "retrieval:", "CoT improves", "retrieval improves", "with retrieval Mamba",
          "the hybrid tracks", "State ablation")
+
+
+def findings(best):
+    """The report's findings lines of a best-per-cell table (the engine's Findings, rendered)."""
+    return decide(best).markdown()
 
 
 SPREAD = (1, -1, 1, -1)  # each seed's offset from a cell's exact match, in units of `spread`: the mean is the value
@@ -71,6 +77,13 @@ def line(lines, start):
     """The line of a finding, by the words its name starts with."""
     found = [text for text in verdicts(lines) if head(text).startswith(start) or name(text).startswith(start)]
     assert len(found) == 1, (start, lines)
+    return found[0]
+
+
+def decided(best, start):
+    """The engine's finding (typed) of a claim, by the words its verdict or claim starts with."""
+    found = [f for f in decide(best).lines if f.verdict.startswith(start) or f.claim.startswith(start)]
+    assert len(found) == 1, (start, found)
     return found[0]
 
 
@@ -227,7 +240,7 @@ def test_every_n_is_read_not_only_the_end_points():
 
     text = line(findings(table(em, archs=("transformer", "mamba"), setups=("cot",))), "cot:")
     assert head(text) == "Not reproduced" and "by n=6 Mamba falls -0.400 more (0 claimed" in text, text
-    assert line(findings(table(em, archs=("transformer", "mamba"), setups=("cot",))), "cot:").decisive.startswith(
+    assert decided(table(em, archs=("transformer", "mamba"), setups=("cot",)), "cot:").decided_by.startswith(
         "mamba tiny (29,888 params) against transformer tiny (30,944 params) at n=6")
 
     def rising(a, s, n):  # Mamba 1.0 -> 0.3 -> 0.6: it does not fall "as n grows"
@@ -378,9 +391,9 @@ def test_mamba_and_its_comparators_are_guarded_alike():
     # Issue 61: the comparator need not solve n=4 (0.87 was refused), but Mamba must itself fall far:
     # here it falls 0.150 (0.2 claimed), and the line says so, whatever the comparators did.
     best = seeded(setups=("cot",), mamba_cot=(1.0, 0.85), transformer_cot=(0.3, 0.95), hybrid_cot=(0.3, 0.95))
-    found = line(findings(best), "cot:")
-    assert head(found) == "Not reproduced" and found.decisive.startswith("mamba tiny (29,888 params) itself"), found
-    assert "it falls 0.150 from n=4 to n=6 (0.2 claimed" in found.decisive, found.decisive
+    found = decided(best, "cot:")
+    assert found.verdict == "Not reproduced" and found.decided_by.startswith("mamba tiny (29,888 params) itself"), found
+    assert "it falls 0.150 from n=4 to n=6 (0.2 claimed" in found.decided_by, found.decided_by
 
 
 def test_a_rate_chosen_among_several_is_read_on_the_held_out_set():
@@ -447,7 +460,7 @@ def stored_findings(run: str, starts=("vanilla: Mamba", "cot: Mamba", "retrieval
     from workloads.tasks.istree import IsTreeTask
 
     folder = Path(__file__).parents[3] / "sweeps/calibration" / run
-    lines = IsTreeTask.findings(pd.read_csv(folder / "best.csv"))  # the report's: the findings, then who guesses
+    lines = IsTreeTask.findings(pd.read_csv(folder / "best.csv")).markdown()  # the report's, who guesses last
     stored = (folder / "findings_engine.md").read_text()
     assert stored.split("\n\n", 2)[2].strip() == "\n".join(lines)
     return lines, {start: head(line(lines, start)) for start in starts}
@@ -499,12 +512,13 @@ def test_the_laptop_paragraphs_say_what_run_9s_findings_say():
 def test_a_cell_outside_a_repair_that_contradicts_it_refutes_it():
     # (e) read Reproduced while the hybrid's retrieval n=6 sat at 0.400 against the Transformer's 0.980: the
     # cell has no Mamba gap to close, so it was left out, its numbers unsaid.
-    found = line(findings(seeded(hybrid_retrieval=(0.98, 0.40))), "the hybrid tracks")
-    assert head(found) == "Not reproduced", found
-    assert "retrieval n=6: the hybrid 0.400, the Transformer 0.980" in found.decisive and "[refuted]" in found.decisive
+    found = decided(seeded(hybrid_retrieval=(0.98, 0.40)), "the hybrid tracks")
+    assert found.verdict == "Not reproduced", found
+    assert "retrieval n=6: the hybrid 0.400, the Transformer 0.980" in found.decided_by
+    assert "[refuted]" in found.decided_by
     # (d) the same: with CoT Mamba keeps up at n=6 (no gap), with retrieval it falls to 0.68.
-    found = line(findings(seeded(mamba_cot=(1.0, 0.97), mamba_retrieval=(0.98, 0.68))), "with retrieval Mamba")
-    assert head(found) == "Not reproduced" and "with retrieval Mamba 0.680, the Transformer 0.980" in found.decisive
+    found = decided(seeded(mamba_cot=(1.0, 0.97), mamba_retrieval=(0.98, 0.68)), "with retrieval Mamba")
+    assert found.verdict == "Not reproduced" and "with retrieval Mamba 0.680, the Transformer 0.980" in found.decided_by
 
 
 def test_retrieval_must_narrow_a_material_gap_not_only_stay_near():
@@ -530,28 +544,25 @@ def test_a_chosen_rate_without_held_out_values_is_named_and_counted():
 
 
 def test_the_summary_row_gives_the_comparison_that_decided_the_head():
-    from orchestrator.report import findings_rows
-
     # Not reproduced: the refuted comparison, not the line's first (which is shown).
     broken = seeded(hybrid_cot=(1.0, 0.3))
-    found = line(findings(broken), "the hybrid tracks")
-    assert head(found) == "Not reproduced" and "[shown]" in found.split(". ", 1)[1].split(";")[0], found
-    assert "cot n=6: the hybrid 0.300" in found.decisive and found.decisive.endswith("[refuted]"), found.decisive
-    rows = {claim: numbers for _, _, claim, numbers in findings_rows(findings(broken))}
-    assert rows["the hybrid tracks the Transformer of the same size"] == found.decisive
+    found = decided(broken, "the hybrid tracks")
+    assert found.verdict == "Not reproduced" and found.compared[0].outcome == "shown", found
+    assert "cot n=6: the hybrid 0.300" in found.decided_by and found.decided_by.endswith("[refuted]"), found.decided_by
+    assert found.finding == "the hybrid tracks the Transformer of the same size"
     # Reproduced: the weakest shown comparison (the least beyond its margin).
-    found = line(findings(seeded()), "CoT improves")
-    assert head(found) == "Reproduced" and found.decisive.startswith("transformer tiny (30,944 params) n=4: CoT 1.000 "
-                                                                     "against 0.950"), found.decisive
+    found = decided(seeded(), "CoT improves")
+    assert found.verdict == "Reproduced" and found.decided_by.startswith(
+        "transformer tiny (30,944 params) n=4: CoT 1.000 against 0.950"), found.decided_by
     # Not decided for a model never compared: the model, and why.
-    found = line(findings(seeded(hybrid_vanilla=None, hybrid_cot=None, hybrid_retrieval=None)), "cot:")
-    assert found.decisive == "not shown for every model it names: the hybrid (never compared: no hybrid in this run)"
+    found = decided(seeded(hybrid_vanilla=None, hybrid_cot=None, hybrid_retrieval=None), "cot:")
+    assert found.decided_by == "not shown for every model it names: the hybrid (never compared: no hybrid in this run)"
 
 
 def test_a_counterexample_beyond_the_margin_refutes():
     # Mamba 1.000 at CoT n=6 where the Transformer falls to 0.500: read Not decided before.
-    found = line(findings(seeded(mamba_cot=(1.0, 1.0), transformer_cot=(1.0, 0.5))), "cot:")
-    assert head(found) == "Not reproduced" and "Mamba falls -0.500 more" in found.decisive, found
+    found = decided(seeded(mamba_cot=(1.0, 1.0), transformer_cot=(1.0, 0.5)), "cot:")
+    assert found.verdict == "Not reproduced" and "Mamba falls -0.500 more" in found.decided_by, found
 
 
 def test_a_comparator_that_nearly_solves_the_smallest_n_is_compared():
@@ -584,14 +595,14 @@ def test_verdicts_do_not_depend_on_row_order_seed_ids_or_model_names():
             pd.read_csv(root / "sweeps/calibration/istree_laptop_run7/best.csv")]
     rng = random.Random(61)
     for best in runs:
-        want = [(t.head, t.seeds) for t in IsTreeTask.findings(best) if hasattr(t, "head")]
+        want = [(f.verdict, f.seeds) for f in IsTreeTask.findings(best).lines]
         for _ in range(5):
             ids = {str(k): str(rng.randrange(10 ** (k + 1), 10 ** (k + 2))) for k in range(4)}
             base = rng.choice(["small", "s", "t9"])
             shuffled = best.sample(frac=1, random_state=rng.randrange(1000)).assign(
                 size=best["size"].str.replace("tiny", base),
                 seed_ids=best["seed_ids"].map(lambda s: "/".join(ids[x] for x in str(s).split("/"))))
-            got = [(t.head, t.seeds) for t in IsTreeTask.findings(shuffled) if hasattr(t, "head")]
+            got = [(f.verdict, f.seeds) for f in IsTreeTask.findings(shuffled).lines]
             assert got == want
 
 
@@ -662,7 +673,7 @@ def test_without_a_declared_floor_one_seed_decides_nothing():
     from workloads.tasks._istree_findings import CHANCE, CLAIMS
     from workloads.tasks.findings import findings as engine
 
-    lines = engine(at_scale(AT_SCALE, seeds=1), CLAIMS, CHANCE, noise=None)
+    lines = engine(at_scale(AT_SCALE, seeds=1), CLAIMS, CHANCE, noise=None).markdown()
     text = line(lines, "cot:")
     assert head(text) == "Not decided" and "one seed: training noise not measured" in text, text
 
@@ -696,7 +707,7 @@ def test_one_seed_of_many_refuting_beyond_its_own_margin_holds_the_line():
                                                           "0.99"])
     text = line(findings(best), "cot:")
     assert head(text) == "Reproduced" and "seed 7 alone -0.030, within its own margin" in text, text
-    text = line(engine(best, CLAIMS, CHANCE, noise=0.01), "cot:")
+    text = line(engine(best, CLAIMS, CHANCE, noise=0.01).markdown(), "cot:")
     assert head(text) == "Not decided" and "seed 7 alone -0.030, beyond its own margin" in text, text
     assert "[shown by the mean; seed 7 alone" in text and ": undecided]" in text, text
 
@@ -741,3 +752,26 @@ def test_an_improvement_is_refuted_by_a_material_dip_under_the_ceiling_only(retr
     assert (head(text) == "Not reproduced") == refuted, text
     if not refuted:
         assert head(text) == "Reproduced" and "at the ceiling: no room to improve" in text, text
+
+
+def test_findings_are_data_that_json_carries_whole_and_markdown_renders():
+    # Issue 78: the engine returns typed findings; findings.json carries them whole (every field, every
+    # comparison decided and left out), and the report's lines are their rendering, never parsed back.
+    from workloads.tasks.istree import IsTreeTask
+    from workloads.tasks.verdicts import Findings
+
+    best = seeded(hybrid_cot=(1.0, 0.3), mamba_vanilla=(0.5, 0.5))
+    best = pd.concat([best, best.assign(setup=best["setup"] + "-familyrandom")], ignore_index=True)
+    pending = pd.DataFrame({"trial": ["t"], "arch": ["mamba"], "setup": ["cot"], "size": ["tiny"], "n": [6],
+                            "state": ["pending"]})
+    found = IsTreeTask.findings(best, pending)
+    assert [part.variant for part in found.parts] == ["", "familyrandom"] and found.guessing
+    assert any(f.left_out for f in found.lines) and any(f.untestable for f in found.lines)
+    assert all(f.not_run == "1 cot trial pending" for f in found.parts[0].findings if "cot" in f.claim.lower()
+               and not f.untestable)
+    back = Findings.from_json(found.to_json())
+    assert back == found and back.markdown() == found.markdown()
+    tracks = next(f for f in back.lines if f.claim.startswith("the hybrid tracks"))
+    assert tracks.verdict == "Not reproduced" and tracks.decided_by in [c.said for c in tracks.compared]
+    assert tracks.markdown() in found.markdown()
+    assert tracks.markdown().startswith(f"- **{tracks.verdict}** {tracks.seeds}: {tracks.claim}. ")
