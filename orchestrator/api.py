@@ -12,20 +12,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from workloads.config import TRIAL_IDS
 from workloads.metrics import METRICS, PROGRESS
+from workloads.results import EVALUATION, PER_SEED, TRIAL, per_seed
 
-# best.csv's per-seed columns ("/"-joined there) and the numbers they hold.
-PER_SEED = {"lrs": float, "val_exact_match_by_seed": float, "test_exact_match_by_seed": float, "seed_ids": int}
-# What an evaluation row holds besides the trial's config: progress, then metrics.
-EVALUATION_KEYS = (*PROGRESS, "step", *METRICS, "final_eval", "tokens_per_s", "time_total_s", "timestamp")
-# The columns a table opens with, where it has them: who (the sweep, the trial, its
-# state and its swept values), when (the evaluation, its samples), then the figures.
-_SWEPT = tuple(TRIAL_IDS.values())
-IDS = ("sweep", "trial", "state", *_SWEPT[:_SWEPT.index("size") + 1], "model", *_SWEPT[_SWEPT.index("size") + 1:],
-       "task_label")
-FIRST = (*IDS, "evaluation", *PROGRESS, *METRICS, "lr_at")
-
+# The columns a table opens with, where it has them: who, when (the evaluation, its
+# samples), then the figures (workloads/results.py names each).
+FIRST = (*TRIAL, "evaluation", *PROGRESS, *METRICS, "lr_at")
 
 def read_stored(local: Path, locked: bool = True):
     """The run in the local directory `local` as orchestrator.rundir reads it, for a
@@ -178,8 +170,8 @@ def load_run(run_dir: str | Path, evaluations: bool = True) -> pd.DataFrame:
             for trial in trials["trial"]:
                 for i, row in enumerate(r for r in run.rows.get(trial, []) if r.get("evaluated", True)):
                     rows.append({"trial": trial, "evaluation": i, "lr_at": row.get("lr"),
-                                 **{k: row.get(k) for k in EVALUATION_KEYS}})
-            evals = pd.DataFrame(rows, columns=["trial", "evaluation", "lr_at", *EVALUATION_KEYS])
+                                 **{k: row.get(k) for k in EVALUATION}})
+            evals = pd.DataFrame(rows, columns=["trial", "evaluation", "lr_at", *EVALUATION])
             config = trials.drop(columns=[c for c in METRIC_KEYS if c in trials])
             trials = config.merge(evals, on="trial", how="left")
             for column in ("evaluation", "samples", "step"):
@@ -202,8 +194,7 @@ def best(run_dir: str | Path) -> pd.DataFrame:
     table = best_table(run)[0] if not run.trials.empty else pd.DataFrame()
     table.insert(0, "sweep", name)  # then best.csv's columns, in its order
     for column in (c for c in PER_SEED if c in table):  # best.csv's "0.989/1": here a tuple of numbers, by seed
-        table[column] = table[column].map(lambda v: tuple(PER_SEED[column](x) for x in v.split("/"))
-                                          if isinstance(v, str) else v)
+        table[column] = table[column].map(lambda v, c=column: per_seed(v, c))
     table.attrs["notes"] = run.notes
     return table
 

@@ -20,10 +20,12 @@ from workloads.metrics import HEADLINE, METRICS, PLOTTED, SOLVED, rank_key
 from workloads.models import PRESETS, preset
 from workloads.models.config import SIZES
 from workloads.naming import model_label, preset_of, short_float, significant
+from workloads.results import (BASELINE, BASELINE_BY_SEED, BEST_COLUMNS, BY_SEED, CELL, HELD_OUT_BY_SEED, MODEL,
+                               ROBUST, SEED_IDS)
 from workloads.tasks import DEFAULT_TASK, TASKS
 from workloads.tasks.verdicts import Findings
 
-GROUP = ["arch", "setup", "size", "n"]
+GROUP = list(CELL)
 SIZE_ORDER = {size: i for i, size in enumerate(SIZES)}
 
 
@@ -41,10 +43,7 @@ def setup_key(label: str):
 # The paper reports teacher-forced exact match (docs/experiment.md): it heads every table and
 # figure. Generation accuracy with the real retriever is ours and stands beside it
 # (workloads/metrics.py holds every metric's names and direction).
-BY_SEED = f"{HEADLINE}_by_seed"  # each seed's value of the headline, by seed, "/"-joined (the findings' check)
-SEED_IDS = "seed_ids"  # those seeds, "/"-joined
-HELD_OUT_BY_SEED = "test_exact_match_by_seed"  # each seed's held-out exact match at the cell's rate (the findings
-# read it where the rate was chosen among several: the chosen rate's validation value is biased upwards)
+# best.csv's columns, their types and what each holds: workloads/results.py.
 SUMMARIES = tuple(METRICS)  # best.csv: mean and std of each
 
 
@@ -67,8 +66,8 @@ def best_by_cell(df: pd.DataFrame, metric: str = HEADLINE, mode: str = "max", ti
     and the cell is their mean; `lr` is then the rates' geometric mean and `lrs` names
     each. `trials` lists the trials a row summarises, `val_samples` the validation
     samples each seed's exact match counts (NaN where its trials differ)."""
-    columns = (GROUP + ["lr", "lrs", "seeds", "trials", BY_SEED, SEED_IDS, HELD_OUT_BY_SEED, "val_samples"]
-               + [f"{m}{s}" for m in SUMMARIES for s in ("", "_std")])
+    later = ("model", *MODEL, "still_training")  # best_table's (the cell's model), and the merged ones below
+    columns = [c for c in BEST_COLUMNS if c not in (*later, *ROBUST, *BASELINE)]
     done = df[df["state"] == "finished"]
     if done.empty:
         return pd.DataFrame(columns=columns)
@@ -114,15 +113,12 @@ def best_by_cell(df: pd.DataFrame, metric: str = HEADLINE, mode: str = "max", ti
     return best[columns].sort_values(GROUP, key=lambda c: c.map(order) if c.name == "size" else c).reset_index(drop=True)
 
 
-# The score robust to the learning rate (docs/specs.md, "Robust to the learning rate"): per
-# cell, each seed picks its rate on validation (as best_by_cell ranks) and is scored
-# on the held-out set; beside it, how much of the rate grid solves the cell.
-ROBUST = ("robust_exact_match", "robust_exact_match_std", "rates_solving", "rates")
-
-
-# A cell's exact match at its arch's paper rate (DEFAULT_LR), where its rate was chosen among
-# several and that rate was one of them: the baseline the findings' line (g)(i) reads a gap at.
-BASELINE = ("baseline_lr", "baseline_exact_match_by_seed")
+# ROBUST: the score robust to the learning rate (docs/specs.md, "Robust to the learning
+# rate"): per cell, each seed picks its rate on validation (as best_by_cell ranks) and is
+# scored on the held-out set; beside it, how much of the rate grid solves the cell.
+# BASELINE: a cell's exact match at its arch's paper rate (DEFAULT_LR), where its rate was
+# chosen among several and that rate was one of them: the baseline the findings' line
+# (g)(i) reads a gap at.
 
 
 def baseline_by_cell(done: pd.DataFrame) -> pd.DataFrame:
@@ -140,8 +136,8 @@ def baseline_by_cell(done: pd.DataFrame) -> pd.DataFrame:
         at = at.sort_values("seed")
         held = at["test_exact_match"] if "test_exact_match" in at else pd.Series(math.nan, index=at.index)
         values = held if held.notna().all() else at[HEADLINE]
-        rows.append(dict(zip(GROUP, cell), baseline_lr=float(paper),
-                         baseline_exact_match_by_seed="/".join(f"{v:.8g}" for v in values)))
+        rows.append(dict(zip(GROUP, cell), baseline_lr=float(paper), **{BASELINE_BY_SEED: "/".join(f"{v:.8g}"
+                                                                                              for v in values)}))
     return pd.DataFrame(rows, columns=GROUP + list(BASELINE))
 
 

@@ -33,7 +33,8 @@ from orchestrator.rundir import (ERROR_FILE, MEMBER_FAILED, STARTED_OVER, WANDB_
 from orchestrator.spec import SweepSpec
 from orchestrator.storage import answer_timeout, is_remote
 from orchestrator.unpromised import WANDB_SAID, wandb_callback
-from workloads.config import TRIAL_IDS, TrialConfig
+from workloads.config import TrialConfig
+from workloads.results import TRIAL_IDS
 from workloads.metrics import HELD_OUT, METRICS, RESOLVED, measured
 from workloads.naming import model_label
 

@@ -36,13 +36,6 @@ Device = Literal["auto", "cpu", "cuda"]
 Precision = Literal["fp32", "bf16"]
 
 
-# The config fields that tell one trial of a sweep from another, flattened as
-# pandas and the trackers flatten them, and the short names every table, tracker
-# and notebook gives them (one place: run.py, trackers.py and api.py read it).
-TRIAL_IDS = {"model.arch": "arch", "task.setup": "setup", "model.size": "size", "task.n": "n", "train.lr": "lr",
-             "train.seed": "seed"}
-
-
 class TrainConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 

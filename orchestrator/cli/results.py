@@ -78,7 +78,7 @@ def status(run_dir: str = RUN_DIR, format: ListFormat = typer.Option("table", he
     if format == "json":  # every value as stored: numbers as numbers, null where not measured
         # What the table shows, and what a table of one's own needs: the trial's ids
         # and every figure (the report's tie-break, val_loss, among them).
-        from workloads.config import TRIAL_IDS
+        from workloads.results import TRIAL_IDS
 
         wide = ["trial", "state", *TRIAL_IDS.values(), "task_label", "samples", "train_loss", "samples_per_s",
                 *METRICS, "error"]

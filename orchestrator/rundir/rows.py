@@ -13,9 +13,8 @@ from orchestrator.rundir.layout import (DAMAGED_GLOB, DAMAGED_RESULTS, EARLIER_R
                                         STARTED_OVER_FILE, free_name, free_path)
 from orchestrator.rundir.records import tune_statuses
 from orchestrator.storage import is_remote
-from workloads.metrics import METRICS, PROGRESS
-
-METRIC_KEYS = (*PROGRESS, *METRICS)  # a trial's latest figures, as status, report and results.csv give them
+from workloads.metrics import METRICS
+from workloads.results import LATEST as METRIC_KEYS  # a trial's latest figures (status, report, results.csv)
 
 
 class TrialFiles:

@@ -16,7 +16,7 @@ from orchestrator.rundir.layout import (ERROR_FILE, PARAMS_FILE, PLAN_FILE, SPEC
                                         trial_names)
 from orchestrator.rundir.records import RecordError, driver_ended, read_plan, spec_record, tune_trials
 from orchestrator.rundir.rows import METRIC_KEYS, trial_rows
-from workloads.config import TRIAL_IDS
+from workloads.results import TRIAL_IDS
 from workloads.metrics import HEADLINE, METRICS, PROGRESS
 from workloads.tasks import DEFAULT_TASK
 

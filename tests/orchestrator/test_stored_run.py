@@ -76,3 +76,16 @@ def test_one_file_that_cannot_be_read_hides_only_its_own_trial(tmp_path):
     report = CliRunner().invoke(app, ["report", str(run)])
     assert report.exit_code == 0, report.output
     assert f"| {intact} | finished |" in (run / "report.md").read_text()
+
+
+def test_best_csv_has_the_columns_the_results_schema_names_in_its_order(tmp_path):
+    # Issue 78: best.csv's columns are named once (workloads/results.py), and the report, the findings and
+    # best() read them there: a column the report writes that the schema lacks, or one out of order, fails here.
+    from workloads.results import BEST_COLUMNS, PER_SEED
+
+    run = _copy(tmp_path)
+    table = write_report(read_run(run), run).best
+    assert tuple(table.columns) == BEST_COLUMNS
+    assert tuple(pd.read_csv(run / "best.csv").columns) == BEST_COLUMNS
+    for column, kind in PER_SEED.items():
+        assert all(isinstance(x, kind) for value in best(run)[column] for x in value), column

@@ -30,6 +30,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from workloads.metrics import SOLVED as SOLVED_LEVEL
+from workloads.results import BASELINE_BY_SEED, BY_SEED, HELD_OUT_BY_SEED, SEED_IDS
 from workloads.tasks.verdicts import Compared, Finding, Findings, Part
 
 if TYPE_CHECKING:
@@ -40,11 +41,6 @@ SAME_SIZE = Fraction(6, 5)  # parameter counts within this ratio: the paper's pr
 Z = 2.0  # a margin in standard errors where the noise is known (sampling alone; a declared training-noise floor)
 T_LEVEL = 0.975  # the mean's margin: Student's t at this level on the seeds' degrees of freedom (two-sided 95%)
 
-SEEDS_COLUMN = "val_exact_match_by_seed"  # best_by_cell: each seed's exact match, "/"-joined in seed order
-HELD_OUT_SEEDS_COLUMN = "test_exact_match_by_seed"  # best_by_cell: each seed's held-out exact match at the cell's rate
-SEED_IDS_COLUMN = "seed_ids"  # best_by_cell: those seeds, "/"-joined
-BASELINE_COLUMN = "baseline_exact_match_by_seed"  # best_by_cell: each seed's exact match at the arch's paper rate
-# (held-out where the cell's is), where its rate was chosen among several and that rate was one of them
 POOLED = "pooled"  # the seed id of a cell that gives only the mean of several seeds
 MIMETIC = "initmimetic"  # the size label's part of a model with `init: mimetic` (workloads/naming.py's field_label)
 
@@ -158,7 +154,7 @@ class Table:
             level = Fraction(str(chance.get(r["setup"], 0.0)))
             self.cells[key] = Cell(model, r["setup"], int(r["n"]), {s: round(v * total) for s, v in zip(seeds, values)},
                                    total, still if isinstance(still, str) else "", level, source, noise)
-            baseline = r.get(BASELINE_COLUMN)
+            baseline = r.get(BASELINE_BY_SEED)
             if isinstance(baseline, str) and seeds != [POOLED]:
                 values = [float(v) for v in baseline.split("/")]
                 if all(math.isfinite(v) for v in values) and len(values) == len(seeds):
@@ -228,16 +224,16 @@ def _by_seed(r) -> tuple[list[float], list[str], str]:
     """Each seed's exact match, the seeds' ids (POOLED where the table gives only the
     mean of several seeds), and where they were read: "held-out", "biased" (a rate
     chosen among several, no held-out value) or "validation"."""
-    ids = str(r[SEED_IDS_COLUMN]).split("/") if isinstance(r.get(SEED_IDS_COLUMN), str) else None
+    ids = str(r[SEED_IDS]).split("/") if isinstance(r.get(SEED_IDS), str) else None
     chosen = (_int(r.get("rates")) or 1) > 1
-    held = r.get(HELD_OUT_SEEDS_COLUMN)
+    held = r.get(HELD_OUT_BY_SEED)
     if chosen and isinstance(held, str):
         values = [float(v) for v in held.split("/")]
         if all(math.isfinite(v) for v in values):
             return values, ids or [str(s) for s in range(len(values))], "held-out"
     source = "biased" if chosen else "validation"
-    if isinstance(r.get(SEEDS_COLUMN), str):
-        values = [float(v) for v in r[SEEDS_COLUMN].split("/")]
+    if isinstance(r.get(BY_SEED), str):
+        values = [float(v) for v in r[BY_SEED].split("/")]
         return values, ids or [str(s) for s in range(len(values))], source
     seeds = _int(r.get("seeds")) or 1
     return [float(r["val_exact_match"])], ["0" if seeds == 1 else POOLED], source
