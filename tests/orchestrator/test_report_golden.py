@@ -36,7 +36,7 @@ def test_a_stored_runs_findings_sections_and_console_summary_are_unchanged(name)
     pending = pd.DataFrame({"trial": ["x"], "arch": ["mamba"], "setup": ["cot"], "size": ["tiny"], "n": [6],
                             "state": ["pending"]})
     found = IsTreeTask.findings(best, pending)
-    sections = "\n".join(report._findings_summary(found) + report._findings_reasons(found)) + "\n"
+    sections = "\n".join(report.findings_summary(found) + report.findings_reasons(found)) + "\n"
     assert sections == (GOLDEN / f"{name}_findings.md").read_text()
     written = report.Written("", best, found, "Sweep report: x", "1 trials: 1 finished.", ())
     assert report.console_summary(written) + "\n" == (GOLDEN / f"{name}_console.txt").read_text()
