@@ -78,16 +78,16 @@ def robust_section(robust: str, solved: float) -> list[str]:
             "on validation (mean over their seeds). A cell solved at one lucky rate shows 1/k.", "", robust]
 
 
-LEGEND = ("*shown* / *refuted*: a comparison beyond its threshold by more than its noise margin (two standard "
-          "errors: the counts' sampling error and, on the mean over seeds, the spread between the seeds), for or "
-          "against the claim; *within noise*: neither; *seeds disagree*: one seed shows it and another refutes it; "
-          "*by the mean only*: the seeds agree, but no seed alone has the samples to show it; *within the spread "
-          "between seeds*: each seed alone shows it, but the seeds differ by as much; *holds*: a check at an n "
-          "between the end points, which can only refute; *left out*: its cells can show the claim neither way (every "
-          "cell at guessing level or at the ceiling, or outside the cells the claim speaks of), with their numbers; "
-          "*above guessing*: exact match above what guessing scores (the answer alone 0.5, a trace 0), as a share of "
-          "what guessing leaves, (exact match - chance) / (1 - chance), so that setups with different chance "
-          "compare. Rules: docs/findings.md.")
+LEGEND = ("*shown* / *refuted*: a comparison whose statistic, on the mean over its seeds, lies beyond its threshold "
+          "by more than its margin, for or against the claim (the margin: Student's t on the seeds times the mean's "
+          "standard error, never below the counts' sampling error; on one seed, two standard errors of sampling and "
+          "the task's training-noise floor); *within noise*: neither; *seed s alone*: a seed on the other side of the "
+          "threshold, with the margin a run of it alone would have, which holds the comparison *undecided* only where "
+          "it contradicts the mean beyond that margin; *holds*: a check at an n between the end points, which can only "
+          "refute; *left out*: its cells can show the claim neither way (every cell at guessing level or at the "
+          "ceiling, or outside the cells the claim speaks of), with their numbers; *above guessing*: exact match above "
+          "what guessing scores (the answer alone 0.5, a trace 0), as a share of what guessing leaves, (exact match - "
+          "chance) / (1 - chance), so that setups with different chance compare. Rules: docs/findings.md.")
 
 
 def findings_summary(found: Findings) -> list[str]:

@@ -40,3 +40,15 @@ def test_a_stored_runs_findings_sections_and_console_summary_are_unchanged(name)
     assert sections == (GOLDEN / f"{name}_findings.md").read_text()
     written = report.Written("", best, found, "Sweep report: x", "1 trials: 1 finished.", ())
     assert report.console_summary(written) + "\n" == (GOLDEN / f"{name}_console.txt").read_text()
+
+
+def test_the_legend_names_only_what_the_engines_lines_say():
+    # The legend described outcomes of an earlier rule ("seeds disagree", "by the mean only", two standard
+    # errors) that no line of the engine says: each outcome it names is one the lines print.
+    from orchestrator.report.sections import LEGEND
+    from workloads.tasks.findings import HOLDS, NOISE, OUT, REFUTED, SHOWN
+
+    for words in ("seeds disagree", "by the mean only", "within the spread between seeds", "two standard errors:"):
+        assert words not in LEGEND, words
+    for outcome in (SHOWN, REFUTED, NOISE, HOLDS, OUT, "undecided", "alone", "Student's t"):
+        assert outcome in LEGEND, outcome
