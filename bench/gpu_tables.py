@@ -26,21 +26,13 @@ def _n(v, digits: int = 0) -> str:
     return f"{v:,.{digits}f}"
 
 
-def _software() -> list[str]:
-    out = ["| device | torch | Triton | mamba-ssm | fla-core | file |", "|---|---|---|---|---|---|"]
+def _tests() -> list[str]:
+    out = ["| device | torch | Triton | mamba-ssm | fla-core | passed | failed | skipped | not finished in the call |",
+           "|---|---|---|---|---|---|---|---|---|"]
     for device in DEVICES:
         d = _load(f"gpu_tests_{device}")
         out.append(f"| {d['device']} | {d['torch']} | {d['triton']} | {d['mamba_ssm']} | {d['fla_core']} | "
-                   f"gpu_tests_{device}.json |")
-    return out
-
-
-def _tests() -> list[str]:
-    out = ["| device | passed | failed | skipped | not finished in the call |", "|---|---|---|---|---|"]
-    for device in DEVICES:
-        d = _load(f"gpu_tests_{device}")
-        out.append(f"| {d['device']} | {len(d['passed'])} | {len(d['failed'])} | {len(d['skipped'])} | "
-                   f"{len(d['not_finished'])} |")
+                   f"{len(d['passed'])} | {len(d['failed'])} | {len(d['skipped'])} | {len(d['not_finished'])} |")
     return out
 
 
@@ -108,9 +100,8 @@ def _projection() -> list[str]:
 
 
 TABLES = (
-    ("The software each device ran", _software),
-    ("The GPU tests (`pytest -m gpu`: our paths against the kernels, arrays' fused scans against their members)",
-     _tests),
+    ("The GPU tests (`pytest -m gpu`: our paths against the kernels, arrays' fused scans against their members), "
+     "and the software each device ran (gpu_tests_*.json)", _tests),
     ("A training step, IsTree CoT n=64 at its longest sample, batch 64 (20,416 tokens), one H100 "
      "(gpu_NVIDIA_H100_80GB_HBM3.json)", _step),
     ("Our pure-PyTorch mixers against the kernels, a 0.5M model, batch 64, one H100 "
