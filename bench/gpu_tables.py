@@ -86,7 +86,8 @@ def _profile() -> list[str]:
         d = _load(f"profile_{device}")
         for r in d["rows"]:
             kernels = r.get("kernels_per_step")
-            out.append(f"| {d['device']} | {r['arch']} | {r['n']} | {'array of ' + str(r['k']) if r.get('k', 'lone') != 'lone' else 'lone'} | "
+            trial = "lone" if r.get("k", "lone") == "lone" else f"array of {r['k']}"
+            out.append(f"| {d['device']} | {r['arch']} | {r['n']} | {trial} | "
                        f"{r['gpu_idle_share']:.2f} | {_n(kernels) if kernels else '-'} |")
     return out
 

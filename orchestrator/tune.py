@@ -13,7 +13,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Optional
 
 from ray import tune
 
@@ -24,15 +23,15 @@ from orchestrator.optuna_search import RESUMING, CellwiseOptuna, optuna_storage
 from orchestrator.packing import gpu_share
 from orchestrator.progress import SweepProgress
 from orchestrator.planned_search import LimitedSearch, PlannedGrid, pending_for_grid
-from orchestrator.rundir import (MLFLOW_FILE, PARAMS_FILE, RESULTS_FILE, STOP_FILE, TUNER_FILE, RecordError, load_trials, read_plan,
+from orchestrator.rundir import (PARAMS_FILE, RESULTS_FILE, STOP_FILE, TUNER_FILE, RecordError, load_trials, read_plan,
                                   read_results, remove_half_written, set_aside_plan,
-                                  restore_rows, set_aside_for_rebuild, set_aside_results, sqlite_url, tune_statuses,
+                                  restore_rows, set_aside_for_rebuild, set_aside_results, tune_statuses,
                                   write_plan, write_spec_record)
 from orchestrator.secrets import command
 from orchestrator.spec import SweepSpec
 from orchestrator.stopping import EARLY_STOP, STOP_WAIT_S, sigterm_as_ctrl_c, stop_if_asked_early
 from orchestrator.storage import answer_timeout, bounded_filesystem, is_remote, local_view, silent_for
-from orchestrator.trackers import trackers
+from orchestrator.trackers import callbacks as tracker_callbacks
 from orchestrator.unpromised import (callbacks_counted_by_name, experiment_state_written_whole, run_directory_written_whole,
                                      trial_actors_named)
 from orchestrator.worker import trainable_fn
@@ -262,18 +261,11 @@ def _tuner_parts(spec: SweepSpec, resources: dict, run_dir: str):
         failure_config=tune.FailureConfig(max_failures=spec.resources.max_failures),
         checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
         callbacks=[StopAtStep(run_dir), *([StorageWatch(run_dir)] if remote else []),
-                   *trackers(spec, spec.tracking.mlflow and mlflow_uri(spec, run_dir), run_dir)],
+                   *tracker_callbacks(spec, run_dir)],
         verbose=1,
         **remote,
     )
     return trainable, run_config
-
-
-def mlflow_uri(spec: SweepSpec, run_dir: str) -> Optional[str]:
-    """The MLflow tracking URI of the spec's tracking.mlflow: its own, else an SQLite
-    file in the local run directory (MLflow's file store is in maintenance mode and
-    refuses to open by default); None for a remote run without one."""
-    return spec.tracking.mlflow.tracking_uri or sqlite_url(run_dir, MLFLOW_FILE)
 
 
 def launch(spec: SweepSpec, resources: dict) -> str:

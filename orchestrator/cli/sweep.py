@@ -320,24 +320,20 @@ def launch(
 
 
 def _tracker_folders(s, run_dir: str) -> tuple[str, ...]:
-    """The trackers whose folders a launch of `s` makes in its run directory: W&B's,
-    where the spec logs to W&B and its dir is the run directory (W&B's default)."""
-    from orchestrator.storage import is_remote
+    """The trackers' folders a launch of `s` makes in its run directory (W&B's, where
+    the spec logs to W&B and its dir is the run directory)."""
+    from orchestrator.trackers import folders
 
-    w = s.tracking.wandb
-    if not w or is_remote(run_dir):
-        return ()
-    return ("wandb",) if Path(w.dir or run_dir).resolve() == Path(run_dir).resolve() else ()
+    return folders(s, run_dir)
 
 
 def _check_trackers(s, run_dir: str) -> None:
     """The trackers the spec turns on can take the sweep in `run_dir`
-    (orchestrator/tracking.py): exit 2 naming the field before Ray starts."""
-    from orchestrator.tracking import TrackerError, check_trackers
-    from orchestrator.tune import mlflow_uri
+    (orchestrator/trackers/): exit 2 naming the field before Ray starts."""
+    from orchestrator.trackers import TrackerError, check_trackers
 
     try:
-        check_trackers(s.tracking, mlflow_uri(s, run_dir) if s.tracking.mlflow else None)
+        check_trackers(s, run_dir)
     except TrackerError as e:
         fail(str(e))
 

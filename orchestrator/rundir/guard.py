@@ -98,7 +98,7 @@ class Footprint:
     the folders."""
 
     def __init__(self, run_dir: str, trackers: tuple[str, ...] = ()):
-        self.trackers = trackers  # the trackers whose folders the launch makes there (TRACKER_FOLDERS)
+        self.trackers = trackers  # the trackers whose folders the launch makes there (orchestrator/trackers/)
         self.path = None if is_remote(run_dir) else Path(run_dir.removeprefix("file://"))
         self.made: Optional[Path] = None  # the highest folder the launch creates (None: all were there)
         self.before: set[str] = set()

@@ -92,13 +92,19 @@ LAUNCH_WRITES = BEFORE_ANY_TRIAL + (f"{TUNE_STATE}.damaged*", f"{PLAN_FILE}.dama
 # The folders a launch makes at the top of its run directory: its trackers' (W&B's
 # offline runs, where the spec logs to W&B into the run directory), by what each
 # holds, and its trials' (named by workloads/naming.py) and its arrays'.
-TRACKER_FOLDERS = {"wandb": ("offline-run-*", "run-*", "latest-run", "debug*.log")}
+def tracker_folders() -> dict[str, tuple[str, ...]]:
+    """Each tracker's folder at the top of a run directory, and what it writes in it
+    (each tracker's `writes`: orchestrator/trackers/)."""
+    from orchestrator.trackers import writes
+
+    return writes()
 
 
-def launch_folder(name: str, trackers: tuple[str, ...] = tuple(TRACKER_FOLDERS)) -> bool:
+def launch_folder(name: str, trackers: Optional[tuple[str, ...]] = None) -> bool:
     """Whether a folder of this name at the top of a run directory is one a launch
-    makes: a trial's or an array's, or one of `trackers`' (those the spec turns on)."""
-    return (name in trackers or TRIAL_NAME.fullmatch(name) is not None
+    makes: a trial's or an array's, or one of `trackers`' (those the spec turns on;
+    None: every tracker's)."""
+    return (name in (tuple(tracker_folders()) if trackers is None else trackers) or TRIAL_NAME.fullmatch(name) is not None
             or (name.startswith(ARRAY_PREFIX) and TRIAL_NAME.fullmatch(name[len(ARRAY_PREFIX):]) is not None))
 
 
@@ -115,7 +121,7 @@ def launch_entries(folder: Path, trackers: tuple[str, ...]) -> Optional[list[str
     name = folder.name
     if not launch_folder(name, trackers):
         return None
-    own = TRACKER_FOLDERS[name] if name in trackers else SWEEP_TRIAL_WRITES
+    own = tracker_folders()[name] if name in trackers else SWEEP_TRIAL_WRITES
     return sorted(entry for entry in os.listdir(folder) if any(fnmatch.fnmatch(entry, p) for p in own))
 
 

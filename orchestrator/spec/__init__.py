@@ -11,13 +11,13 @@ orchestrator/packing.py.
 """
 
 from orchestrator.spec.loading import MAX_SPEC_BYTES, SpecError, format_errors, load_spec
-from orchestrator.spec.sections import (CHOOSABLE, MLFLOW_SCHEMES, STORAGE_SCHEMES, AxesSpec, Distribution,
-                                        LearningRateSpec, MlflowSpec, ResourcesSpec, SearchSpec, TrackingSpec,
-                                        TrainingOverride, TrainingSpec, WandbSpec, scheme_typo)
+from orchestrator.spec.sections import (CHOOSABLE, STORAGE_SCHEMES, AxesSpec, Distribution, LearningRateSpec,
+                                        ResourcesSpec, SearchSpec, TrainingOverride, TrainingSpec, scheme_typo)
 from orchestrator.spec.stored import plan_of_record, run_spec, stored_spec
 from orchestrator.spec.sweep import PLAUSIBLE_TRIALS, SweepSpec
 
-__all__ = ["AxesSpec", "CHOOSABLE", "Distribution", "LearningRateSpec", "MAX_SPEC_BYTES", "MLFLOW_SCHEMES",
-           "MlflowSpec", "PLAUSIBLE_TRIALS", "ResourcesSpec", "STORAGE_SCHEMES", "SearchSpec", "SpecError",
-           "SweepSpec", "TrackingSpec", "TrainingOverride", "TrainingSpec", "WandbSpec", "format_errors", "load_spec",
-           "plan_of_record", "run_spec", "scheme_typo", "stored_spec"]
+# The `tracking:` section is made from the registered trackers (orchestrator/trackers/):
+# sections.TrackingSpec, read there, as a tracker registered later remakes it.
+__all__ = ["AxesSpec", "CHOOSABLE", "Distribution", "LearningRateSpec", "MAX_SPEC_BYTES", "PLAUSIBLE_TRIALS",
+           "ResourcesSpec", "STORAGE_SCHEMES", "SearchSpec", "SpecError", "SweepSpec", "TrainingOverride",
+           "TrainingSpec", "format_errors", "load_spec", "plan_of_record", "run_spec", "scheme_typo", "stored_spec"]

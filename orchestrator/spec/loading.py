@@ -7,7 +7,8 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from orchestrator.spec.sections import AxesSpec, section_of
+from orchestrator.spec.section import section_of
+from orchestrator.spec.sections import AxesSpec
 from orchestrator.spec.sweep import SweepSpec
 from workloads.tasks import tasks_having
 

@@ -2,13 +2,13 @@
 search, tracking): small frozen pydantic models, one per concern, with the checks
 each can make alone. SweepSpec (sweep.py) holds them and checks them together."""
 
-import json
 import math
-import typing
 from copy import copy
 from typing import Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
+from pydantic import ConfigDict, Field, create_model, field_validator, model_validator
+
+from orchestrator.spec.section import Section
 
 from workloads.config import LR_MAX, PER_TRIAL, Device, Seed, TrainConfig
 from workloads.metrics import HEADLINE, METRICS
@@ -26,47 +26,6 @@ def scheme_typo(location: str) -> str:
     if colon and scheme.lower() in STORAGE_SCHEMES and not rest.startswith("//"):
         return f"{location!r} looks like a {scheme}:// URI with a slash missing; write {scheme}://{rest.lstrip('/')}"
     return ""
-
-
-def _admits_bool(annotation) -> bool:
-    return annotation is bool or any(_admits_bool(a) for a in typing.get_args(annotation))
-
-
-def section_of(annotation):
-    """The spec section (a model class) an optional field holds, else None."""
-    for a in (annotation, *typing.get_args(annotation)):
-        if isinstance(a, type) and issubclass(a, BaseModel):
-            return a
-    return None
-
-
-def _holds_bool(value) -> bool:
-    if isinstance(value, bool):
-        return True
-    if isinstance(value, dict):
-        return any(_holds_bool(v) for v in value.values())
-    return isinstance(value, (list, tuple)) and any(_holds_bool(v) for v in value)
-
-
-class Section(BaseModel):
-    # No inf or nan in any number; and no YAML true/false where a number is meant
-    # (pydantic would read true as 1: `samples: true` trained one sample).
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_bools_for_numbers(cls, value, info):
-        field = cls.model_fields.get(info.field_name)
-        if field is None or (isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)):
-            return value  # a section: its own fields check theirs
-        if _holds_bool(value) and not _admits_bool(field.annotation):
-            if isinstance(value, bool) and section_of(field.annotation):
-                raise ValueError(f"a section of {section_of(field.annotation).__name__.removesuffix('Spec')}'s fields is "
-                                 f"expected (`icr-sweep schema` lists them), not the YAML boolean {str(value).lower()}")
-            if isinstance(value, bool):
-                raise ValueError(f"a number is expected, not the YAML boolean {str(value).lower()}")
-            raise ValueError(f"numbers are expected, not YAML booleans: {json.dumps(value)}")
-        return value
 
 
 def no_bool_as_number(where: str, field, values: list) -> None:
@@ -368,47 +327,38 @@ class SearchSpec(Section):
         return self.tie_break or ("val_loss" if self.metric != "val_loss" else HEADLINE)
 
 
-class WandbSpec(Section):
-    project: str = Field(min_length=1, description="the W&B project")
-    mode: Literal["offline", "online"] = Field(
-        "offline", description="offline: run files on disk only (`wandb sync` uploads them later); online: needs "
-        "WANDB_API_KEY or `wandb login`")
-    entity: Optional[str] = Field(None, description="the W&B team or user; default: your default entity")
-    group: Optional[str] = Field(None, description="default: the sweep's name")
-    dir: Optional[str] = Field(None, description="where W&B writes (<dir>/wandb/); default: the run directory when "
-                               "local, else the driver's trial folders")
+def _tracking_model() -> type[Section]:
+    """The `tracking:` section: a field per registered tracker (orchestrator/trackers/),
+    its section's model, or an on/off switch."""
+    from orchestrator.trackers import load
+
+    trackers = load()
+    names = [*(n for n in FIELD_ORDER if n in trackers), *(n for n in trackers if n not in FIELD_ORDER)]
+    fields = {name: (t.section if t.section is bool else Optional[t.section],
+                     Field(t.default, description=t.description or None)) for name in names if (t := trackers[name])}
+    return create_model("TrackingSpec", __base__=Section, __doc__=TRACKING_DOC, __module__=__name__, **fields)
 
 
-# MLflow's tracking stores (its REST client and its SQLAlchemy store's databases).
-MLFLOW_SCHEMES = ("http", "https", "databricks", "sqlite", "postgresql", "mysql", "mssql")
-
-
-class MlflowSpec(Section):
-    tracking_uri: Optional[str] = Field(
-        None, description="an MLflow tracking URI (http://host:5000, sqlite:////abs/path.db); "
-        "default: sqlite:///<run directory>/mlflow.db, for a local run directory")
-
-    @field_validator("tracking_uri")
-    @classmethod
-    def _a_uri_mlflow_opens(cls, value):
-        if value is None:  # the default: the run directory's own mlflow.db
-            return value
-        scheme = value.partition("://")[0] if "://" in value else ""
-        if scheme in ("", "file"):
-            raise ValueError(f"{value!r} names MLflow's file store, which is in maintenance mode and refuses to open; "
-                             "use sqlite:////abs/path.db or an MLflow server's http://host:5000")
-        if scheme.split("+")[0] not in MLFLOW_SCHEMES:  # postgresql+psycopg2:// names its driver
-            raise ValueError(f"{value!r}: unknown scheme {scheme}://; MLflow opens {', '.join(s + '://' for s in MLFLOW_SCHEMES)}")
-        return value
-    experiment: Optional[str] = Field(None, description="default: the sweep's name")
-
-
-class TrackingSpec(Section):
-    """Experiment trackers, each through Ray Tune's own logger callback: every trial a
+FIELD_ORDER = ("wandb", "mlflow", "tensorboard")  # the built-in trackers' keys, in the order a spec dump gives them
+TRACKING_DOC = """Experiment trackers, each through Ray Tune's own logger callback: every trial a
     run, with its config and every reported row (evaluations and their metrics)."""
 
-    wandb: Optional[WandbSpec] = None
-    mlflow: Optional[MlflowSpec] = None
-    tensorboard: bool = Field(True, description="TensorBoard event files in each trial's directory (Ray Tune's)")
+
+def rebuild_tracking() -> None:
+    """The `tracking:` section made again with the trackers registered now (a tracker
+    registered after the spec was built), and SweepSpec's field with it."""
+    import sys
+
+    from pydantic.fields import FieldInfo
+
+    global TrackingSpec
+    TrackingSpec = _tracking_model()
+    sweep = sys.modules.get("orchestrator.spec.sweep")
+    if sweep is not None and hasattr(sweep, "SweepSpec"):
+        sweep.SweepSpec.model_fields["tracking"] = FieldInfo(annotation=TrackingSpec, default=TrackingSpec())
+        sweep.SweepSpec.model_rebuild(force=True)
+
+
+TrackingSpec = _tracking_model()
 
 

@@ -79,12 +79,12 @@ def test_a_result_json_that_is_a_directory_is_named_before_ray_starts(tmp_path, 
 def test_a_trial_without_a_checkpoint_but_with_rows_starts_over_saying_so(tmp_path, capsys):
     """A lone trial whose checkpoints were deleted restarted from 0 without a word
     (the worker's side: orchestrator/worker.py); the driver then sets its earlier
-    rows aside at its first row (trackers.TrialFilesCallback), so none is written
+    rows aside at its first row (trial_files.TrialFilesCallback), so none is written
     twice."""
     import pyarrow.fs
 
     from orchestrator.rundir import STARTED_OVER, TrialFiles
-    from orchestrator.trackers import TrialFilesCallback
+    from orchestrator.trial_files import TrialFilesCallback
     from orchestrator.worker import _starts_over
 
     trial = tmp_path / "transformer-cot-tiny-n5-lr3e-3-s0"
@@ -127,7 +127,7 @@ def test_a_start_over_sets_its_rows_aside_where_the_run_keeps_them_replacing_no_
     import pyarrow.fs
 
     from orchestrator.rundir import EARLIER_RESULTS, STARTED_OVER, TrialFiles
-    from orchestrator.trackers import TrialFilesCallback
+    from orchestrator.trial_files import TrialFilesCallback
     from orchestrator.unpromised import copy_whole
 
     name = "transformer-cot-tiny-n5-lr3e-3-s0"
@@ -236,14 +236,14 @@ def _array_killed(members: list[str]):
 
 
 def test_a_members_own_failure_is_marked_to_stay_and_its_arrays_is_not(tmp_path):
-    """What resume reads (orchestrator/worker.py, trackers.Members): a member whose
+    """What resume reads (orchestrator/worker.py, trackers.common.Members): a member whose
     own loss went non-finite stays failed; one that failed with its array is retried."""
     from types import SimpleNamespace
 
     import pyarrow.fs
 
     from orchestrator.rundir import ERROR_FILE, MEMBER_FAILED
-    from orchestrator.trackers import TrialFilesCallback
+    from orchestrator.trial_files import TrialFilesCallback
 
     callback = TrialFilesCallback()
     for name, own in (("diverged", True), ("crashed", False)):
@@ -266,7 +266,8 @@ def test_a_trial_fetches_its_stored_rows_at_its_start_whether_or_not_tune_knew_a
 
     import pyarrow.fs
 
-    from orchestrator import trackers
+    from orchestrator import trial_files
+    from orchestrator.trackers import common
     from orchestrator.rundir import TrialFiles
 
     name = "mamba-cot-tiny-n5-lr3e-3-s0"
@@ -277,13 +278,13 @@ def test_a_trial_fetches_its_stored_rows_at_its_start_whether_or_not_tune_knew_a
     real_copy = pyarrow.fs.copy_files
 
     def flaky_copy(*args, **kwargs):
-        if len(misses) < trackers.FETCH_TRIES - 1:
+        if len(misses) < common.FETCH_TRIES - 1:
             misses.append(1)
             raise OSError("the store did not answer in time")
         return real_copy(*args, **kwargs)
 
     monkeypatch.setattr(pyarrow.fs, "copy_files", flaky_copy)
-    monkeypatch.setattr(trackers.time, "sleep", lambda s: None)
+    monkeypatch.setattr(common.time, "sleep", lambda s: None)
 
     class Trial:
         local_path, config, checkpoint = str(local), {"trial": {}}, None
@@ -292,10 +293,10 @@ def test_a_trial_fetches_its_stored_rows_at_its_start_whether_or_not_tune_knew_a
         def init_local_path(self):
             local.mkdir(parents=True, exist_ok=True)
 
-    callback = trackers.TrialFilesCallback()
+    callback = trial_files.TrialFilesCallback()
     callback.log_trial_result(1, Trial(), {"samples": 2048, "evaluated": True, "train_loss": 1.5})
     assert [r["samples"] for r in parse_rows((local / "result.json").read_text())] == [1024, 2048]
-    assert len(misses) == trackers.FETCH_TRIES - 1 and "could not be fetched" not in capsys.readouterr().err
+    assert len(misses) == common.FETCH_TRIES - 1 and "could not be fetched" not in capsys.readouterr().err
 
 
 def test_what_a_killed_driver_left_half_written_is_removed_by_a_resume_and_nothing_else(tmp_path):

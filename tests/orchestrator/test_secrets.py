@@ -110,10 +110,9 @@ def test_a_password_in_a_tracking_uri_is_sent_to_its_host_as_basic_auth_and_neve
     the wrong cause ("Name or service not known") for a server that answers."""
     base, seen = http_server(replies(200, b"OK"))
     uri = base.replace("http://", "http://alice:S3CRET-pw@")
-    from orchestrator.tracking import check_trackers
-    from orchestrator.spec.sections import TrackingSpec
+    from orchestrator.trackers.mlflow import check_server
 
-    check_trackers(TrackingSpec(mlflow=dict(tracking_uri=uri)), uri)  # answers: taken
+    check_server(uri)  # answers: taken
     assert seen[0][0] == "/health" and seen[0][1]["Authorization"] == "Basic YWxpY2U6UzNDUkVULXB3"
     down = "http://alice:S3CRET-pw@127.0.0.1:1"
     result = _launch(tmp_path, monkeypatch, dict(mlflow=dict(tracking_uri=down)), {})
@@ -154,7 +153,7 @@ def test_redact_and_command():
 def test_a_wandb_failure_in_its_logging_actor_is_said_once_and_reported(tmp_path, capsys):
     """Class 4: a W&B server that answered 501 to the run's first request left the
     sweep logging nothing, and the console printed the W&B URL."""
-    from orchestrator.trackers import Wandb
+    from orchestrator.trackers.wandb import Wandb
     from orchestrator.rundir import WANDB_FAILED
 
     actor_cls = Wandb._logger_actor_cls

@@ -764,7 +764,8 @@ def _what_launch_does_before_and_at_a_trials_first_steps(spec: SweepSpec, tmp_pa
     the plan, its work, the memory and model checks (a refusal naming the trial is
     an answer), TensorBoard's HParams of the trials, and a trial's first two steps."""
     from orchestrator.grid import plan, planned_work, shape_trials
-    from orchestrator.trackers import TensorBoard, hparams_of, swept_fields
+    from orchestrator.trackers.common import swept_fields
+    from orchestrator.trackers.tensorboard import TensorBoard, hparams_of
     from workloads.preflight import check_models, cpu_memory_problems
     from workloads.train import Checkpoints, Hooks, run_trial
 

@@ -283,11 +283,13 @@ def test_tensorboard_off_keeps_tunes_json_and_csv_results(tmp_path, monkeypatch)
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
     from orchestrator.spec import SweepSpec
-    from orchestrator.trackers import ArrayCSV, MemberCSV, TensorBoard, TrialFilesCallback, trackers
+    from orchestrator.trackers import callbacks
+    from orchestrator.trackers.tensorboard import TensorBoard
+    from orchestrator.trial_files import ArrayCSV, MemberCSV, TrialFilesCallback
 
     monkeypatch.delenv("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", raising=False)
     spec = SweepSpec(name="quiet", storage=str(tmp_path), tracking=dict(tensorboard=False))
-    kinds = [type(c) for c in trackers(spec, None, spec.run_dir())]
+    kinds = [type(c) for c in callbacks(spec, spec.run_dir())]
     # result.json is what status, report and load_run read: it must stay, written by the run
     # directory's own writer in the place of Tune's JSON logger (which it is, so Tune adds no other).
     # progress.csv: each trial's (an array's members' each: MemberCSV) and an array's own (ArrayCSV), which Tune's
@@ -296,14 +298,14 @@ def test_tensorboard_off_keeps_tunes_json_and_csv_results(tmp_path, monkeypatch)
     assert kinds == [MemberCSV, ArrayCSV, TrialFilesCallback] and issubclass(TrialFilesCallback, JsonLoggerCallback)
     assert issubclass(MemberCSV, CSVLoggerCallback) and issubclass(ArrayCSV, CSVLoggerCallback)
     assert __import__("os").environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] == "1"  # Tune adds none of its own
-    assert [type(c) for c in trackers(SweepSpec(name="default", storage=str(tmp_path)), None, str(tmp_path))] == \
+    assert [type(c) for c in callbacks(SweepSpec(name="default", storage=str(tmp_path)), str(tmp_path))] == \
         [MemberCSV, ArrayCSV, TensorBoard, TrialFilesCallback]
 
 
 def test_a_trials_parameters_are_flat_swept_values_first_and_only_what_its_model_has():
     from orchestrator.grid import expand
     from orchestrator.spec import SweepSpec
-    from orchestrator.trackers import swept_fields, tracked_metrics, tracked_params
+    from orchestrator.trackers.common import swept_fields, tracked_metrics, tracked_params
 
     spec = SweepSpec(name="p", axes=dict(archs=["transformer", "mamba"], setups=["cot"], sizes=["tiny"], n=[5],
                                          seeds=[0], model=dict(mamba=dict(d_state=[4]))))
@@ -439,7 +441,7 @@ def test_a_wandb_key_the_server_rejects_is_refused_before_ray_starts(tmp_path, m
 
 
 def test_a_wandb_key_the_server_knows_is_taken(wandb_server):
-    from orchestrator.tracking import _wandb_refuses
+    from orchestrator.trackers.wandb import _wandb_refuses
 
     assert _wandb_refuses(wandb_server(200, b'{"data": {"viewer": {"id": "VXNlcjox"}}}'), "k" * 40) == ""
 
@@ -458,7 +460,8 @@ def test_hparams_shows_what_tells_trials_apart_and_the_swept_fields_follow_whate
     model's label (the report's) naming each variant, the swept fields next in order."""
     from orchestrator.grid import expand
     from orchestrator.spec import SweepSpec
-    from orchestrator.trackers import HPARAMS_SHOWN, TRACKED, hparams_of, swept_fields, tracked_params
+    from orchestrator.trackers.common import TRACKED, swept_fields, tracked_params
+    from orchestrator.trackers.tensorboard import HPARAMS_SHOWN, hparams_of
 
     spec = SweepSpec(name="forms", storage=str(tmp_path), axes=dict(archs=["transformer", "mamba"], setups=["cot"],
                                                                      sizes=["tiny"], n=[5], model=model))
@@ -483,7 +486,8 @@ def test_a_resumed_trial_continues_its_mlflow_run_and_a_stopped_one_is_not_left_
 
     from orchestrator.grid import expand
     from orchestrator.spec import load_spec
-    from orchestrator.trackers import MLflow, TrialFilesCallback
+    from orchestrator.trackers.mlflow import MLflow
+    from orchestrator.trial_files import TrialFilesCallback
 
     config = expand(load_spec(SWEEPS / "istree_micro.yaml"))[0].model_dump(mode="json")
 

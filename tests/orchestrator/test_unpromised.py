@@ -84,12 +84,12 @@ def test_tunes_usage_tag_of_a_sweeps_callbacks_counts_as_tunes_own_without_its_i
     from ray.tune.logger import CSVLoggerCallback
 
     from orchestrator.spec import SweepSpec
-    from orchestrator.trackers import trackers
+    from orchestrator.trackers import callbacks
     from orchestrator.tune import StopAtStep
     from orchestrator.unpromised import callbacks_counted_by_name, count_callbacks
 
     spec = SweepSpec(name="tagged", tracking=dict(tensorboard=True, mlflow={}, wandb=dict(project="p", mode="offline")))
-    ours = trackers(spec, f"sqlite:///{tmp_path}/mlflow.db", str(tmp_path))
+    ours = callbacks(spec, str(tmp_path))
     callbacks = [*ours, StopAtStep(tmp_path / "stop"), MLflowLoggerCallback(), CSVLoggerCallback(), Callback(), "no"]
     real = usage._count_callbacks
     assert dict(count_callbacks(callbacks)) == dict(real(callbacks))
