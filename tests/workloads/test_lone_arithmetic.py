@@ -8,9 +8,8 @@ rows of torch's and numba's AVX-512, AVX2 and generic code paths differ by at mo
 one step longer moves them by 5.7e-3 to 2.1e-2 and fails it, as would any change to the
 initialisation, the data, the schedule or the optimiser that moves a loss by more than
 1e-5. A change at the level CPUs differ by passes (a peak rate 1e-6 larger moves them by
-3.5e-7), and a long trial amplifies it (docs/laptop.md, "The same run on another machine, or
-twice"): a stored
-run's rows are reproduced bit for bit on its own kind of machine only.
+3.5e-7), and a long trial amplifies it (docs/laptop.md, "The same run on another machine,
+or twice"): a stored run's rows are reproduced bit for bit on its own kind of machine only.
 
 `python -m tests.workloads.test_lone_arithmetic` rewrites the file, for a change that
 moves the arithmetic on purpose (say so in the commit, and re-run what README quotes).
