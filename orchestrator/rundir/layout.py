@@ -104,7 +104,8 @@ def launch_folder(name: str, trackers: Optional[tuple[str, ...]] = None) -> bool
     """Whether a folder of this name at the top of a run directory is one a launch
     makes: a trial's or an array's, or one of `trackers`' (those the spec turns on;
     None: every tracker's)."""
-    return (name in (tuple(tracker_folders()) if trackers is None else trackers) or TRIAL_NAME.fullmatch(name) is not None
+    trackers = tuple(tracker_folders()) if trackers is None else trackers
+    return (name in trackers or TRIAL_NAME.fullmatch(name) is not None
             or (name.startswith(ARRAY_PREFIX) and TRIAL_NAME.fullmatch(name[len(ARRAY_PREFIX):]) is not None))
 
 

@@ -9,7 +9,6 @@ from typing import Literal, Optional, Union
 from pydantic import ConfigDict, Field, create_model, field_validator, model_validator
 
 from orchestrator.spec.section import Section
-
 from workloads.config import LR_MAX, PER_TRIAL, Device, Seed, TrainConfig
 from workloads.metrics import HEADLINE, METRICS
 from workloads.models.config import DEFAULT_LR, MODEL_FIELDS, MODEL_OPTIONS, PAPER_ARCHS, PAPER_SIZES, Arch, Size

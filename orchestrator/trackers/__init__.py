@@ -17,7 +17,7 @@ import importlib
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Optional
+from typing import Any, Callable, ClassVar, Optional
 
 BUILT_IN = ("tensorboard", "mlflow", "wandb")  # their modules beside this one, in the order the report lists them
 ENTRY_POINTS = "icr_sweep.trackers"
@@ -198,6 +198,20 @@ def opens(spec: dict, where: str, local: Path) -> list[str]:
             if line:
                 out.append(line)
     return out
+
+
+def made_on_first_use(module: str, name: str, make: Callable[[], type]) -> Callable[[str], type]:
+    """A tracker module's `__getattr__` (PEP 562) that gives its callback class `name`
+    as `make()` makes it, on first use: Ray (and the tracker's package) are imported
+    where a sweep starts, and pickle, which finds a class by its module and name,
+    finds it there."""
+
+    def __getattr__(attr: str) -> type:
+        if attr == name:
+            return make()
+        raise AttributeError(f"module {module!r} has no attribute {attr!r}")
+
+    return __getattr__
 
 
 # What installs each command a tracker prints, and how to tell it is here: MLflow's UI

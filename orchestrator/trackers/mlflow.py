@@ -15,7 +15,7 @@ from pydantic import Field, field_validator
 from orchestrator.secrets import NotAURL, ask, command, parts, redact, where_to
 from orchestrator.spec.section import Section
 from orchestrator.storage import answer_timeout
-from orchestrator.trackers import Launch, Shown, Tracker, TrackerError, missing, register
+from orchestrator.trackers import Launch, Shown, Tracker, TrackerError, made_on_first_use, missing, register
 
 # MLflow's tracking stores (its REST client and its SQLAlchemy store's databases).
 MLFLOW_SCHEMES = ("http", "https", "databricks", "sqlite", "postgresql", "mysql", "mssql")
@@ -140,11 +140,7 @@ def callback_class() -> type:
     return MLflow
 
 
-def __getattr__(name: str):
-    """The module's `MLflow`, made on first use (PEP 562): pickle finds the class by it."""
-    if name == "MLflow":
-        return callback_class()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = made_on_first_use(__name__, "MLflow", callback_class)
 
 
 def check_server(uri: str) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 from orchestrator.secrets import command
-from orchestrator.trackers import Launch, Shown, Tracker, missing, register
+from orchestrator.trackers import Launch, Shown, Tracker, made_on_first_use, missing, register
 
 DIFFERS = bytes([7 << 3, 1])  # HParamInfo.differs = true: field 7, varint 1
 
@@ -147,11 +147,7 @@ def callback_class() -> type:
     return TensorBoard
 
 
-def __getattr__(name: str):
-    """The module's `TensorBoard`, made on first use (PEP 562): pickle finds the class by it."""
-    if name == "TensorBoard":
-        return callback_class()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = made_on_first_use(__name__, "TensorBoard", callback_class)
 
 
 @register

@@ -17,7 +17,7 @@ from pydantic import Field
 from orchestrator.secrets import NotAURL, ask, command, parts, where_to
 from orchestrator.spec.section import Section
 from orchestrator.storage import answer_timeout, is_remote
-from orchestrator.trackers import Launch, Shown, Tracker, TrackerError, missing, register
+from orchestrator.trackers import Launch, Shown, Tracker, TrackerError, made_on_first_use, missing, register
 from orchestrator.unpromised import WANDB_SAID, wandb_callback
 
 WANDB_HOST = "https://api.wandb.ai"  # W&B's cloud; WANDB_BASE_URL names a server of one's own
@@ -158,11 +158,7 @@ def wandb_tracker() -> type:
 
 
 
-def __getattr__(name: str):
-    """The module's `Wandb`, made on first use (PEP 562): pickle finds the class by it."""
-    if name == "Wandb":
-        return wandb_tracker()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = made_on_first_use(__name__, "Wandb", wandb_tracker)
 
 
 @register
