@@ -15,6 +15,14 @@ def validate(spec: Path = typer.Argument(..., metavar="SPEC", help="sweep spec (
     """Check a sweep spec; exit 0 when it is valid."""
     s = spec_or_exit(spec)
     typer.echo(f"{spec}: valid ({s.search.method}, results in {s.run_dir()})")
+    _rates_not_given(s)
+
+
+def _rates_not_given(s) -> None:
+    """Says which rate each architecture the spec's `lr:` leaves out trains at, and why."""
+    left = s.rates_not_given()
+    if left:
+        typer.echo("lr: not given for " + "; ".join(left))
 
 
 @app.command("plan")
@@ -101,6 +109,7 @@ def _print_plan(s, rows, shares, fuse, on_gpu, device_name, devices, rates, meas
     from orchestrator.packing import gpu_memory_gb, gpu_memory_said, memory_warnings
 
     print_table([{k: v for k, v in r.items() if k != "config"} for r in rows])
+    _rates_not_given(s)
     n_trials = sum(r.get("trials", 1) for r in rows)
     typer.echo(f"{n_trials} trials, {sum(r['samples'] for r in rows):,} training samples in all -> {s.run_dir()}")
     if not on_gpu and s.resources.device == "auto":

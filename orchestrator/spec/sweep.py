@@ -214,6 +214,22 @@ class SweepSpec(Section):
     def run_dir(self) -> str:
         return f"{self.storage_uri().rstrip('/')}/{self.name}"
 
+    def rates_not_given(self) -> list[str]:
+        """Each architecture the sweep trains that `lr:` leaves out, with the rate it
+        trains at and why: the paper's rule (1e-3 for the Transformer, 3e-4 for Mamba
+        and the hybrid) or the mixer's own default (its package registers it)."""
+        from workloads.models.config import DEFAULT_LR, PAPER_ARCHS
+        from workloads.naming import short_float
+
+        out = []
+        for arch in self.axes.archs:
+            if arch in self.lr.model_fields_set:
+                continue
+            why = ("the paper's rule: 1e-3 for Transformers, 3e-4 for Mamba and the hybrid" if arch in PAPER_ARCHS
+                   else "its mixer's own default, not a rate of the paper's")
+            out.append(f"{arch} at {short_float(DEFAULT_LR[arch])} ({why})")
+        return out
+
     def trial_count(self) -> int:
         """How many trials the spec runs, computed without building the trials."""
         a = self.axes

@@ -809,3 +809,22 @@ def test_whatever_validate_accepts_launch_can_run_or_refuses_naming_the_trial(tm
             outcomes[where, extreme] = _what_launch_does_before_and_at_a_trials_first_steps(spec, run)
     assert outcomes["training.samples", 10**26] == outcomes["lr.transformer", 1e300] == "refused"
     assert outcomes["training.samples", 2**53] == outcomes["lr.transformer", 3.4e37] == "ran"
+
+
+def test_validate_and_plan_say_the_rate_of_each_architecture_lr_leaves_out(tmp_path):
+    # Issue 79: a mixer missing from `lr:` ran at a default nothing printed (a new mixer at 1e-3 beside Mamba's 3e-3).
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    spec = {"name": "rates", "axes": {"archs": ["transformer", "mamba", "mamba2"], "setups": ["cot"], "sizes": ["tiny"],
+                                      "n": [5], "seeds": [0]}, "lr": {"transformer": 3.0e-3}}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
+    for command in ("validate", "plan"):
+        out = CliRunner().invoke(app, [command, str(tmp_path / "s.yaml")]).output
+        line = next(x for x in out.splitlines() if x.startswith("lr: not given for "))
+        assert "mamba at 3e-4 (the paper's rule" in line and "mamba2 at 3e-4 (its mixer's own default" in line, out
+        assert "transformer" not in line, line  # given: said nowhere
+    spec["lr"] = {"transformer": 3.0e-3, "mamba": 1e-3, "mamba2": 1e-3}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
+    assert "lr: not given" not in CliRunner().invoke(app, ["validate", str(tmp_path / "s.yaml")]).output
