@@ -18,7 +18,7 @@ norm before the head. A model of one kind ends with the norm.
 import importlib
 import pkgutil
 from pathlib import Path
-from typing import Annotated, Literal, Union, get_args
+from typing import Annotated, Literal, Optional, Union, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -225,6 +225,35 @@ PAPER_PARAMS = {
 # The paper's grid of models, a sweep spec's default axes: its architectures at its sizes.
 PAPER_ARCHS = tuple(dict.fromkeys(arch for arch, _ in PAPER_PARAMS))
 PAPER_SIZES = tuple(dict.fromkeys(size for _, size in PAPER_PARAMS))
+
+
+# A preset labelled with a paper size holds that many trainable parameters within this
+# factor, as the paper's presets do (0.90x to 1.17x of their labels; the findings compare
+# models within the same 1.2x): a label is a claim a table and the findings read.
+SIZE_LABEL_TOLERANCE = 1.2
+
+
+def label_params(size: str) -> Optional[float]:
+    """The parameters a paper-size label names ("0.5M": 500,000); None for a label of ours."""
+    return float(size.removesuffix("M")) * 1e6 if size in PAPER_SIZES else None
+
+
+def check_size_label(model: ModelConfig) -> None:
+    """Raises ValueError where a preset labelled with a paper size is not that size."""
+    nominal = label_params(model.size)
+    if nominal is None:
+        return
+    low, high = nominal / SIZE_LABEL_TOLERANCE, nominal * SIZE_LABEL_TOLERANCE
+    if not low <= model.n_params <= high:
+        raise ValueError(f"{model.arch}'s preset {model.size!r} has {model.n_params:,} trainable parameters, "
+                         f"{model.n_params / nominal:.2f}x its label: a preset labelled a paper size holds "
+                         f"{low:,.0f} to {high:,.0f} (the paper's own keep 0.90x to 1.17x); resize it, or label it "
+                         f"with a size of its own that is not a paper size ({', '.join(PAPER_SIZES)})")
+
+
+for _sizes in PRESETS.values():
+    for _model in _sizes.values():
+        check_size_label(_model)
 
 
 def preset(arch: str, size: str) -> ModelConfig:

@@ -313,3 +313,18 @@ def test_state_size_is_what_cached_decoding_carries(arch):
     kv = sum(c.k.numel() + c.v.numel() for c in state.layers if hasattr(c, "k"))
     assert recurrent == cfg.state_floats and kv == cfg.kv_floats_per_token * max_length
     assert (cfg.state_floats > 0) == (arch != "transformer") and (cfg.kv_floats_per_token > 0) == (arch != "mamba")
+
+
+def test_a_preset_labelled_a_paper_size_is_that_size():
+    # Issue 79: a "0.5M" preset of 247,744 parameters was accepted; a label is a claim the tables and findings read.
+    from workloads.models.config import PRESETS, check_size_label, label_params
+
+    for sizes in PRESETS.values():  # every registered preset holds (the module checks them as it builds them)
+        for model in sizes.values():
+            check_size_label(model)
+    half = PRESETS["mamba"]["0.5M"]
+    small = half.model_copy(update={"d_model": 32})
+    assert small.n_params < label_params("0.5M") / 1.2, small.n_params
+    with pytest.raises(ValueError, match=r"mamba's preset '0.5M' has [\d,]+ trainable parameters, 0\.\d\dx its label"):
+        check_size_label(small)
+    check_size_label(small.model_copy(update={"size": "0.5M-narrow"}))  # a label of its own: not a paper size
