@@ -23,7 +23,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from workloads.models.base import SIZES, MixerConfigBase, Stack, register_mixer
+from workloads.models.base import MixerConfigBase, Stack, register_mixer
 
 
 class ProbeConfig(MixerConfigBase):
@@ -45,9 +45,12 @@ class ProbeConfig(MixerConfigBase):
         return 3 * self.width
 
 
-register_mixer(ProbeConfig, arch="probe", hybrid="probe_hybrid", lr=2e-3,
-               presets={s: Stack(32, 2) for s in SIZES},
-               hybrid_presets={s: Stack(32, 1, d_mlp=64, n_heads=2) for s in SIZES})
+# Each paper size's preset that size (within 1.2x of its label), as the registry checks.
+SIZED = {"tiny": Stack(32, 2), "0.5M": Stack(256, 2, mixer=ProbeConfig(width=512)),
+         "1M": Stack(256, 4, mixer=ProbeConfig(width=512)), "2M": Stack(256, 8, mixer=ProbeConfig(width=512))}
+HYBRID = {"tiny": Stack(32, 1, d_mlp=64, n_heads=2), "0.5M": Stack(128, 1, mixer=ProbeConfig(width=1024)),
+          "1M": Stack(128, 3, mixer=ProbeConfig(width=1024)), "2M": Stack(128, 7, mixer=ProbeConfig(width=1024))}
+register_mixer(ProbeConfig, arch="probe", hybrid="probe_hybrid", lr=2e-3, presets=SIZED, hybrid_presets=HYBRID)
 '''
 
 PROBE_LAYER = '''
@@ -127,12 +130,15 @@ def test_a_mixer_package_dropped_in_is_an_architecture_and_its_hybrid_that_train
 
 
 @pytest.mark.parametrize("old, new, message", [
-    ("presets={s: Stack(32, 2) for s in SIZES}", 'presets={"tiny": Stack(32, 2)}',
+    ("presets=SIZED", 'presets={"tiny": SIZED["tiny"]}',
      "ProbeConfig: probe needs a preset for each size tiny, 0.5M, 1M, 2M and no other; missing ['0.5M', '1M', '2M']"),
+    ('"0.5M": Stack(256, 2, mixer=ProbeConfig(width=512))', '"0.5M": Stack(32, 2)',
+     "probe's preset '0.5M' has 2,272 trainable parameters, 0.00x its label"),
     ("lr=2e-3", "lr=0.0", "ProbeConfig: the learning rate of probe must be a positive float, got 0.0"),
     ('arch="probe"', 'arch="hybrid"', "ProbeConfig: architecture hybrid is already registered"),
     ('name: Literal["probe"] = "probe"', 'name: str = "probe"', "ProbeConfig needs a field name: Literal['<its name>']"),
-], ids=["a size without a preset", "a rate of zero", "an architecture taken", "no discriminator"])
+], ids=["a size without a preset", "a preset not its label's size", "a rate of zero", "an architecture taken",
+        "no discriminator"])
 def test_a_mixer_breaking_the_contract_is_refused_at_import_naming_it(tmp_path, old, new, message):
     assert old in PROBE_CONFIG
     _copy_with_probe(tmp_path, PROBE_CONFIG.replace(old, new))
