@@ -142,12 +142,3 @@ class Findings:
 
 
 _ADAPTER = TypeAdapter(Findings)
-
-
-def read_findings(folder: Path) -> Findings:
-    """A run directory's findings.json, as the report wrote it."""
-    path = Path(folder) / FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{folder}: no {FILE} (its report writes it: `icr-sweep report {folder}`)")
-    return Findings.from_json(path.read_text())
-
