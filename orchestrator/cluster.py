@@ -66,10 +66,12 @@ def _free_port(host: str, port: int) -> int:
 
 
 def start_ray(spec: SweepSpec, address: Optional[str], temp_dir: Optional[str], dashboard_host: str,
-              dashboard_port: int, num_cpus: Optional[int], say: Callable[[str], None] = lambda line: None):
-    """Attaches to a cluster at `address`, or starts an embedded local Ray with its
-    dashboard (never a stale cluster found in RAY_ADDRESS or Ray's records).
-    Returns Ray's context and notes for the user; `say` tells of a wait meanwhile."""
+              dashboard_port: int, num_cpus: Optional[int], dashboard: bool = True,
+              say: Callable[[str], None] = lambda line: None):
+    """Attaches to a cluster at `address`, or starts an embedded local Ray, with its
+    dashboard unless `dashboard` is false (never a stale cluster found in RAY_ADDRESS
+    or Ray's records). Returns Ray's context and notes for the user; `say` tells of a
+    wait meanwhile."""
     # Tune gives a trial its CPUs through a placement group and runs the trial in a
     # thread of its own, so neither Ray nor torch.set_num_threads there bounds the
     # OpenMP and numba pools: without this, a 1-CPU trial ran 3.6x slower, its
@@ -101,7 +103,7 @@ def start_ray(spec: SweepSpec, address: Optional[str], temp_dir: Optional[str], 
         if ended:
             notes.append(f"Ended {ended} Ray process(es) a killed icr-sweep left running (their driver is gone).")
         notes += left
-        port = _free_port(dashboard_host, dashboard_port)
+        port = _free_port(dashboard_host, dashboard_port) if dashboard else dashboard_port
         if port != dashboard_port:
             notes.append(f"Port {dashboard_port} is taken; the dashboard listens on {port} instead (--dashboard-port to choose).")
         session = Session(base)  # before Ray starts: a driver killed during the start is known
@@ -109,9 +111,9 @@ def start_ray(spec: SweepSpec, address: Optional[str], temp_dir: Optional[str], 
         # workers on every interface, its metrics endpoints without a token): on
         # loopback alone unless the dashboard is asked onto the network.
         try:
-            with node_on_loopback(is_loopback(dashboard_host)):
+            with node_on_loopback(not dashboard or is_loopback(dashboard_host)):
                 ctx = ray.init(
-                    address="local", include_dashboard=True, dashboard_host=dashboard_host, dashboard_port=port,
+                    address="local", include_dashboard=dashboard, dashboard_host=dashboard_host, dashboard_port=port,
                     num_cpus=num_cpus, **temp_dir_option(ray_temp), runtime_env=runtime_env,
                     job_config=job_config, log_to_driver=True,
                 )
@@ -119,7 +121,7 @@ def start_ray(spec: SweepSpec, address: Optional[str], temp_dir: Optional[str], 
             # Free when chosen: another user's Ray, another launch (whose start lock is
             # another's), or another program took it; by the time Ray says so, that
             # one may be between its own tries, so its dashboard's log decides too.
-            if port_taken(dashboard_host, port) or _port_clash(str(e), ray_temp):
+            if dashboard and (port_taken(dashboard_host, port) or _port_clash(str(e), ray_temp)):
                 raise ClusterError(f"Ray's dashboard did not start: port {port} on {dashboard_host}, free when this "
                                    f"launch chose it, was taken meanwhile by another program (another launch's "
                                    "Ray, say). Launch again, or choose a free port with --dashboard-port") from e

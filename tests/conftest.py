@@ -14,6 +14,10 @@ def pytest_configure(config):
     (issue 63)."""
     from workloads.threads import bound_threads
 
+    # The suite's launches start Ray without its dashboard, which costs each launch
+    # core-seconds (bench/results/launch_cpu.json); the tests of the dashboard ask for it.
+    os.environ.setdefault("ICR_SWEEP_DASHBOARD", "0")
+
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1 and os.environ.get("PYTEST_XDIST_WORKER"):
         bound_threads(max(1, (os.cpu_count() or 1) // workers))

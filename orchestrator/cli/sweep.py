@@ -13,7 +13,7 @@ from orchestrator.cli.plan import local_gpus
 from orchestrator.secrets import command
 
 
-def _ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus):
+def _ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus, dashboard=True):
     """The embedded Ray's options, checked before anything starts: Ray itself fails
     on a bad host or temp dir only after minutes, or with a traceback."""
     import socket
@@ -28,21 +28,21 @@ def _ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus):
                   "use 127.0.0.1, or 0.0.0.0 to listen on every interface")
         from orchestrator.cluster import is_loopback, ray_token_auth
 
-        if not is_loopback(dashboard_host) and not ray_token_auth():
+        if dashboard and not is_loopback(dashboard_host) and not ray_token_auth():
             fail(f"--dashboard-host {dashboard_host} with RAY_AUTH_MODE={os.environ.get('RAY_AUTH_MODE')}: Ray's "
                  "dashboard and its job-submission API would answer anyone who reaches this machine, with no token, "
                  "and run any command they send as you. Unset RAY_AUTH_MODE (the dashboard then asks for Ray's "
                  "token), or keep it on 127.0.0.1 and reach it through SSH (ssh -L 8265:127.0.0.1:8265 HOST)")
-        if temp_dir is not None:
-            existing = Path(temp_dir)
-            while not existing.exists() and existing != existing.parent:
-                existing = existing.parent
-            if not existing.is_dir():
-                fail(f"--temp-dir {temp_dir}: {existing} is a file, not a directory")
-            if not os.access(existing, os.W_OK):
-                fail(f"--temp-dir {temp_dir}: {existing} cannot be written")
+    if address is None and temp_dir is not None:
+        existing = Path(temp_dir)
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if not existing.is_dir():
+            fail(f"--temp-dir {temp_dir}: {existing} is a file, not a directory")
+        if not os.access(existing, os.W_OK):
+            fail(f"--temp-dir {temp_dir}: {existing} cannot be written")
     return dict(address=address, temp_dir=temp_dir, dashboard_host=dashboard_host,
-                dashboard_port=dashboard_port, num_cpus=num_cpus)
+                dashboard_port=dashboard_port, num_cpus=num_cpus, dashboard=dashboard)
 
 
 def driver_log(run_dir: str) -> Path:
@@ -60,8 +60,11 @@ def _start_ray(opts: dict, spec):
     from orchestrator import cluster
     from orchestrator.stopping import sigterm_after_ray_start
 
-    typer.echo("Starting a local Ray with its dashboard (a few seconds) ..." if opts["address"] is None
-               else f"Attaching to the Ray cluster at {opts['address']} ...", err=True)
+    if opts["address"] is not None:
+        typer.echo(f"Attaching to the Ray cluster at {opts['address']} ...", err=True)
+    else:
+        typer.echo("Starting a local Ray with its dashboard (a few seconds) ..." if opts["dashboard"] else
+                   "Starting a local Ray without its dashboard (--no-dashboard; a few seconds) ...", err=True)
     try:
         ctx, notes = cluster.start_ray(spec, **opts, say=lambda line: typer.echo(line, err=True))
         sigterm_after_ray_start()
@@ -76,6 +79,8 @@ def _start_ray(opts: dict, spec):
             else:
                 typer.echo(f"  It asks for no token (RAY_AUTH_MODE={os.environ.get('RAY_AUTH_MODE')}): it answers "
                            "this machine's users alone, on 127.0.0.1.", err=True)
+        elif not opts["dashboard"] and opts["address"] is None:
+            typer.echo("Ray is up, without its dashboard (--no-dashboard).", err=True)
         resources, note = cluster.trial_resources(spec, attached=opts["address"] is not None)
     except SystemExit as e:  # SIGTERM while ray.init ran: Ray's own handler, sys.exit(15), ended the launch unsaid
         if e.code != signal.SIGTERM:
@@ -86,7 +91,7 @@ def _start_ray(opts: dict, spec):
         fail(str(e))
     except Exception as e:  # Ray's own start failed (a timeout, a daemon that died): one line, not its traceback
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        if "dashboard" in first and opts["address"] is None and cluster.port_taken(opts["dashboard_host"], opts["dashboard_port"]):
+        if "dashboard" in first and opts["address"] is None and opts["dashboard"] and cluster.port_taken(opts["dashboard_host"], opts["dashboard_port"]):
             fail(f"Ray's dashboard did not start: port {opts['dashboard_port']} is taken by another program. "
                  "Launch again, or choose a free port with --dashboard-port")
         from orchestrator.cluster import ray_temp_dir
@@ -259,6 +264,9 @@ RAY_OPTIONS = dict(
     dashboard_host=typer.Option("127.0.0.1", help="where the embedded Ray's dashboard listens"),
     dashboard_port=typer.Option(8265, min=1, max=65535),
     num_cpus=typer.Option(None, min=1, help="CPUs the embedded Ray may use (default: all)"),
+    dashboard=typer.Option(True, "--dashboard/--no-dashboard", envvar="ICR_SWEEP_DASHBOARD",
+                           help="start the embedded Ray with its dashboard (--no-dashboard: a headless machine or CI, "
+                           "less memory and a faster start; ICR_SWEEP_DASHBOARD=0 sets it)"),
 )
 VERBOSE = typer.Option(False, "--verbose", help="Tune's own status table every 30 s instead of the progress view")
 
@@ -272,6 +280,7 @@ def launch(
     dashboard_host: str = RAY_OPTIONS["dashboard_host"],
     dashboard_port: int = RAY_OPTIONS["dashboard_port"],
     num_cpus: Optional[int] = RAY_OPTIONS["num_cpus"],
+    dashboard: bool = RAY_OPTIONS["dashboard"],
     verbose: bool = VERBOSE,
 ):
     """Run a sweep on Ray Tune (embedded local Ray unless --address) and write its report."""
@@ -279,7 +288,7 @@ def launch(
 
     s = spec_or_exit(spec, storage)
     run_dir = s.run_dir()
-    opts = _ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus)
+    opts = _ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus, dashboard)
     _check_trackers(s, run_dir)
     footprint = Footprint(run_dir, _tracker_folders(s, run_dir))  # before anything is written: what the folder held
     try:
@@ -443,6 +452,7 @@ def resume(
     dashboard_host: str = RAY_OPTIONS["dashboard_host"],
     dashboard_port: int = RAY_OPTIONS["dashboard_port"],
     num_cpus: Optional[int] = RAY_OPTIONS["num_cpus"],
+    dashboard: bool = RAY_OPTIONS["dashboard"],
     verbose: bool = VERBOSE,
 ):
     """Continue an interrupted sweep: finished trials stay, the rest continue from their checkpoints."""
@@ -472,7 +482,7 @@ def resume(
         fail("; ".join(blocked[:5]) + (f"; and {len(blocked) - 5} more" if len(blocked) > 5 else "")
              + ". Move each away (a trial's results are restored from its checkpoints), then resume")
     _check_trackers(s, run)
-    opts = _ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus)
+    opts = _ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus, dashboard)
 
     def work():
         from orchestrator import progress, tune as sweep

@@ -67,6 +67,17 @@ def ray_processes(temp_dir: str) -> list[int]:
     return out
 
 
+def process_names(temp_dir: str) -> list[str]:
+    """The names (comm) of the processes of one test's cluster."""
+    names = []
+    for pid in ray_processes(temp_dir):
+        try:
+            names.append(Path(f"/proc/{pid}/comm").read_text().strip())
+        except OSError:
+            continue
+    return names
+
+
 def listening(temp_dir: str) -> list[tuple[str, int, str]]:
     """(address, port, process name) of every TCP socket the processes of one
     test's cluster listen on, read from /proc (IPv4 and IPv6)."""
@@ -109,6 +120,12 @@ def _readlink(path: str) -> str:
 def cli(*args: str, ray_temp: str, port: int) -> list[str]:
     return [sys.executable, "-m", "orchestrator.cli", *args, "--temp-dir", ray_temp,
             "--dashboard-port", str(port), "--num-cpus", "2"]
+
+
+def ray_is_up(console: str) -> bool:
+    """Whether a launch's console says its embedded Ray is up: the dashboard's address,
+    or, launched without it (the suite's default, conftest.py), the line saying so."""
+    return "Ray dashboard:" in console or "Ray is up, without its dashboard" in console
 
 
 def dashboard_answers(port: int) -> bool:

@@ -46,8 +46,8 @@ def test_the_dashboard_lists_each_running_trial_by_name(tmp_path, ray_temp):
     spec_path.write_text(yaml.safe_dump(spec))
     run_dir = tmp_path / "runs" / "istree_micro"
     port = free_port()
-    launch = subprocess.Popen(cli("launch", str(spec_path), "--storage", str(tmp_path / "runs"), ray_temp=ray_temp,
-                                  port=port), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    launch = subprocess.Popen(cli("launch", str(spec_path), "--storage", str(tmp_path / "runs"), "--dashboard",
+                                  ray_temp=ray_temp, port=port), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               start_new_session=True)
     try:
         deadline = time.time() + 180

@@ -166,7 +166,7 @@ def test_a_dashboard_on_the_network_without_ray_token_is_refused_before_anything
     """Issue 52, class 2: with RAY_AUTH_MODE=disabled and 0.0.0.0, Ray's job API ran
     anyone's command, while the console said the dashboard asks for a token."""
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-    result = runner.invoke(app, ["launch", str(_write(tmp_path)), "--dashboard-host", host])
+    result = runner.invoke(app, ["launch", str(_write(tmp_path)), "--dashboard-host", host, "--dashboard"])
     assert result.exit_code == 2, result.output
     assert f"--dashboard-host {host} with RAY_AUTH_MODE=disabled" in result.output
     assert "Unset RAY_AUTH_MODE" in result.output and "127.0.0.1" in result.output

@@ -29,7 +29,7 @@ def test_storage_that_is_a_file_is_refused_before_ray_starts(tmp_path):
     result = launch("--storage", str(blocker))
     assert result.exit_code == 2
     assert f"{blocker} is a file" in result.output and "choose another --storage" in result.output
-    assert "Ray dashboard" not in result.output
+    assert "Starting a local Ray" not in result.output
 
 
 def test_a_name_too_long_for_the_filesystem_is_refused(tmp_path):

@@ -20,7 +20,8 @@ from orchestrator.rundir import STARTED_OVER_FILE, load_trials, read_results, re
 from orchestrator.grid import expand
 from orchestrator.spec import load_spec
 from tests.orchestrator.e2e import (HALF_EVERY, SWEEPS, cli, dashboard_answers, free_port, kill_leftovers, killme_spec,
-                                    launch_to_the_end, listening, on_loopback, own_ray_temp, results_so_far)
+                                    launch_to_the_end, listening, on_loopback, own_ray_temp, process_names, ray_is_up,
+                                    results_so_far)
 
 pytestmark = pytest.mark.slow
 
@@ -43,7 +44,8 @@ def test_a_tiny_sweep_completes_with_its_report_and_the_dashboard_up(tmp_path, r
     spec_path.write_text(yaml.safe_dump(spec))
     # A stale address lying around must not make a plain launch attach (or hang).
     stale = {**os.environ, "RAY_ADDRESS": "127.0.0.1:9"}
-    proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=port),
+    proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", str(storage), "--dashboard", ray_temp=ray_temp,
+                                port=port),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True, env=stale)
     lines: list[str] = []  # its console as it comes
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
@@ -51,7 +53,7 @@ def test_a_tiny_sweep_completes_with_its_report_and_the_dashboard_up(tmp_path, r
     with own_ray_temp() as other_temp:
         time.sleep(1)
         second = subprocess.Popen(cli("launch", str(SWEEPS / "istree_micro.yaml"), "--storage", str(tmp_path / "b"),
-                                      ray_temp=other_temp, port=port),
+                                      "--dashboard", ray_temp=other_temp, port=port),
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
         answered_while_running, sockets = False, []
         while proc.poll() is None and not answered_while_running:
@@ -187,7 +189,8 @@ def _kill_midway(spec_path, storage, run_dir, ray_temp, port, rows: int) -> tupl
     """Launches the spec and, once a trial has finished and another has `rows`
     results without finishing, kills the driver and its Ray with SIGKILL (no chance
     to clean up, as when the machine goes down). Returns (finished, interrupted)."""
-    proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=port),
+    proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", str(storage), "--no-dashboard",
+                                ray_temp=ray_temp, port=port),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     deadline = time.time() + 600
     finished, interrupted = [], None
@@ -200,6 +203,9 @@ def _kill_midway(spec_path, storage, run_dir, ray_temp, port, rows: int) -> tupl
             break
         time.sleep(0.1)
     assert interrupted, f"never saw a finished and a half-done trial: {proc.communicate()[0][-3000:]}"
+    # --no-dashboard: none of the dashboard's modules runs, and nothing listens on its port.
+    modules = [name for name in process_names(ray_temp) if name.startswith("ray-dashboard")]
+    assert not modules and port not in {p for _, p, _ in listening(ray_temp)}, (modules, listening(ray_temp))
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     kill_leftovers(ray_temp)
@@ -349,14 +355,14 @@ def test_an_optuna_sweep_runs_its_trial_budget_per_cell(tmp_path, ray_temp):
     damaged = subprocess.run(cli("resume", str(storage / "optuna_micro"), ray_temp=ray_temp, port=free_port()),
                              capture_output=True, text=True, timeout=120)
     assert damaged.returncode == 2 and f"{db}: Optuna's studies cannot be read (DatabaseError" in damaged.stderr, damaged.stderr
-    assert "Ray dashboard" not in damaged.stderr and "Put back a copy of the file" in damaged.stderr
+    assert "Starting a local Ray" not in damaged.stderr and "Put back a copy of the file" in damaged.stderr
     # Deleted, or replaced by an empty one: resume ended in "KeyError: 'Record does not
     # exist.'" after Ray started (issue 52's messages).
     db.unlink()
     gone = subprocess.run(cli("resume", str(storage / "optuna_micro"), ray_temp=ray_temp, port=free_port()),
                           capture_output=True, text=True, timeout=120)
     assert gone.returncode == 2 and f"{db} is gone: it held this sweep's Optuna studies" in gone.stderr, gone.stderr
-    assert "Ray dashboard" not in gone.stderr and not db.exists()
+    assert "Starting a local Ray" not in gone.stderr and not db.exists()
     optuna.create_study(storage=url, study_name="another")
     emptied = subprocess.run(cli("resume", str(storage / "optuna_micro"), ray_temp=ray_temp, port=free_port()),
                              capture_output=True, text=True, timeout=120)
@@ -466,17 +472,18 @@ def test_a_stop_before_any_trial_started_leaves_no_run_behind(tmp_path, ray_temp
     'no trial results', exit 2, and a directory holding only a lock); none of Ray's or
     Tune's lines (issue 64: they go to the run's log, which goes with the run)."""
     spec_path, storage = killme_spec(tmp_path), tmp_path / "runs"
-    proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=free_port()),
+    proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", str(storage), "--no-dashboard", ray_temp=ray_temp,
+                                port=free_port()),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     seen = ""
     for line in proc.stdout:
         seen += line
-        if "Ray dashboard:" in line:
+        if ray_is_up(line):
             proc.send_signal(sig)
             break
     out = seen + proc.communicate(timeout=300)[0]
     shown = out[:2500] + "\n[...]\n" + out[-1500:]  # the head says when the signal was sent
-    assert "Ray dashboard:" in seen, shown
+    assert "Ray is up, without its dashboard (--no-dashboard)." in seen and "Ray dashboard:" not in seen, shown
     assert proc.returncode == 130, shown
     assert "Stopped before any trial started: nothing of this launch was kept" in out and "Traceback" not in out, shown
     assert not re.search(r" (INFO|WARNING) |Tuner\.restore|== Status ==", out), shown
@@ -544,7 +551,7 @@ def test_the_ray_processes_a_killed_driver_left_are_ended_by_the_next_start(tmp_
     from orchestrator.cluster import end_orphans
 
     proc = subprocess.Popen(cli("launch", str(killme_spec(tmp_path)), "--storage", str(tmp_path / "runs"),
-                                ray_temp=ray_temp, port=free_port()),
+                                "--dashboard", ray_temp=ray_temp, port=free_port()),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     for line in proc.stdout:
         if "Ray dashboard:" in line:
