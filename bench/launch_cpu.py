@@ -1,0 +1,53 @@
+"""The CPU time of one launch of a tiny sweep with the embedded Ray's dashboard and
+without it (--no-dashboard), side by side, every process counted (bench/suite_cpu.py).
+
+    python bench/launch_cpu.py [--reps 2] [--spec sweeps/istree_micro.yaml]
+
+Writes bench/results/launch_cpu.json: each launch's core-seconds and wall seconds,
+alternating the two so that the machine's drift falls on both alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from suite_cpu import measure  # noqa: E402
+
+ROOT = Path(__file__).parents[1]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--spec", default=str(ROOT / "sweeps" / "istree_micro.yaml"))
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "launch_cpu.json")
+    args = parser.parse_args()
+    rows = []
+    for rep in range(args.reps):
+        for flag in ("--dashboard", "--no-dashboard"):
+            with tempfile.TemporaryDirectory(prefix="icr-bench-") as storage:
+                record = measure([sys.executable, "-m", "orchestrator.cli", "launch", args.spec, "--storage", storage,
+                                  flag])
+            if record["exit_status"] != 0:
+                print(f"launch {flag} failed (exit {record['exit_status']})", file=sys.stderr)
+                return 1
+            rows.append({"rep": rep, "flag": flag, "cpu_s": record["cpu_s"], "wall_s": record["wall_s"],
+                         "counted_by": record["counted_by"]})
+            print(rows[-1], file=sys.stderr)
+    median = {flag: statistics.median(r["cpu_s"] for r in rows if r["flag"] == flag)
+              for flag in ("--dashboard", "--no-dashboard")}
+    summary = {"spec": Path(args.spec).name, "median_cpu_s": median,
+               "saved_cpu_s": round(median["--dashboard"] - median["--no-dashboard"], 1), "rows": rows}
+    args.out.write_text(json.dumps(summary, indent=2) + "\n")
+    print(json.dumps(summary["median_cpu_s"]), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
