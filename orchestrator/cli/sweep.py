@@ -266,7 +266,7 @@ RAY_OPTIONS = dict(
     num_cpus=typer.Option(None, min=1, help="CPUs the embedded Ray may use (default: all)"),
     dashboard=typer.Option(True, "--dashboard/--no-dashboard", envvar="ICR_SWEEP_DASHBOARD",
                            help="start the embedded Ray with its dashboard (--no-dashboard: a headless machine or CI, "
-                           "less memory and a faster start; ICR_SWEEP_DASHBOARD=0 sets it)"),
+                           "nine fewer processes and less CPU; ICR_SWEEP_DASHBOARD=0 sets it)"),
 )
 VERBOSE = typer.Option(False, "--verbose", help="Tune's own status table every 30 s instead of the progress view")
 
