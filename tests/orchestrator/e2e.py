@@ -122,12 +122,6 @@ def cli(*args: str, ray_temp: str, port: int) -> list[str]:
             "--dashboard-port", str(port), "--num-cpus", "2"]
 
 
-def ray_is_up(console: str) -> bool:
-    """Whether a launch's console says its embedded Ray is up: the dashboard's address,
-    or, launched without it (the suite's default, conftest.py), the line saying so."""
-    return "Ray dashboard:" in console or "Ray is up, without its dashboard" in console
-
-
 def dashboard_answers(port: int) -> bool:
     token = (Path.home() / ".ray" / "auth_token").read_text().strip()
     req = urllib.request.Request(f"http://127.0.0.1:{port}/api/version", headers={"Authorization": f"Bearer {token}"})

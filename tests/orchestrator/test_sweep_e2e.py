@@ -20,7 +20,7 @@ from orchestrator.rundir import STARTED_OVER_FILE, load_trials, read_results, re
 from orchestrator.grid import expand
 from orchestrator.spec import load_spec
 from tests.orchestrator.e2e import (HALF_EVERY, SWEEPS, cli, dashboard_answers, free_port, kill_leftovers, killme_spec,
-                                    launch_to_the_end, listening, on_loopback, own_ray_temp, process_names, ray_is_up,
+                                    launch_to_the_end, listening, on_loopback, own_ray_temp, process_names,
                                     results_so_far)
 
 pytestmark = pytest.mark.slow
@@ -478,7 +478,7 @@ def test_a_stop_before_any_trial_started_leaves_no_run_behind(tmp_path, ray_temp
     seen = ""
     for line in proc.stdout:
         seen += line
-        if ray_is_up(line):
+        if "Ray is up, without its dashboard" in line:
             proc.send_signal(sig)
             break
     out = seen + proc.communicate(timeout=300)[0]
