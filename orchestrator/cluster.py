@@ -13,8 +13,8 @@ from orchestrator.packing import gpu_shares
 from orchestrator.privatedir import (PrivateFolderError, Session, end_orphans, one_start_at_a_time, private_base,
                                      start_lock_folder)
 from orchestrator.spec import SweepSpec
-from orchestrator.unpromised import (autoscaler_node_groups, daemons_in_a_group_of_their_own, node_on_loopback,
-                                     quiet_worker_exits, temp_dir_option, workers_inherit_env)
+from orchestrator.unpromised import (autoscaler_node_groups, daemons_in_a_group_of_their_own, no_idle_workers_ahead,
+                                     node_on_loopback, quiet_worker_exits, temp_dir_option, workers_inherit_env)
 from workloads.threads import thread_env
 
 
@@ -111,7 +111,7 @@ def start_ray(spec: SweepSpec, address: Optional[str], temp_dir: Optional[str], 
         # workers on every interface, its metrics endpoints without a token): on
         # loopback alone unless the dashboard is asked onto the network.
         try:
-            with node_on_loopback(not dashboard or is_loopback(dashboard_host)):
+            with node_on_loopback(not dashboard or is_loopback(dashboard_host)), no_idle_workers_ahead():
                 ctx = ray.init(
                     address="local", include_dashboard=dashboard, dashboard_host=dashboard_host, dashboard_port=port,
                     num_cpus=num_cpus, **temp_dir_option(ray_temp), runtime_env=runtime_env,

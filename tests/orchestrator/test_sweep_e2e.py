@@ -204,8 +204,11 @@ def _kill_midway(spec_path, storage, run_dir, ray_temp, port, rows: int) -> tupl
         time.sleep(0.1)
     assert interrupted, f"never saw a finished and a half-done trial: {proc.communicate()[0][-3000:]}"
     # --no-dashboard: none of the dashboard's modules runs, and nothing listens on its port.
-    modules = [name for name in process_names(ray_temp) if name.startswith("ray-dashboard")]
+    names = process_names(ray_temp)
+    modules = [name for name in names if name.startswith("ray-dashboard")]
     assert not modules and port not in {p for _, p, _ in listening(ray_temp)}, (modules, listening(ray_temp))
+    # No worker was started ahead to sit idle (cluster.start_ray: no_idle_workers_ahead).
+    assert "ray::IDLE" not in names, names
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     kill_leftovers(ray_temp)

@@ -278,3 +278,21 @@ def test_the_report_names_the_wandb_server_a_run_logged_to(monkeypatch, tmp_path
     assert open_commands(run, str(tmp_path), tmp_path)[-1] == "W&B: http://wandb.lab:8080/p (group s)"
     monkeypatch.delenv("WANDB_BASE_URL")
     assert open_commands(run, str(tmp_path), tmp_path)[-1] == "W&B: https://wandb.ai/p (group s)"
+
+
+def test_no_worker_is_started_ahead_unless_the_user_says_so_and_the_environment_is_left_as_it_was(monkeypatch):
+    # The raylet starts with the driver's environment (the e2e test of a killed driver
+    # checks that no worker sat idle); the driver's own environment is left as it was.
+    import os
+
+    from orchestrator.unpromised import no_idle_workers_ahead
+
+    key = "RAY_prestart_worker_first_driver"
+    monkeypatch.delenv(key, raising=False)
+    with no_idle_workers_ahead():
+        assert os.environ[key] == "0"
+    assert key not in os.environ
+    monkeypatch.setenv(key, "1")
+    with no_idle_workers_ahead():
+        assert os.environ[key] == "1"
+    assert os.environ[key] == "1"
