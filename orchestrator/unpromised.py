@@ -117,6 +117,13 @@ PRIVATE_NAMES = (
     PrivateName("ray", "ray.air.integrations.wandb", "WandbLoggerCallback._start_logging_actor",
                 "one W&B run per trial with its own id, name and flat config",
                 "WandbLoggerCallback.log_trial_start (names the run by Tune's trial id, logs the nested config)"),
+    *(PrivateName("ray", "ray.air.integrations.wandb", name, set_in="WandbLoggerCallback.__init__",
+                  buys="W&B's logging actor handed its items itself (Inbox, Outbox): Ray's callback starts a queue "
+                  "actor per trial beside it, a worker process of about 2.7 core-seconds (issue 82)",
+                  tried="none public: the callback makes its queue in _start_logging_actor")
+      for name in ("_trial_queues", "_trial_logging_actors", "_trial_logging_futures", "_logging_future_to_trial")),
+    PrivateName("ray", "ray.air.integrations.wandb", "self.queue.get", set_in="_WandbLoggingActor.run",
+                buys="the logging actor's items taken from its own Inbox", tried="as for _trial_queues"),
 )
 
 
@@ -404,6 +411,55 @@ def name_trial_actor(actor, name: Optional[str]) -> None:
         actor._name = name
 
 
+class Inbox:
+    """W&B's logging actor's queue, inside the actor: items numbered by the callback
+    in the order it sends them, taken in that order (a threaded actor may run its
+    calls out of order). A number below the next one expected (a call Ray retried
+    after the actor restarted) is taken next, as it comes; the first number a fresh
+    actor is given is where it starts."""
+
+    def __init__(self):
+        import threading
+
+        self._ready = threading.Condition()
+        self._waiting: dict[int, object] = {}
+        self._late: list = []
+        self._next: Optional[int] = None
+
+    def put(self, number: int, item) -> None:
+        with self._ready:
+            if self._next is None:
+                self._next = number
+            if number < self._next:
+                self._late.append(item)
+            else:
+                self._waiting[number] = item
+            self._ready.notify()
+
+    def get(self):
+        with self._ready:
+            while True:
+                if self._late:
+                    return self._late.pop(0)
+                if self._next in self._waiting:
+                    self._next += 1
+                    return self._waiting.pop(self._next - 1)
+                self._ready.wait()
+
+
+class Outbox:
+    """What Ray's W&B callback puts its items into (`put`, as into a Ray queue): each
+    handed, numbered, to the logging actor's Inbox."""
+
+    def __init__(self, actor):
+        self._actor = actor
+        self._sent = 0
+
+    def put(self, item) -> None:
+        self._actor.put.remote(self._sent, item)
+        self._sent += 1
+
+
 def wandb_callback(figures: Callable[[dict], dict], step: str, charts: tuple[str, ...], trial_dir: str,
                    config: Callable[[dict], dict], failed: Callable[[str, Exception], None]):
     """Ray's WandbLoggerCallback class, opened where it has no public hook: its
@@ -419,9 +475,13 @@ def wandb_callback(figures: Callable[[dict], dict], step: str, charts: tuple[str
     from ray.air.integrations.wandb import WandbLoggerCallback, _WandbLoggingActor
 
     class Actor(_WandbLoggingActor):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
+        def __init__(self, logdir: str, queue, *args, **kwargs):
+            super().__init__(logdir, Inbox() if queue is None else queue, *args, **kwargs)
             self._logdir = (self.kwargs.get("config") or {}).get(trial_dir, self._logdir)
+
+        def put(self, number: int, item) -> None:
+            """The callback's `number`-th item for `run` (Ray's queue protocol)."""
+            self.queue.put(number, item)
 
         def __repr__(self) -> str:  # its name on the dashboard, and its lines' prefix (quiet_worker_exits)
             return WANDB_ACTOR
@@ -448,14 +508,34 @@ def wandb_callback(figures: Callable[[dict], dict], step: str, charts: tuple[str
         _logger_actor_cls = Actor
 
         def start_run(self, trial, **init) -> None:
-            if _INHERITED["env"] and not self._remote_logger_class:  # Ray's own adds WANDB_API_KEY to its runtime env
-                import ray
-                from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-                here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-                self._remote_logger_class = ray.remote(num_cpus=0, scheduling_strategy=here, max_restarts=-1,
-                                                       max_task_retries=-1)(self._logger_actor_cls)
             self._start_logging_actor(trial, [], **init)
+
+        def _start_logging_actor(self, trial, exclude_results: list, **init) -> None:
+            """Ray's, but the items reach the logging actor by its own `put` (into its
+            Inbox) instead of through a Ray queue: Ray starts an actor of its own,
+            a worker process, per trial for the queue alone."""
+            import ray
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            if trial in self._trial_logging_futures:  # a trial started again reuses its actor
+                return
+            if not self._remote_logger_class:
+                # Ray's own copies WANDB_API_KEY into the actor's runtime env, which Ray's
+                # agent logs in clear: only where workers do not inherit the driver's.
+                key = {} if _INHERITED["env"] or "WANDB_API_KEY" not in os.environ else {
+                    "runtime_env": {"env_vars": {"WANDB_API_KEY": os.environ["WANDB_API_KEY"]}}}
+                here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+                # Two threads: `run` waits on the inbox in one, `put` fills it in the other.
+                self._remote_logger_class = ray.remote(num_cpus=0, scheduling_strategy=here, max_restarts=-1,
+                                                       max_task_retries=-1, max_concurrency=2,
+                                                       **key)(self._logger_actor_cls)
+            actor = self._remote_logger_class.remote(logdir=trial.local_path, queue=None, exclude=exclude_results,
+                                                     to_config=self.AUTO_CONFIG_KEYS, **init)
+            self._trial_queues[trial] = Outbox(actor)
+            self._trial_logging_actors[trial] = actor
+            future = actor.run.remote()
+            self._trial_logging_futures[trial] = future
+            self._logging_future_to_trial[future] = trial
 
     return Callback
 

@@ -296,3 +296,70 @@ def test_no_worker_is_started_ahead_unless_the_user_says_so_and_the_environment_
     with no_idle_workers_ahead():
         assert os.environ[key] == "1"
     assert os.environ[key] == "1"
+
+
+def test_wandbs_logging_actor_takes_its_items_in_the_order_they_were_sent_whatever_order_they_arrive_in():
+    # The actor runs `put` beside `run` in a second thread, which Ray does not promise
+    # to run in the order sent: the numbers restore it, and a number below the next
+    # expected (a call Ray retried into a restarted actor) is taken as it comes.
+    import threading
+
+    from orchestrator.unpromised import Inbox
+
+    inbox = Inbox()
+    for number in (0, 2, 1):
+        inbox.put(number, f"row {number}")
+    assert [inbox.get() for _ in range(3)] == ["row 0", "row 1", "row 2"]
+
+    restarted = Inbox()  # a fresh actor starts at the first number it is given
+    restarted.put(5, "row 5")
+    assert restarted.get() == "row 5"
+    restarted.put(7, "row 7")
+    restarted.put(4, "row 4, retried")
+    assert restarted.get() == "row 4, retried"
+    taken = []
+    waiting = threading.Thread(target=lambda: taken.append(restarted.get()))
+    waiting.start()
+    waiting.join(0.2)
+    assert waiting.is_alive() and not taken  # row 6 has not come: row 7 waits for it
+    restarted.put(6, "row 6")
+    waiting.join(5)
+    assert taken == ["row 6"] and restarted.get() == "row 7"
+
+
+def test_wandbs_logging_actor_gets_its_items_by_its_own_calls_not_a_queue_actor_per_trial(monkeypatch, tmp_path):
+    # Ray's callback starts a queue actor (a worker process) per trial beside its logging
+    # actor; here the logging actor is handed each item itself, numbered in order.
+    from orchestrator.trackers.wandb import wandb_tracker
+
+    made, calls = [], []
+
+    class Remote:
+        def __init__(self, name):
+            self.name = name
+
+        def remote(self, *args, **kwargs):
+            calls.append((self.name, args, kwargs))
+            return f"ref {len(calls)}"
+
+    class Handle:
+        put, run = Remote("put"), Remote("run")
+
+    class Made:
+        def remote(self, **kwargs):
+            made.append(kwargs)
+            return Handle()
+
+    import ray
+
+    monkeypatch.setattr(ray, "remote", lambda **options: (lambda cls: Made()))
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: type("C", (), {"get_node_id": lambda self: "0" * 56})())
+    callback = wandb_tracker()(project="p", mode="offline")
+    trial = type("Trial", (), {"local_path": str(tmp_path)})()
+    callback._start_logging_actor(trial, [], name="t")
+    callback._trial_queues[trial].put(("result", {"a": 1}))
+    callback._trial_queues[trial].put(("end", None))
+    assert made[0]["queue"] is None and made[0]["name"] == "t"
+    assert [(name, args) for name, args, _ in calls] == [("run", ()), ("put", (0, ("result", {"a": 1}))),
+                                                         ("put", (1, ("end", None)))]
+    assert callback._logging_future_to_trial == {"ref 1": trial}
