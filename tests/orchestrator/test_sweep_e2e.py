@@ -215,39 +215,63 @@ def _kill_midway(spec_path, storage, run_dir, ray_temp, port, rows: int) -> tupl
     return finished, interrupted
 
 
-@pytest.mark.parametrize("sig, group", [(signal.SIGINT, False), (signal.SIGTERM, False), (signal.SIGTERM, True)],
-                         ids=["ctrl-c", "sigterm", "sigterm-to-the-process-group"])
-def test_ctrl_c_stops_with_the_resume_command_and_every_trial_in_its_true_state(tmp_path, ray_temp, sig, group):
+def test_ctrl_c_and_sigterm_stop_with_the_resume_command_and_every_trial_in_its_true_state(tmp_path, ray_temp):
     """Ctrl-C, SIGTERM as a cluster or a spot instance sends it, and SIGTERM to the
     driver's process group as systemd, a batch scheduler or `docker stop` send it
     (issue 28, class 8: it killed Ray's daemons too, and the driver stalled and
-    exited 1 with no report), end alike."""
+    exited 1 with no report), end alike: the launch is stopped with Ctrl-C, its
+    resume with SIGTERM, the next resume with SIGTERM to its group, each while the
+    same trial is midway; the last resume, its newest checkpoints deleted, ends
+    every trial with each evaluation once."""
     spec_path = killme_spec(tmp_path)
     storage = tmp_path / "runs"
     run_dir = storage / "killme"
-    proc = subprocess.Popen(cli("launch", str(spec_path), "--storage", str(storage), ray_temp=ray_temp, port=free_port()),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    deadline = time.time() + 600
-    while time.time() < deadline and proc.poll() is None:
-        results = {p.parent.name: results_so_far(p.parent) for p in run_dir.glob("*/params.json")}
-        if any(r and r[-1].get("final_eval") for r in results.values()) and any(
-                len(r) >= 2 and not r[-1].get("final_eval") for r in results.values()):
-            break
-        time.sleep(0.1)
-    if group:
-        os.killpg(proc.pid, sig)  # started in a session of its own: its group is its pid
-    else:
-        proc.send_signal(sig)
-    out, _ = proc.communicate(timeout=300)
-    assert proc.returncode == 130, out[-3000:]
+    stops = [("launch", [str(spec_path), "--storage", str(storage)], signal.SIGINT, False),
+             ("resume", [str(run_dir)], signal.SIGTERM, False),
+             ("resume", [str(run_dir)], signal.SIGTERM, True)]
+    interrupted, rows = None, 0
+    for command, args, sig, group in stops:
+        proc = subprocess.Popen(cli(command, *args, ray_temp=ray_temp, port=free_port()),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        deadline = time.time() + 600
+        while time.time() < deadline and proc.poll() is None and not _one_finished_and_one_midway(run_dir, interrupted,
+                                                                                                  rows):
+            time.sleep(0.1)
+        if group:
+            os.killpg(proc.pid, sig)  # started in a session of its own: its group is its pid
+        else:
+            proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=300)
+        stopped = _stopped_in_its_true_state(proc.returncode, out, run_dir, command)
+        assert interrupted in (None, stopped), (interrupted, stopped)  # the resume went on with the stopped trial
+        interrupted, rows = stopped, len(read_results(run_dir / stopped))
+    _resume_without_the_newest_checkpoints(run_dir, interrupted, ray_temp)
+
+
+def _one_finished_and_one_midway(run_dir: Path, midway: str | None, rows: int) -> bool:
+    """A trial has finished and another has two rows more than `rows` without
+    finishing (that one `midway`, where given: the trial stopped before)."""
+    results = {p.parent.name: results_so_far(p.parent) for p in run_dir.glob("*/params.json")}
+    if not any(r and r[-1].get("final_eval") for r in results.values()):
+        return False
+    going = [r for name, r in results.items() if midway in (None, name)]
+    return any(len(r) >= rows + 2 and not r[-1].get("final_eval") for r in going)
+
+
+def _stopped_in_its_true_state(returncode: int, out: str, run_dir: Path, command: str) -> str:
+    """Asserts a stopped launch or resume of the killme spec ended as a stop does,
+    with one trial finished, one interrupted and one pending. Returns the
+    interrupted trial's name."""
+    assert returncode == 130, out[-3000:]
     # (Ray may print "Exception ignored in ... SystemExit" as it ends a finished trial's idle worker: not ours.)
     ours = re.sub(r"Exception ignored in.*?SystemExit: 1", "", out, flags=re.S)
     assert "Fatal Python error" not in out and "Traceback" not in ours, out[-3000:]
     assert out.rstrip().endswith(f"icr-sweep resume {run_dir}"), out[-3000:]
     # Tune's and Ray's own lines for the stop went to icr-sweep.log (issue 64): "Resume experiment with:
     # Tuner.restore(...)" was wrong advice for this tool.
-    assert not re.search(r"Tuner\.restore|Failed to fetch metrics|FileNotFoundError|== Status ==| (INFO|WARNING) ", out
-                         .split(f"Sweep 'killme' -> {run_dir}")[-1]), out[-3000:]
+    shown = out.split(f"Sweep 'killme' -> {run_dir}")[-1] if command == "launch" else out
+    assert not re.search(r"Tuner\.restore|Failed to fetch metrics|FileNotFoundError|== Status ==| (INFO|WARNING) ",
+                         shown), out[-3000:]
     assert "Tuner.restore" in (run_dir / "icr-sweep.log").read_text()
     states = read_run(run_dir).trials.set_index("trial")["state"].to_dict()
     assert len(states) == 3, states  # the never-started trial is listed too
@@ -263,8 +287,7 @@ def test_ctrl_c_stops_with_the_resume_command_and_every_trial_in_its_true_state(
     kept = [torch.load(p / "checkpoint.pt", weights_only=True)["samples"] for p in (run_dir / interrupted).glob("checkpoint_*")]
     assert stops[-1]["samples"] in kept, (kept, rows)
     assert not (run_dir / ".icr-stop").exists()
-    if group:
-        _resume_without_the_newest_checkpoints(run_dir, interrupted, ray_temp)
+    return interrupted
 
 
 def _resume_without_the_newest_checkpoints(run_dir: Path, interrupted: str, ray_temp: str) -> None:
