@@ -19,11 +19,16 @@ MASK = "***"
 
 
 def command(*words: str) -> str:
-    """A command line to print for the user to paste: each word quoted for the shell
-    (a path holding `$(...)`, spaces or quotes runs nothing), its secrets masked."""
+    """A command line to print for the user to paste: its first word as the user's
+    shell runs it (orchestrator/shell.py: `scripts/icr-sweep` where the tool was
+    started so), each word quoted for the shell (a path holding `$(...)`, spaces or
+    quotes runs nothing), its secrets masked."""
     import shlex
 
-    return " ".join(shlex.quote(redact(str(w))) for w in words)
+    from orchestrator.shell import runnable
+
+    first, *rest = (str(w) for w in words)
+    return " ".join(shlex.quote(redact(w)) for w in (runnable(first), *rest))
 
 
 def redact(text: str) -> str:

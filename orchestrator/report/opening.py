@@ -15,7 +15,8 @@ def open_commands(run: Run, run_dir: str, local: Path) -> list[str]:
     is the run directory as the user names it (a path or a URI); its files are
     looked for in `local`, where the report is written from. Each tracker says its
     own line (orchestrator/trackers/)."""
-    from orchestrator.trackers import missing, opens
+    from orchestrator.shell import missing
+    from orchestrator.trackers import opens
 
     spec, local = run.spec or {}, Path(local)
     search = spec.get("search") or {}

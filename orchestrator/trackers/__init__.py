@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Optional
 
+from orchestrator.shell import install, install_extra
+
 BUILT_IN = ("tensorboard", "mlflow", "wandb")  # their modules beside this one, in the order the report lists them
 ENTRY_POINTS = "icr_sweep.trackers"
 
@@ -152,7 +154,7 @@ def check_trackers(spec, run_dir: str) -> None:
     for tracker, config in on(spec.tracking):
         if tracker.package and importlib.util.find_spec(tracker.package) is None:
             raise TrackerError(f"tracking.{tracker.name}: the {tracker.package} package is not installed here; "
-                               f"pip install 'icr-sweep[track]' (or {tracker.package})")
+                               f"{install_extra('track')} (or {install(tracker.package)})")
         tracker.check(config, launch)
 
 
@@ -212,22 +214,6 @@ def made_on_first_use(module: str, name: str, make: Callable[[], type]) -> Calla
         raise AttributeError(f"module {module!r} has no attribute {attr!r}")
 
     return __getattr__
-
-
-# What installs each command a tracker prints, and how to tell it is here: MLflow's UI
-# is not in mlflow-skinny (the project's tracker extra), whose `mlflow ui` serves no page.
-INSTALLS = {"tensorboard": "tensorboard", "mlflow": "mlflow", "wandb": "wandb", "optuna-dashboard": "optuna-dashboard"}
-
-
-def missing(tool: str) -> str:
-    """'' where this environment can run the command that opens `tool`; else what to install."""
-    import shutil
-
-    here = shutil.which(tool) is not None
-    if here and tool == "mlflow":
-        spec = importlib.util.find_spec("mlflow")
-        here = bool(spec and spec.origin and (Path(spec.origin).parent / "server" / "js" / "build").is_dir())
-    return "" if here else f" (not installed here: `pip install {INSTALLS.get(tool, tool)}` first)"
 
 
 # Runs launched before the trackers were a package pickled their callbacks (Tune's

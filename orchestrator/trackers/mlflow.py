@@ -13,9 +13,10 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator
 
 from orchestrator.secrets import NotAURL, ask, command, parts, redact, where_to
+from orchestrator.shell import missing
 from orchestrator.spec.section import Section
 from orchestrator.storage import answer_timeout
-from orchestrator.trackers import Launch, Shown, Tracker, TrackerError, made_on_first_use, missing, register
+from orchestrator.trackers import Launch, Shown, Tracker, TrackerError, made_on_first_use, register
 
 # MLflow's tracking stores (its REST client and its SQLAlchemy store's databases).
 MLFLOW_SCHEMES = ("http", "https", "databricks", "sqlite", "postgresql", "mysql", "mssql")

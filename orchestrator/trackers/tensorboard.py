@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Optional
 
 from orchestrator.secrets import command
-from orchestrator.trackers import Launch, Shown, Tracker, made_on_first_use, missing, register
+from orchestrator.shell import missing
+from orchestrator.trackers import Launch, Shown, Tracker, made_on_first_use, register
 
 DIFFERS = bytes([7 << 3, 1])  # HParamInfo.differs = true: field 7, varint 1
 

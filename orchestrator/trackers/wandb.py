@@ -15,9 +15,10 @@ from urllib.parse import urlsplit
 from pydantic import Field
 
 from orchestrator.secrets import NotAURL, ask, command, parts, where_to
+from orchestrator.shell import missing
 from orchestrator.spec.section import Section
 from orchestrator.storage import answer_timeout, is_remote
-from orchestrator.trackers import Launch, Shown, Tracker, TrackerError, made_on_first_use, missing, register
+from orchestrator.trackers import Launch, Shown, Tracker, TrackerError, made_on_first_use, register
 from orchestrator.unpromised import WANDB_SAID, wandb_callback
 
 WANDB_HOST = "https://api.wandb.ai"  # W&B's cloud; WANDB_BASE_URL names a server of one's own

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import yaml
 
-SWEEPS = Path(__file__).parents[2] / "sweeps"
+ROOT = Path(__file__).parents[2]
+SWEEPS = ROOT / "sweeps"
 
 
 def free_port() -> int:
@@ -118,8 +119,23 @@ def _readlink(path: str) -> str:
 
 
 def cli(*args: str, ray_temp: str, port: int) -> list[str]:
-    return [sys.executable, "-m", "orchestrator.cli", *args, "--temp-dir", ray_temp,
-            "--dashboard-port", str(port), "--num-cpus", "2"]
+    return [sys.executable, "-m", "orchestrator.cli", *args, *own_ray(ray_temp, port)]
+
+
+def own_ray(ray_temp: str, port: int) -> list[str]:
+    """The flags that give a launch or resume a Ray of its own in `ray_temp`."""
+    return ["--temp-dir", ray_temp, "--dashboard-port", str(port), "--num-cpus", "2"]
+
+
+def pasted(line: str, ray_temp: str, port: int) -> tuple[list[str], dict]:
+    """(argv, environment) that run a command line as a user pastes it into the shell
+    the tool was started from: bash at the repository's root, the project's
+    environment not on PATH (scripts/icr-sweep puts it there for the tool alone),
+    the flags of `own_ray` added."""
+    ours = str(Path(sys.executable).parent)
+    path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p and p != ours)
+    env = {k: v for k, v in os.environ.items() if k not in ("ICR_SWEEP_LAUNCHER", "ICR_SWEEP_SHELL_PATH")}
+    return ["bash", "-c", " ".join([line, *own_ray(ray_temp, port)])], {**env, "PATH": path}
 
 
 def dashboard_answers(port: int) -> bool:

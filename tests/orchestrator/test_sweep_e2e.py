@@ -19,9 +19,9 @@ import yaml
 from orchestrator.rundir import STARTED_OVER_FILE, load_trials, read_results, read_run
 from orchestrator.grid import expand
 from orchestrator.spec import load_spec
-from tests.orchestrator.e2e import (HALF_EVERY, SWEEPS, cli, dashboard_answers, free_port, kill_leftovers, killme_spec,
-                                    launch_to_the_end, listening, on_loopback, own_ray_temp, process_names,
-                                    results_so_far)
+from tests.orchestrator.e2e import (HALF_EVERY, ROOT, SWEEPS, cli, dashboard_answers, free_port, kill_leftovers, killme_spec,
+                                    launch_to_the_end, listening, on_loopback, own_ray_temp, pasted,
+                                    process_names, results_so_far)
 
 pytestmark = pytest.mark.slow
 
@@ -222,17 +222,20 @@ def test_ctrl_c_and_sigterm_stop_with_the_resume_command_and_every_trial_in_its_
     exited 1 with no report), end alike: the launch is stopped with Ctrl-C, its
     resume with SIGTERM, the next resume with SIGTERM to its group, each while the
     same trial is midway; the last resume, its newest checkpoints deleted, ends
-    every trial with each evaluation once."""
+    every trial with each evaluation once. The launch is typed as README says, in
+    a shell whose PATH lacks the project's environment, and each resume is the
+    line the stop before printed, pasted into that shell (issue 79: it printed
+    `icr-sweep resume`, which that shell cannot find)."""
     spec_path = killme_spec(tmp_path)
     storage = tmp_path / "runs"
     run_dir = storage / "killme"
-    stops = [("launch", [str(spec_path), "--storage", str(storage)], signal.SIGINT, False),
-             ("resume", [str(run_dir)], signal.SIGTERM, False),
-             ("resume", [str(run_dir)], signal.SIGTERM, True)]
+    line = f"scripts/icr-sweep launch {spec_path} --storage {storage}"
     interrupted, rows = None, 0
-    for command, args, sig, group in stops:
-        proc = subprocess.Popen(cli(command, *args, ray_temp=ray_temp, port=free_port()),
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    for command, sig, group in (("launch", signal.SIGINT, False), ("resume", signal.SIGTERM, False),
+                                ("resume", signal.SIGTERM, True)):
+        argv, env = pasted(line, ray_temp, free_port())
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
         deadline = time.time() + 600
         while time.time() < deadline and proc.poll() is None and not _one_finished_and_one_midway(run_dir, interrupted,
                                                                                                   rows):
@@ -245,6 +248,8 @@ def test_ctrl_c_and_sigterm_stop_with_the_resume_command_and_every_trial_in_its_
         stopped = _stopped_in_its_true_state(proc.returncode, out, run_dir, command)
         assert interrupted in (None, stopped), (interrupted, stopped)  # the resume went on with the stopped trial
         interrupted, rows = stopped, len(read_results(run_dir / stopped))
+        line = out.rstrip().splitlines()[-1].strip()
+        assert line == f"scripts/icr-sweep resume {run_dir}", out[-3000:]  # as it was started
     _resume_without_the_newest_checkpoints(run_dir, interrupted, ray_temp)
 
 
