@@ -147,7 +147,7 @@ class SweepProgress(ProgressReporter):
         if first:
             self.first = (time.monotonic(), tally.samples)
             if tally.samples:  # a resume: what it restored comes first
-                events.insert(0, _restored(trials, self.kept[0]))
+                events.insert(0, _restored(trials, self.planned_trials, self.kept[0]))
         if self.interactive is None:
             self.interactive = _interactive()
         if self.interactive:
@@ -299,11 +299,15 @@ class SweepProgress(ProgressReporter):
             live.stop()
 
 
-def _restored(trials, kept: int = 0) -> str:
-    """What a resume found: trials kept finished, and those that continue."""
+def _restored(trials, planned: int, kept: int = 0) -> str:
+    """What a resume found: trials kept finished, those that continue from a
+    checkpoint (they have trained), and those still to start (Tune gives a trial
+    that never reported a last result holding its id alone)."""
     finished = kept + sum(len(_members(t)) for t in trials if t.status == "TERMINATED")
-    going_on = sum(len(_members(t)) for t in trials if t.status != "TERMINATED" and t.last_result)
-    return (f"resumed: {finished} finished trial(s) kept, {going_on} continue from their newest checkpoint")
+    going_on = sum(1 for t in trials if t.status != "TERMINATED"
+                   for row in _rows(t, t.last_result or {}).values() if int(row.get("samples") or 0) > 0)
+    return (f"resumed: {finished} finished trial(s) kept, {going_on} continue from their newest checkpoint, "
+            f"{max(0, planned - finished - going_on)} not started yet")
 
 
 def _interactive() -> bool:

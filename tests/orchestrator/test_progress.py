@@ -41,8 +41,9 @@ class Named(SimpleNamespace):
 
 
 def t(name, status="PENDING", samples=None, iteration=0, evaluated=True, exact=0.5, planned=4096, failures=0):
-    """A stand-in for Tune's trial `name` with its last result."""
-    result = {} if samples is None else {"samples": samples, "training_iteration": iteration, "evaluated": evaluated,
+    """A stand-in for Tune's trial `name` with its last result (one that never
+    reported: its id alone, as Tune gives it)."""
+    result = {"trial_id": name[-2:]} if samples is None else {"samples": samples, "training_iteration": iteration, "evaluated": evaluated,
                                           "val_exact_match": exact}
     return Named(name=name, trial_id=name[-2:], status=status, last_result=result, num_failures=failures,
                  config={"trial": {"train": {"samples": planned}}}, path=f"/runs/x/{name}")
@@ -107,7 +108,8 @@ def test_a_resume_says_first_what_it_restored_and_a_retry_is_named(capsys):
         view.report([t(A, status="TERMINATED", samples=4096, iteration=4), t(B, status="RUNNING", samples=2048,
                                                                               iteration=2, failures=1)], False)
     out = lines(capsys)
-    assert out[0].startswith("resumed: 1 finished trial(s) kept, 1 continue from their newest checkpoint · "
+    assert out[0].startswith("resumed: 1 finished trial(s) kept, 1 continue from their newest checkpoint, "
+                             "0 not started yet · "
                              "1/2 finished, 0 running, 1 pending · 6,144/8,192 samples (75%)"), out
     assert out[1].startswith(f"retrying {B} after a failure (1 so far; its error: /runs/x/{B}/error.txt)"), out
     assert out[2].startswith(f"started {B}"), out
@@ -195,6 +197,19 @@ def _no_force_terminal(monkeypatch):
         monkeypatch.delenv(var, raising=False)
 
 
+def test_a_resume_counts_a_trial_that_never_started_as_pending(capsys):
+    """Issue 79: 2 interrupted and 2 pending trials read "4 continue from their
+    newest checkpoint": Tune gives a trial that never reported a result holding its id."""
+    C, D = A[:-1] + "2", A[:-1] + "3"
+    view = pickle.loads(pickle.dumps(SweepProgress(4, 16384, table=Table())))
+    with console(verbose=False):
+        view.report([t(A, samples=2048, iteration=2), t(B, samples=1024, iteration=1), t(C), t(D)], done=False)
+    (line,) = lines(capsys)
+    assert line.startswith("resumed: 0 finished trial(s) kept, 2 continue from their newest checkpoint, "
+                           "2 not started yet · "
+                           "0/4 finished, 0 running, 4 pending"), line
+
+
 def test_a_rebuilt_resume_counts_the_finished_trials_tune_was_not_handed_again(capsys):
     """A resume whose Tune state was rebuilt hands Tune the unfinished trials alone
     (tune.rebuild): the finished ones are kept in the totals, not shown as pending."""
@@ -204,5 +219,6 @@ def test_a_rebuilt_resume_counts_the_finished_trials_tune_was_not_handed_again(c
     with console(verbose=False):
         view.report([t(A, samples=2048, iteration=2), t(B)], done=False)
     (line,) = lines(capsys)
-    assert line.startswith("resumed: 1 finished trial(s) kept, 1 continue from their newest checkpoint · "
+    assert line.startswith("resumed: 1 finished trial(s) kept, 1 continue from their newest checkpoint, "
+                           "1 not started yet · "
                            "1/3 finished, 0 running, 2 pending · 6,144/12,288 samples (50%)"), line

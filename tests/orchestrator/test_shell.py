@@ -64,7 +64,9 @@ def test_each_printed_command_and_install_hint_runs_in_a_shell_without_the_envir
         done = _runs(line, users_shell)
         assert done.returncode == 0, (line, done.stderr[-2000:])
     assert not shell.missing("wandb")
-    for hint in (shell.install("tensorboard"), shell.install_extra("track"), shell.install_extra("cuda", ("--no-build-isolation",))):
+    hints = (shell.install("tensorboard"), shell.install_extra("track"),
+             shell.install_extra("cuda", ("--no-build-isolation",)))
+    for hint in hints:
         words = shlex.split(hint)
         assert words[:3] == [sys.executable, "-m", "pip"], hint  # this environment's pip, never a bare `pip`
         done = _runs(shlex.join([*words[:words.index("install") + 1], "--help"]), users_shell)
