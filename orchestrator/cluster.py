@@ -14,7 +14,7 @@ from orchestrator.privatedir import (PrivateFolderError, Session, end_orphans, o
                                      start_lock_folder)
 from orchestrator.spec import SweepSpec
 from orchestrator.unpromised import (autoscaler_node_groups, daemons_in_a_group_of_their_own, no_idle_workers_ahead,
-                                     node_on_loopback, quiet_worker_exits, temp_dir_option, workers_inherit_env)
+                                     node_on_loopback, temp_dir_option, worker_lines_to_the_log, workers_inherit_env)
 from workloads.threads import thread_env
 
 
@@ -83,7 +83,7 @@ def start_ray(spec: SweepSpec, address: Optional[str], temp_dir: Optional[str], 
     if address:
         ctx = ray.init(address=resolve_address(address), runtime_env=runtime_env, job_config=job_config,
                        log_to_driver=True)
-        quiet_worker_exits()
+        worker_lines_to_the_log()
         return ctx, []
     notes = []
     # Ray binds the dashboard's port only when the dashboard is up, seconds after
@@ -127,7 +127,7 @@ def start_ray(spec: SweepSpec, address: Optional[str], temp_dir: Optional[str], 
                                    "Ray, say). Launch again, or choose a free port with --dashboard-port") from e
             raise
         session.started_ray(ctx.address_info.get("session_dir"))
-    quiet_worker_exits()
+    worker_lines_to_the_log()
     return ctx, notes
 
 

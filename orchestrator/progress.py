@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -62,11 +63,18 @@ class _LogFile(logging.FileHandler):
         return redact(super().format(record))
 
 
+# Libraries whose loggers print on the driver's console (Ray's, Tune's and Train's
+# under "ray"; Optuna's study lines; MLflow's database set-up): the run's log instead.
+LIBRARIES = ("ray", "optuna", "mlflow")
+
+
 @contextlib.contextmanager
 def _logs_to(log_file: Path):
-    """Ray's logger (Tune's and Train's propagate to it) writes to `log_file` alone;
-    the workers' lines kept off the console (unpromised.WORKER_LOG) go there for the
-    rest of the command (W&B's actor prints after Tune's loop has ended)."""
+    """The loggers of LIBRARIES write to `log_file` alone; the workers' lines kept
+    off the console (unpromised.WORKER_LOG) go there for the rest of the command
+    (W&B's actor prints after Tune's loop has ended)."""
+    import optuna.logging
+
     from orchestrator.unpromised import WORKER_LOG
 
     log_file.parent.mkdir(parents=True, exist_ok=True)
@@ -76,15 +84,25 @@ def _logs_to(log_file: Path):
         kept = _LogFile(log_file, encoding="utf-8", delay=True)
         kept.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s -- %(message)s"))
         workers.handlers = [kept]
-    ray_logger = logging.getLogger("ray")
     handler = _LogFile(log_file, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(filename)s:%(lineno)d -- %(message)s"))
-    saved = ray_logger.handlers[:]
-    ray_logger.handlers = [handler]
+    optuna.logging.get_verbosity()  # Optuna adds its console handler once, at first use: now, to be replaced
+    # MLflow adds its own at import (a tracker's callback imports it after this), unless told not to
+    configure = "MLFLOW_CONFIGURE_LOGGING"
+    given = os.environ.setdefault(configure, "false") if configure not in os.environ else None
+    loggers = [logging.getLogger(name) for name in LIBRARIES]
+    saved = [(logger.handlers[:], logger.propagate, logger.level) for logger in loggers]
+    for logger in loggers:
+        logger.handlers, logger.propagate = [handler], False
+        logger.setLevel(logger.level or logging.INFO)  # unset, it would take the root's WARNING
     try:
         yield
     finally:
-        ray_logger.handlers = saved
+        for logger, (handlers, propagate, level) in zip(loggers, saved):
+            logger.handlers, logger.propagate = handlers, propagate
+            logger.setLevel(level)
+        if given is not None:
+            os.environ.pop(configure, None)
         handler.close()
 
 

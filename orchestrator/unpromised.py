@@ -45,10 +45,9 @@ PRIVATE_NAMES = (
                 "routable one, services.resolve_ip_for_localhost); RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 (read once, "
                 "when ray is imported, before the command knows where the dashboard listens)"),
     PrivateName("ray", "ray._private.ray_logging", "global_worker_stdstream_dispatcher",
-                "the traceback a trial's worker prints when Ray ends it with SIGTERM inside a weakref callback "
-                "(\"Exception ignored in: ... sigterm_handler ... SystemExit: 1\"), Ray's own making and no failure, "
-                "kept off the driver's console (issue 53)",
-                "ray.init(log_to_driver=False) (every trial's own lines lost too); logging filters (Ray prints "
+                "the workers' lines (a library's, Ray's traceback of a worker it ended with SIGTERM, issue 53) "
+                "in the run's log instead of the driver's console, which keeps the tool's own word alone (issue 79)",
+                "ray.init(log_to_driver=False) (the tool's own word lost too); logging filters (Ray prints "
                 "worker lines with print, not logging)"),
     PrivateName("ray", "ray._private.ray_logging", "handlers", set_in="WorkerStandardStreamDispatcher.__init__",
                 buys="the dispatcher's handlers above, to wrap the one that prints", tried="none public"),
@@ -227,16 +226,18 @@ def no_idle_workers_ahead():
         os.environ.pop(key, None)
 
 
-def quiet_worker_exits() -> None:
-    """Keeps, from the worker lines Ray prints on this driver's console, the block a
-    worker prints when Ray's SIGTERM lands inside a weakref callback: "Exception
-    ignored in: ..." through Ray's sigterm_handler to "SystemExit: 1". Every other
-    line passes as Ray prints it. Where Ray lacks the names, nothing changes."""
+def worker_lines_to_the_log() -> None:
+    """Of the worker lines Ray prints on this driver's console, keeps the tool's own
+    word there (`TOOLS_WORD`, W&B's stop) and sends the rest to WORKER_LOG, the
+    run's icr-sweep.log while a sweep runs (progress.console): a library's lines,
+    a trial's, Ray's traceback of a worker it ended with SIGTERM inside a weakref
+    callback ("Exception ignored in: ... SystemExit: 1", issue 53). Where Ray
+    lacks the names, nothing changes."""
     try:
         from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
 
         with dispatcher._lock:
-            dispatcher.handlers = [(name, _without_exit_noise(handler) if name == "ray_print_logs" else handler)
+            dispatcher.handlers = [(name, _tools_own_word(handler) if name == "ray_print_logs" else handler)
                                    for name, handler in dispatcher.handlers]
     except (ImportError, AttributeError):
         return
@@ -247,41 +248,29 @@ def quiet_worker_exits() -> None:
 WANDB_ACTOR = "W&B logger"
 WORKER_LOG = "icr_sweep.workers"  # the logger of the workers' lines kept off the console (progress.console: the run's log)
 WANDB_SAID = "warning: W&B stopped logging"
+TOOLS_WORD = "icr-sweep: "  # how a trial's line for the console begins (worker.py)
 
 
-def _without_exit_noise(handler: Callable) -> Callable:
-    """`handler` without two kinds of worker lines: the exit noise above, and what
-    W&B's logging actor prints of its own (wandb's messages, its service's Go panic
-    when a server fails it: 26 lines on the console, issue 83, class 9), which go to
-    WORKER_LOG (the run's icr-sweep.log) instead; the tool's own word of it stays."""
-    if getattr(handler, "quiet_exits", False):
+def _tools_own_word(handler: Callable) -> Callable:
+    """`handler` given the tool's own lines alone; the others go to WORKER_LOG,
+    each with the worker that printed it (W&B's messages and its service's Go
+    panic when a server fails it were 26 lines on the console, issue 83, class 9)."""
+    if getattr(handler, "tools_own_word", False):
         return handler
 
     def handle(data: dict) -> None:
+        import logging
+
         lines = data.get("lines") or []
-        if data.get("actor_name") == WANDB_ACTOR:
-            import logging
+        ours = [line.startswith((TOOLS_WORD, WANDB_SAID)) for line in lines]
+        who = data.get("actor_name") or data.get("task_name") or f"pid {data.get('pid')}"
+        for line, own in zip(lines, ours):
+            if not own:
+                logging.getLogger(WORKER_LOG).warning("%s: %s", who, line)
+        if any(ours):
+            handler({**data, "lines": [line for line, own in zip(lines, ours) if own]})
 
-            for line in lines:
-                if not line.startswith(WANDB_SAID):
-                    logging.getLogger(WORKER_LOG).warning("W&B's logging actor: %s", line)
-            lines = [line for line in lines if line.startswith(WANDB_SAID)]
-            if not lines:
-                return
-            data = {**data, "lines": lines}
-        if any("sigterm_handler" in line for line in lines) and any("SystemExit: 1" in line for line in lines):
-            kept, inside = [], False
-            for line in lines:
-                inside = inside or "Exception ignored in" in line
-                if not inside:
-                    kept.append(line)
-                inside = inside and "SystemExit: 1" not in line
-            if not kept:
-                return
-            data = {**data, "lines": kept}
-        handler(data)
-
-    handle.quiet_exits = True
+    handle.tools_own_word = True
     return handle
 
 

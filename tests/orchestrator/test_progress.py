@@ -123,13 +123,25 @@ def test_verbose_hands_every_report_to_tunes_table_and_prints_nothing_of_its_own
     assert table.asked == [1] and capsys.readouterr().out == ""
 
 
-def test_ray_and_tunes_log_lines_go_to_the_log_file_and_come_back_to_the_console_afterwards(tmp_path):
-    ray_logger = logging.getLogger("ray")
-    before = ray_logger.handlers[:]
+def test_the_libraries_log_lines_go_to_the_log_file_and_come_back_to_the_console_afterwards(tmp_path, capfd):
+    """Ray's, Tune's, Optuna's and MLflow's lines (issue 79: Optuna's study line and
+    MLflow's INFO lines reached the console), INFO included."""
+    import optuna.logging
+
+    optuna.logging.get_verbosity()
+    loggers = [logging.getLogger(name) for name in ("ray", "optuna", "mlflow")]
+    before = [(logger.handlers[:], logger.propagate, logger.level) for logger in loggers]
+    said = {"ray.tune.tune": "Resume experiment with: Tuner.restore(path=...)",
+            "optuna.storages._rdb.storage": "A new study created in RDB with name: s/t",
+            "mlflow.store.db.utils": "Creating initial MLflow database tables..."}
     with console(verbose=False, log_file=tmp_path / "run" / "icr-sweep.log"):
-        logging.getLogger("ray.tune.tune").warning("Resume experiment with: Tuner.restore(path=...)")
-    assert "Resume experiment with: Tuner.restore" in (tmp_path / "run" / "icr-sweep.log").read_text()
-    assert ray_logger.handlers == before
+        for name, line in said.items():
+            logging.getLogger(name).info(line)
+    kept = (tmp_path / "run" / "icr-sweep.log").read_text()
+    assert all(line in kept for line in said.values()), kept
+    shown = capfd.readouterr()
+    assert not any(line in shown.out + shown.err for line in said.values()), shown
+    assert [(logger.handlers, logger.propagate, logger.level) for logger in loggers] == before
 
 
 PTY_PROBE = """

@@ -353,6 +353,9 @@ def test_an_optuna_sweep_runs_its_trial_budget_per_cell(tmp_path, ray_temp):
         assert cell["lr"].nunique() == 3  # Optuna proposed three different learning rates
     report = (storage / "optuna_micro" / "report.md").read_text()
     assert "| cot | transformer |" in report
+    # Optuna's own lines go to the run's log (issue 79)
+    assert "A new study created" not in (tmp_path / "console.txt").read_text()
+    assert "A new study created" in (storage / "optuna_micro" / "icr-sweep.log").read_text()
     # The studies are in the run directory, one per cell, for optuna-dashboard.
     import optuna
 

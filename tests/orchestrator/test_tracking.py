@@ -139,6 +139,9 @@ def test_every_tracker_holds_each_trials_config_and_every_evaluation(tmp_path, r
     # table (and its `Result logdir`) is behind --verbose (issue 64).
     assert f"Sweep 'tracked' -> {run}" in console and "Result logdir" not in console, console[-3000:]
     assert not [line for line in console.splitlines() if "wandb:" in line], console[-3000:]
+    # MLflow's own lines (its database set-up) go to the run's log (issue 79)
+    assert "INFO mlflow" not in console
+    assert "Creating initial MLflow database tables" in (run / "icr-sweep.log").read_text()
     after = console.split("Open this run in:\n")[-1].splitlines()
     opened = after[:next((i for i, line in enumerate(after) if not line.startswith("  ")), len(after))]
     assert [line.split(":")[0].strip() for line in opened] == ["a notebook", "TensorBoard", "MLflow", "W&B (offline)"]

@@ -49,29 +49,37 @@ def test_no_other_module_of_the_orchestrator_uses_a_private_name_of_ray_tune_or_
     assert {Path(h).name for h in hits} == {"unpromised.py"}, out + imports
 
 
-def test_the_traceback_of_a_worker_ended_by_ray_is_kept_off_the_console_and_nothing_else():
+def test_a_workers_lines_go_to_the_runs_log_and_the_tools_own_word_to_the_console(tmp_path):
     """Issue 53: the README's first command ended with a Ray worker's "Exception
-    ignored ... SystemExit: 1", printed when Ray's SIGTERM met a weakref callback."""
+    ignored ... SystemExit: 1", printed when Ray's SIGTERM met a weakref callback;
+    issue 79: a worker's line ended the console after a resume. Every worker line
+    but the tool's own word goes to the run's log, naming the worker."""
     from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
 
-    from orchestrator.unpromised import quiet_worker_exits
+    from orchestrator import progress
+    from orchestrator.unpromised import worker_lines_to_the_log
 
     printed = []
     dispatcher.add_handler("ray_print_logs", lambda data: printed.append(data["lines"]))
+    log = tmp_path / "icr-sweep.log"
+    ours = "icr-sweep: t0: the checkpoint Tune restores, /x, is gone from storage"
     try:
-        quiet_worker_exits()
-        quiet_worker_exits()  # wrapped once, however often called
+        worker_lines_to_the_log()
+        worker_lines_to_the_log()  # wrapped once, however often called
         noise = ["Exception ignored in: <function WeakSet.__init__.<locals>._remove at 0x7f>",
                  "Traceback (most recent call last):", '  File "_weakrefset.py", line 39, in _remove',
                  '  File "ray/_private/worker.py", line 1063, in sigterm_handler',
                  "    raise_sys_exit_with_custom_error_message(", "SystemExit: 1"]
-        dispatcher.emit({"lines": ["step 10", *noise, "step 11"], "pid": 1, "is_err": True})
-        dispatcher.emit({"lines": noise, "pid": 1, "is_err": True})
-        real = ["Traceback (most recent call last):", "SystemExit: 1"]  # a trial's own exit: no sigterm_handler
-        dispatcher.emit({"lines": real, "pid": 1, "is_err": True})
+        with progress.console(False, log):
+            dispatcher.emit({"lines": ["step 10", *noise, ours, "step 11"], "pid": 1, "is_err": True,
+                             "actor_name": "transformer-cot-tiny-n5-lr3e-3-s0"})
+            dispatcher.emit({"lines": noise, "pid": 2, "is_err": True})
     finally:
         dispatcher.remove_handler("ray_print_logs")
-    assert printed == [["step 10", "step 11"], real]
+    assert printed == [[ours]]
+    kept = log.read_text()
+    assert "transformer-cot-tiny-n5-lr3e-3-s0: step 10" in kept and "pid 2: SystemExit: 1" in kept
+    assert all(line in kept for line in noise) and ours not in kept
 
 
 def test_tunes_usage_tag_of_a_sweeps_callbacks_counts_as_tunes_own_without_its_integrations(tmp_path):
@@ -246,13 +254,13 @@ def test_what_wandbs_logging_actor_prints_of_its_own_goes_to_the_runs_log_not_th
     from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
 
     from orchestrator import progress
-    from orchestrator.unpromised import WANDB_ACTOR, WANDB_SAID, quiet_worker_exits
+    from orchestrator.unpromised import WANDB_ACTOR, WANDB_SAID, worker_lines_to_the_log
 
     printed = []
     dispatcher.add_handler("ray_print_logs", lambda data: printed.append(data["lines"]))
     log = tmp_path / "icr-sweep.log"
     try:
-        quiet_worker_exits()
+        worker_lines_to_the_log()
         with progress.console(False, log):
             pass  # Tune's loop ended: W&B's actor prints as its runs end
         said = f"{WANDB_SAID} t0 (HandleAbandonedError: ); the sweep goes on"
@@ -263,8 +271,8 @@ def test_what_wandbs_logging_actor_prints_of_its_own_goes_to_the_runs_log_not_th
         dispatcher.emit({"lines": ["step 10"], "pid": 8, "is_err": True, "actor_name": "transformer-cot-tiny"})
     finally:
         dispatcher.remove_handler("ray_print_logs")
-    assert printed == [[said], ["step 10"]]
-    assert all(line in log.read_text() for line in panic)
+    assert printed == [[said]]
+    assert all(line in log.read_text() for line in [*panic, "step 10"])
 
 
 def test_the_report_names_the_wandb_server_a_run_logged_to(monkeypatch, tmp_path):
