@@ -96,6 +96,41 @@ def _root(
     guard_console()  # no secret printed, any console's encoding, a pipe's reader gone: secrets.Console
 
 
+def say(text: str) -> None:
+    """Prints `text`; on a terminal, each line wrapped at its words to the terminal's
+    width, a continuation indented under its line. A `command` in backticks is never
+    split: where it is wider than the terminal, the terminal folds it, which copies
+    back as one line."""
+    typer.echo(wrapped(text, _terminal_width()))
+
+
+def wrapped(text: str, width: Optional[int]) -> str:
+    """`text`, each line wrapped at `width` (None: as it is) at its words, never
+    inside backticks."""
+    import re
+    import textwrap
+
+    if not width:
+        return text
+    out = []
+    for line in text.split("\n"):
+        indent = line[:len(line) - len(line.lstrip())]
+        kept = re.sub(r"`[^`]*`", lambda m: m.group(0).replace(" ", "\0"), line)  # a command is one word
+        out += [part.replace("\0", " ") for part in
+                textwrap.wrap(kept, width, initial_indent="", subsequent_indent=indent + "  ", break_long_words=False,
+                              break_on_hyphens=False, drop_whitespace=True) or [""]]
+        if out[-1] == "" and line:
+            out[-1] = line
+    return "\n".join(out)
+
+
+def _terminal_width() -> Optional[int]:
+    """The terminal's columns where stdout is one, else None (a file or a pipe keeps whole lines)."""
+    import shutil
+
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+
+
 def fail(message: str) -> None:
     from orchestrator.secrets import redact  # a URL's password is never printed
 

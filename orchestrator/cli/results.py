@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from orchestrator.cli.common import RUN_DIR, ListFormat, app, fail, print_table, run_location
+from orchestrator.cli.common import RUN_DIR, ListFormat, app, fail, print_table, run_location, say
 from orchestrator.secrets import command
 from workloads.metrics import SOLVED
 from workloads.tasks import TASKS
@@ -191,9 +191,9 @@ def write_and_print_report(run_dir: str, out: Optional[Path] = None, solved: flo
                 record_report(out, [file.name for file in files])
     except (RunDirError, OSError) as e:
         fail(f"{run_dir}: cannot be read or written ({e})")
-    typer.echo(console_summary(written))
     where = f"{run_dir}/report.md" + (f" and {out}/report.md" if out is not None else "")
-    typer.echo(f"Report: {where} ({', '.join(f.name for f in files if f.name != 'report.md')} beside it)")
-    typer.echo("Open this run in:\n" + "\n".join(f"  {line}" for line in opened))
+    say("\n".join([console_summary(written),
+                   f"Report: {where} ({', '.join(f.name for f in files if f.name != 'report.md')} beside it)",
+                   "Open this run in:", *(f"  {line}" for line in opened)]))
     trials.attrs["not_started"] = run.not_started
     return trials

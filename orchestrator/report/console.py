@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from workloads.tasks.findings import UNEQUAL
+
 if TYPE_CHECKING:
     from orchestrator.report import Written
 
@@ -14,8 +16,14 @@ def console_summary(report: Written) -> str:
     was printed): its title and trial counts, its notes, and each finding's verdict,
     with the trials it would read that have not run yet; report.md holds the rest."""
     out = [report.title, report.counts, *report.notes]
-    if report.findings.lines:
+    lines = report.findings.lines
+    # What the spec cannot test (its axes lack what the finding needs, and no trial of it
+    # is still to run) is one line, not one a finding
+    beyond = [f for f in lines if f.untestable and f.verdict != UNEQUAL and not f.not_run]
+    if lines:
         out += ["What this run shows of the paper's findings (report.md says why each):",
                 *[f"  {f.verdict}{' ' + f.seeds if f.seeds else ''}: {f.finding}"
-                  + (f" (not run yet: {f.not_run})" if f.not_run else "") for f in report.findings.lines]]
+                  + (f" (not run yet: {f.not_run})" if f.not_run else "") for f in lines if f not in beyond]]
+    if beyond:
+        out.append(f"  Not testable with this spec: {len(beyond)} of {len(lines)} (report.md says what each needs)")
     return "\n".join(out)

@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -958,7 +959,9 @@ def test_the_report_opens_with_its_findings_and_the_console_prints_a_summary(tmp
     assert "- **Not testable here**: with retrieval Mamba closes its gap" in why
     out = result.output
     assert out.count("Open this run in:") == 1 and "|---" not in out and "## " not in out, out
-    assert "  Not testable here: the hybrid tracks the Transformer of the same size" in out
+    # What the spec cannot test is one line on the console (issue 79: eleven lines, none decidable)
+    assert "the hybrid tracks the Transformer" not in out and "Not testable here" not in out, out
+    assert re.search(r"^  Not testable with this spec: \d+ of 11 \(report.md says what each needs\)$", out, re.M), out
     assert "zoology" not in text  # a note for mqar stays out of an IsTree report
 
 

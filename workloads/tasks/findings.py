@@ -535,6 +535,9 @@ def _judge_question(kept: list[Decision], uncovered: list[str]) -> tuple[object,
     return (False if not shown else "some"), other
 
 
+UNEQUAL = "Not testable at equal size"  # the verdict of a claim whose models differ too much in size
+
+
 def line(claim: Claim, missing: list[tuple[str, str]] = ()) -> Finding:
     """A claim decided on a run: its verdict, the seeds its comparisons read, every
     comparison decided, each model it could not compare and why, those left out with
@@ -543,7 +546,7 @@ def line(claim: Claim, missing: list[tuple[str, str]] = ()) -> Finding:
     unread = tuple(cell for setup, cell in missing if setup in claim.setups)
     if not claim.comparisons:
         if claim.unequal and not claim.paired:
-            head, why = "Not testable at equal size", (f"parameter counts more than {float(SAME_SIZE):g}x apart: "
+            head, why = UNEQUAL, (f"parameter counts more than {float(SAME_SIZE):g}x apart: "
                                                         + "; ".join(claim.unequal))
         else:
             head, why = heads.get("untestable", "Not testable here"), claim.needs
