@@ -163,6 +163,30 @@ def plan(spec) -> dict:
             "chosen_by": [search.metric, search.mode, search.ties_by]}
 
 
+def planned_costs(spec) -> list[tuple[tuple, int, float]]:
+    """Each planned trial's (class: arch, size, setup, n; samples; cost of a sample,
+    `sample_cost`): what the progress view's time left weighs a trial by, at the
+    speeds it measures."""
+    if spec.search.method == "grid":
+        planned = [(t, 1) for t in expand(spec)]
+    else:
+        planned = [(t, cell_budget(spec, cell)) for cell, t in zip(cells(spec), shape_trials(spec))]
+    return [(cost_class(t), t.train.samples, sample_cost(t)) for t, count in planned for _ in range(count)]
+
+
+def cost_class(trial) -> tuple:
+    """What sets a trial's speed: its model and its task's shape."""
+    return (trial.model.arch, trial.model.size, trial.setup, trial.task.n)
+
+
+def sample_cost(trial) -> float:
+    """A rough relative cost of one training sample: its length times the model's
+    width and depth, times the recurrent mixer's measured premium on CPU."""
+    m = trial.model
+    factor = m.mixer.cpu_cost if m.n_recurrent_layers else 1
+    return trial.task.longest_sample * m.d_model * m.n_layers * factor
+
+
 def planned_work(spec) -> tuple[int, int]:
     """(trials, training samples) the sweep runs in all: a grid's trials, an Optuna
     spec's trial budget per cell (the progress view's denominators)."""

@@ -16,9 +16,10 @@ import logging
 import os
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 from ray.tune import ProgressReporter
 
@@ -27,7 +28,9 @@ from orchestrator.projection import format_duration
 from workloads.metrics import HEADLINE, METRICS
 
 REFRESH_S = 0.5  # the block is redrawn at most this often (its clock ticks with it)
+TOLD_EVERY_S = 2.0  # a running trial's told count is read at most this often
 RUNNING_SHOWN = 6  # running trials listed in the block, the rest counted
+BAR_WIDTH, MIN_BAR_WIDTH = 40, 12  # the bar's columns, and the fewest it keeps beside its words
 _HEADLINE = METRICS[HEADLINE].label.replace("_", " ")  # "exact match" (on the validation set)
 
 _CONSOLE = {"verbose": False, "shown": []}
@@ -116,6 +119,8 @@ class Tally:
     started: int = 0  # trials Tune has been handed (the rest of the plan is pending)
     waiting: int = 0  # trials Tune holds that wait for resources
     samples: int = 0
+    speed: float = 0.0  # samples per second of the running trials, as measured
+    queued: list = field(default_factory=list)  # the cost (grid.planned_costs) of each trial Tune holds waiting
 
 
 @dataclass
@@ -129,17 +134,19 @@ class SweepProgress(ProgressReporter):
     """Tune's progress reporter for a sweep of `planned_trials` trials training
     `planned_samples` samples in all; `table` is Tune's own (shown with --verbose)."""
 
-    def __init__(self, planned_trials: int, planned_samples: int, table: ProgressReporter):
+    def __init__(self, planned_trials: int, planned_samples: int, table: ProgressReporter,
+                 costs: Sequence[tuple[tuple, int, float]] = ()):
         self.planned_trials, self.planned_samples, self.table = planned_trials, planned_samples, table
+        self.costs = list(costs)  # each planned trial's (class, samples, cost of a sample): grid.planned_costs
         self.kept = (0, 0)  # (trials, samples) finished before a rebuilt resume, which hands Tune the rest alone
         self._fresh()
 
     def __getstate__(self):  # pickled with the run: what it has seen and drawn stays behind
         return {"planned_trials": self.planned_trials, "planned_samples": self.planned_samples, "table": self.table,
-                "kept": self.kept}
+                "kept": self.kept, "costs": self.costs}
 
     def __setstate__(self, state):
-        self.__dict__.update({"kept": (0, 0), **state})
+        self.__dict__.update({"kept": (0, 0), "costs": [], **state})  # a run of an earlier version: no costs
         self._fresh()
 
     def _fresh(self) -> None:
@@ -152,6 +159,13 @@ class SweepProgress(ProgressReporter):
         self.first: Optional[tuple[float, int]] = None  # (time, samples) when this driver first reported
         self.live, self.drawn_at = None, 0.0
         self.interactive: Optional[bool] = None  # whether the console redraws: asked once, at the first report
+        self.told: dict[str, tuple[float, Optional[tuple[int, float]]]] = {}  # trial id -> (when read, its word)
+        self.shapes: dict[str, Optional[tuple]] = {}  # trial id -> (class, samples, cost of a sample), or None
+        self.rates: dict[str, tuple[tuple, float, float]] = {}  # trial id -> (class, cost of a sample, samples/s)
+        self.slots = 1  # the most trials seen running at once
+        self.clock = time.monotonic
+        self.seen: dict[str, float] = {}  # trial id -> when it was first seen running
+        self.starts: list[float] = []  # seconds a trial ran before it trained (its worker's start), as measured
 
     def should_report(self, trials, done: bool = False) -> bool:
         return self.table.should_report(trials, done) if _CONSOLE["verbose"] else True
@@ -224,6 +238,7 @@ class SweepProgress(ProgressReporter):
         tally = Tally(finished=self.kept[0], started=self.kept[0], samples=self.kept[1])
         for trial in trials:
             result = trial.last_result or {}
+            self._shape(trial)
             members = [n for n in self._members(trial) if n not in self.failed_members]
             tally.failed += len(self._members(trial)) - len(members)
             tally.started += len(self._members(trial))
@@ -235,10 +250,54 @@ class SweepProgress(ProgressReporter):
                 tally.failed += len(members)
             elif trial.status == "RUNNING":
                 planned = _planned_samples(trial)
-                tally.running += [(n, int(rows.get(n, {}).get("samples") or 0), planned) for n in members]
+                told = self._told(trial)
+                done = 0
+                for n in members:
+                    done = max(int(rows.get(n, {}).get("samples") or 0), told[0] if told else 0)
+                    tally.samples += done - int(rows.get(n, {}).get("samples") or 0)
+                    tally.running.append((n, done, planned))
+                tally.speed += self._measure(trial, rows, told, done) * len(members)
             else:
                 tally.waiting += len(members)
+                tally.queued += [self._shape(trial)] * len(members)
+        self.slots = max(self.slots, len(tally.running))
         return tally
+
+    def _told(self, trial) -> Optional[tuple[int, float]]:
+        """The (samples, samples/s) a running trial told last (it tells every few
+        seconds between its evaluations: worker.py), read at most every TOLD_EVERY_S."""
+        now = self.clock()
+        when, told = self.told.get(trial.trial_id, (-TOLD_EVERY_S, None))
+        if now - when >= TOLD_EVERY_S:
+            told = _told_by(trial)
+            self.told[trial.trial_id] = (now, told)
+        return told
+
+    def _shape(self, trial) -> Optional[tuple[tuple, int, float]]:
+        """A Tune trial's (class, samples, cost of a sample), its array's first member's."""
+        if trial.trial_id not in self.shapes:
+            try:
+                self.shapes[trial.trial_id] = _shape(trial)
+            except Exception:  # a config of another version, or none: no weight
+                self.shapes[trial.trial_id] = None
+        return self.shapes[trial.trial_id]
+
+    def _measure(self, trial, rows: dict, told: Optional[tuple[int, float]], done: int) -> float:
+        """A running trial's samples per second, kept for the time left: what it
+        told, else its newest row's (its training's own, evaluations aside); 0 where
+        neither is known yet. The first time it is known, the seconds the trial ran
+        before it trained (`done` samples at that speed aside) are kept too."""
+        now = self.clock()
+        seen = self.seen.setdefault(trial.trial_id, now)
+        rate = told[1] if told else 0.0
+        if not rate:
+            rate = _number(next(iter(rows.values()), {}).get("samples_per_s")) or 0.0
+        shape = self._shape(trial)
+        if rate > 0 and shape is not None:
+            if trial.trial_id not in self.rates and seen < now:
+                self.starts.append(max(0.0, now - seen - done / rate))
+            self.rates[trial.trial_id] = (shape[0], shape[2], rate)
+        return rate
 
     def summary(self, tally: Tally) -> str:
         """The sweep in one line: trials, samples, rate and time left."""
@@ -251,14 +310,55 @@ class SweepProgress(ProgressReporter):
                  + (f", {tally.failed} failed" if tally.failed else "")]
         share = f" ({100 * tally.samples / self.planned_samples:.0f}%)" if self.planned_samples else ""
         parts.append(f"{tally.samples:,}/{self.planned_samples:,} samples{share}")
-        rate = self._rate(tally)
-        if rate:
-            left = max(0, self.planned_samples - tally.samples) / rate
-            parts += [f"{rate:,.0f} samples/s"] + ([f"about {format_duration(left)} left"] if left >= 1 else [])
+        rate, left = self._rate(tally), self.time_left(tally)
+        parts += [f"{rate:,.0f} samples/s"] if rate else []
+        parts += [f"about {format_duration(left)} left"] if left and left >= 1 else []
         return parts
 
+    def time_left(self, tally: Tally) -> Optional[float]:
+        """The seconds the summary says are left (None before any speed is measured)."""
+        left = self._left(tally)
+        if left is not None:
+            return left
+        rate = self._rate(tally)  # without the plan's costs (a run of an earlier version): the samples left at it
+        return max(0, self.planned_samples - tally.samples) / rate if rate else None
+
+    def _left(self, tally: Tally) -> Optional[float]:
+        """Seconds left: each trial's samples left times the cost of a sample
+        (grid.sample_cost), at its class's speed measured in this run (else its
+        model's, its arch's, the sweep's), the running trials' and the pending
+        ones' shared among the trials that run at once, never less than the
+        longest running trial's. None before any speed is measured, or without the
+        plan's costs."""
+        if not self.costs or not self.rates:
+            return None
+        speeds: dict[tuple, list[float]] = {}
+        for cls, cost, rate in self.rates.values():
+            for key in (cls, cls[:2], cls[:1], ()):
+                speeds.setdefault(key, []).append(rate * cost)  # cost per second
+
+        def seconds(cls: tuple, samples: int, cost: float) -> float:
+            speed = next(sum(v) / len(v) for key in (cls, cls[:2], cls[:1], ()) if (v := speeds.get(key)))
+            return samples * cost / speed
+
+        start = sum(self.starts) / len(self.starts) if self.starts else 0.0  # a worker's start, before it trains
+        now = self.clock()
+        shapes = {name: (trial_id, shape) for trial_id, shape in self.shapes.items() if shape
+                  for name in self.names.get(trial_id, [])}
+        running = [seconds(shape[0], max(0, planned - done), shape[2])
+                   + (0.0 if trial_id in self.rates else max(0.0, start - (now - self.seen.get(trial_id, now))))
+                   for n, done, planned in tally.running if n in shapes for trial_id, shape in [shapes[n]]]
+        handed = [shape for _, shape in shapes.values()]
+        unhanded = _minus(self.costs, handed)[:max(0, self.planned_trials - tally.started)]
+        waiting = [start + seconds(cls, samples, cost) for cls, samples, cost in [*unhanded, *filter(None, tally.queued)]]
+        total = sum(running) + sum(waiting)
+        return max(max(running, default=0.0), total / max(1, self.slots))
+
     def _rate(self, tally: Tally) -> float:
-        """Samples per second trained since this driver started (0 before any)."""
+        """Samples per second: the running trials' measured speeds added up, else
+        the samples trained since this driver started over its time (0 before any)."""
+        if tally.speed:
+            return tally.speed
         if self.first is None:
             return 0.0
         elapsed, done = time.monotonic() - self.first[0], tally.samples - self.first[1]
@@ -292,9 +392,16 @@ class SweepProgress(ProgressReporter):
         from rich.text import Text
 
         trials, *rest = self._summary_parts(tally)
-        bar = Table.grid(padding=(0, 1))
-        bar.add_row(ProgressBar(total=max(1, self.planned_samples), completed=tally.samples, width=40),
-                    Text(" · ".join(rest)))
+        text = " · ".join(rest)
+        width = self.live.console.width if self.live is not None else 100
+        beside = min(BAR_WIDTH, width - len(text) - 1)  # the bar shrinks for the words beside it, to a point
+        if beside >= MIN_BAR_WIDTH:
+            bar = Table.grid(padding=(0, 1))
+            bar.add_row(ProgressBar(total=max(1, self.planned_samples), completed=tally.samples, width=beside),
+                        Text(text))
+        else:  # a narrow terminal: the words under the bar, wrapped at their own width
+            bar = Group(ProgressBar(total=max(1, self.planned_samples), completed=tally.samples,
+                                    width=min(BAR_WIDTH, width)), Text(text))
         lines = [Text(trials, style="bold"), bar]
         if self.newest is not None:
             lines.append(Text(f"newest evaluation: {_evaluation(self.newest)}"))
@@ -350,6 +457,37 @@ def _rows(trial, result: dict) -> dict[str, dict]:
     if array_of(trial.config or {}):
         return dict(result.get("members") or {})
     return {_members(trial)[0]: result} if result else {}
+
+
+def _told_by(trial) -> Optional[tuple[int, float]]:
+    """What a running trial told of its samples and speed (worker.py), None before it
+    has: read from Ray's cluster store under its directory's path."""
+    from orchestrator.unpromised import told_progress
+
+    storage = getattr(trial, "storage", None)
+    return told_progress(storage.trial_fs_path) if storage is not None else None
+
+
+def _shape(trial) -> tuple[tuple, int, float]:
+    """A Tune trial's (class, samples, cost of a sample): an array's first member's."""
+    from orchestrator.grid import cost_class, sample_cost
+    from workloads.config import TrialConfig
+
+    array = array_of(trial.config or {})
+    t = TrialConfig.model_validate(array["members"][0] if array else trial.config["trial"])
+    return cost_class(t), t.train.samples, sample_cost(t)
+
+
+def _minus(planned: list, started: list) -> list:
+    """The planned costs not yet started: `planned` less `started`, as multisets."""
+    left = Counter(started)
+    out = []
+    for cost in planned:
+        if left[cost]:
+            left[cost] -= 1
+        else:
+            out.append(cost)
+    return out
 
 
 def _planned_samples(trial) -> int:

@@ -18,7 +18,8 @@ from ray import tune
 
 from orchestrator.arrays import ARRAY_KEY, array_of, arrays, members_per_array
 from orchestrator.cluster import ClusterError
-from orchestrator.grid import cell_budget, cells, plan, planned_trials, planned_work, shape_trials
+from orchestrator.grid import (cell_budget, cells, plan, planned_costs, planned_trials, planned_work, sample_cost,
+                              shape_trials)
 from orchestrator.optuna_search import RESUMING, CellwiseOptuna, optuna_storage
 from orchestrator.packing import gpu_share
 from orchestrator.progress import SweepProgress
@@ -163,9 +164,7 @@ def _cost(config: dict) -> float:
     the longest first: a sweep whose longest trial starts last ends with one trial
     running alone."""
     trial, _ = _first_trial(config)
-    m = trial.model
-    factor = m.mixer.cpu_cost if m.n_recurrent_layers else 1  # the recurrent mixer's measured premium
-    return trial.train.samples * trial.task.longest_sample * m.d_model * m.n_layers * factor
+    return trial.train.samples * sample_cost(trial)
 
 
 def _first_trial(config: dict) -> tuple[TrialConfig, int]:
@@ -248,7 +247,7 @@ def _tuner_parts(spec: SweepSpec, resources: dict, run_dir: str):
                         **{name: METRICS[name].label for name in PLOTTED}, "samples_per_s": "samples/s"},
         parameter_columns={"trial/train/lr": "lr"}, max_report_frequency=30,
     )
-    reporter = SweepProgress(*planned_work(spec), table=table)
+    reporter = SweepProgress(*planned_work(spec), table=table, costs=planned_costs(spec))
     storage_path, name = run_dir.rstrip("/").rsplit("/", 1)
     remote = {}
     if is_remote(run_dir):  # every request bounded, and a store that falls silent stops the sweep

@@ -49,6 +49,13 @@ PRIVATE_NAMES = (
                 "in the run's log instead of the driver's console, which keeps the tool's own word alone (issue 79)",
                 "ray.init(log_to_driver=False) (the tool's own word lost too); logging filters (Ray prints "
                 "worker lines with print, not logging)"),
+    *(PrivateName("ray", "ray.experimental.internal_kv", name,
+                  "a running trial's samples and speed, told every few seconds between its evaluations to the "
+                  "driver's progress view and its time left (issue 79), as a key of the cluster's GCS: no process "
+                  "of its own, and read where the driver runs on a cluster too",
+                  "tune.report (each report is a result that Tune's searchers, callbacks and trackers take, and "
+                  "a round trip that pauses training); a Ray actor as a board (one more worker process a sweep)")
+      for name in ("_internal_kv_put", "_internal_kv_get", "_internal_kv_del")),
     PrivateName("ray", "ray._private.ray_logging", "handlers", set_in="WorkerStandardStreamDispatcher.__init__",
                 buys="the dispatcher's handlers above, to wrap the one that prints", tried="none public"),
     PrivateName("ray", "ray._private.services", "ConsolePopen",
@@ -272,6 +279,42 @@ def _tools_own_word(handler: Callable) -> Callable:
 
     handle.tools_own_word = True
     return handle
+
+
+PROGRESS = "icr-sweep-progress"  # the GCS namespace of the running trials' told counts
+
+
+def tell_progress(key: str, samples: int, rate: float) -> None:
+    """A running trial's samples trained and samples per second, under `key` (its
+    directory's path), for `told_progress`; nothing where Ray lacks the names or
+    its store does not answer (the view then moves at evaluations)."""
+    try:
+        from ray.experimental.internal_kv import _internal_kv_put
+
+        _internal_kv_put(key, f"{samples} {rate!r}", overwrite=True, namespace=PROGRESS)
+    except Exception:
+        pass
+
+
+def told_progress(key: str) -> Optional[tuple[int, float]]:
+    """(samples, samples per second) told under `key`, or None."""
+    try:
+        from ray.experimental.internal_kv import _internal_kv_get
+
+        samples, rate = _internal_kv_get(key, namespace=PROGRESS).split()
+        return int(samples), float(rate)
+    except Exception:  # nothing told yet (None), another Ray, a store that did not answer
+        return None
+
+
+def forget_progress(key: str) -> None:
+    """Removes what a trial told, as it ends."""
+    try:
+        from ray.experimental.internal_kv import _internal_kv_del
+
+        _internal_kv_del(key, namespace=PROGRESS)
+    except Exception:
+        pass
 
 
 def autoscaler_node_groups() -> dict[str, float]:

@@ -9,8 +9,9 @@ import math
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import pyarrow.fs
 from ray import tune
@@ -19,7 +20,7 @@ from orchestrator.arrays import array_of, member_names
 from orchestrator.rundir import (FAILS_AGAIN, MEMBER_FAILED, STARTED_OVER, STARTED_OVER_FILE, STOP_FILE, catch_up,
                                  stored_rows)
 from orchestrator.stopping import StopRequests
-from orchestrator.unpromised import mix_into_trials, name_trial_actor
+from orchestrator.unpromised import forget_progress, mix_into_trials, name_trial_actor, tell_progress
 from workloads.checkpoint import CheckpointError, first_intact
 from workloads.config import TrialConfig
 from workloads.threads import bound_threads
@@ -30,8 +31,6 @@ from workloads.threads import bound_threads
 
 def trainable_fn(config: dict) -> None:
     """One trial inside a Ray worker: resumes from Tune's checkpoint when there is one."""
-    from workloads.train import Checkpoints, Hooks, NonFiniteLoss, run_trial
-
     given = tune.get_context().get_trial_resources().required_resources
     gpus = given.get("GPU", 0)
     if not gpus:
@@ -44,9 +43,46 @@ def trainable_fn(config: dict) -> None:
     # the checkpoints are the run directory's to show (status, report).
     logging.getLogger("ray.train").setLevel(logging.WARNING)
     storage = _trial_storage()
+    telling = Telling(storage[1]) if storage is not None else None
+    try:
+        _train(config, storage, gpus, telling)
+    finally:
+        if telling is not None:
+            forget_progress(telling.key)
+
+
+TELL_EVERY_S = 2.0  # how often a trial tells its samples between evaluations (the progress view)
+
+
+class Telling:
+    """A trial's `on_step`: its samples, and its speed since its first step here, told
+    every `every` seconds under `key` (its directory), where the driver's progress
+    view reads them (unpromised.told_progress): the count moves between evaluations."""
+
+    def __init__(self, key: str, every: float = TELL_EVERY_S, clock: Callable[[], float] = time.monotonic,
+                 tell: Callable[[str, int, float], None] = tell_progress):
+        self.key, self.every, self.clock, self.tell = key, every, clock, tell
+        self.start: Optional[tuple[float, int]] = None
+        self.told_at = 0.0
+
+    def __call__(self, samples: int) -> None:
+        now = self.clock()
+        if self.start is None:  # the first step's time is the model's warm-up, not its speed
+            self.start, self.told_at = (now, samples), now
+            return
+        if now - self.told_at >= self.every:
+            started, first = self.start
+            self.tell(self.key, samples, (samples - first) / (now - started) if now > started else 0.0)
+            self.told_at = now
+
+
+def _train(config: dict, storage, gpus: float, telling: Optional[Telling]) -> None:
+    """A lone trial, or an array (`_array_trial`), as `trainable_fn` was given it."""
+    from workloads.train import Checkpoints, Hooks, NonFiniteLoss, run_trial
+
     array = array_of(config)
     if array is not None:
-        return _array_trial(array, storage, gpus)
+        return _array_trial(array, storage, gpus, telling)
     trial = TrialConfig.model_validate(config["trial"])
     _fails_again(storage)
     with tempfile.TemporaryDirectory(prefix="icr-trial-") as work:
@@ -65,7 +101,7 @@ def trainable_fn(config: dict) -> None:
 
         room, asked = _on_local_storage(storage)
         try:
-            run_trial(trial, Hooks(report=report, stop=asked, stop_ends=False, on_resume=on_resume),
+            run_trial(trial, Hooks(report=report, stop=asked, stop_ends=False, on_resume=on_resume, on_step=telling),
                       Checkpoints(dir=Path(work) / "checkpoint", resume_from=resume, room_in=room))
         except NonFiniteLoss as e:
             if e.step == 1 and storage is not None:  # before any update: every retry meets it again
@@ -95,7 +131,7 @@ def _flat(metrics: dict, gpus: float) -> dict:
     return flat
 
 
-def _array_trial(array: dict, storage, gpus: float) -> None:
+def _array_trial(array: dict, storage, gpus: float, telling: Optional[Telling] = None) -> None:
     """An array's worker (orchestrator/arrays.py): its members that have not failed
     train as one (run_array), from the newest checkpoint that holds each of them.
     Each report is one Tune result: the first member's row (what Tune's progress
@@ -133,7 +169,7 @@ def _array_trial(array: dict, storage, gpus: float) -> None:
         over = {} if resume is not None else {
             name: _starts_over(_member_storage(storage, name), name, tried.count) for name in names}
         room, asked = _on_local_storage(storage)
-        hooks = ArrayHooks(report=report, stop=asked, stop_ends=False, on_resume=on_resume,
+        hooks = ArrayHooks(report=report, stop=asked, stop_ends=False, on_resume=on_resume, on_step=telling,
                            fail=lambda name, error: errors.__setitem__(name, f"{type(error).__name__}: {error}"))
         run_array(configs, hooks, Checkpoints(dir=Path(work) / "checkpoint", resume_from=resume, room_in=room), names)
     if errors:  # failures after the last report (every member failed)

@@ -155,6 +155,12 @@ def test_the_reports_console_is_wrapped_at_words_to_the_terminal_and_keeps_each_
 def test_the_progress_block_fits_the_terminal(columns):
     from tests.orchestrator.test_progress import PTY_PROBE
 
+    """Issue 79: the bar was 40 columns whatever the terminal, its words folded
+    under it into a column of their own. It shrinks for them."""
+    import re
+
     shown = _screen(_in_a_terminal([sys.executable, "-c", PTY_PROBE.format(root=str(ROOT))], columns))
     assert shown[-1] == "after the view" and any("2/2 finished" in line for line in shown), shown
     assert max(len(line) for line in shown) <= columns, shown
+    assert [line for line in shown if "8,192/8,192 samples (100%) · " in line and "samples/s" in line], shown
+    assert not [line for line in shown if re.match(r"^\s{12,}\S", line)], shown  # no words hung under the bar
