@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from workloads.tasks.findings import UNEQUAL
-
 if TYPE_CHECKING:
     from orchestrator.report import Written
 
@@ -17,9 +15,7 @@ def console_summary(report: Written) -> str:
     with the trials it would read that have not run yet; report.md holds the rest."""
     out = [report.title, report.counts, *report.notes]
     lines = report.findings.lines
-    # What the spec cannot test (its axes lack what the finding needs, and no trial of it
-    # is still to run) is one line, not one a finding
-    beyond = [f for f in lines if f.untestable and f.verdict != UNEQUAL and not f.not_run]
+    beyond = [f for f in lines if f.beyond_spec]  # one line for them all, not one each
     if lines:
         out += ["What this run shows of the paper's findings (report.md says why each):",
                 *[f"  {f.verdict}{' ' + f.seeds if f.seeds else ''}: {f.finding}"

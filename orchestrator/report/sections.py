@@ -104,8 +104,18 @@ def findings_summary(found: Findings) -> list[str]:
             "the comparison that decided it). Each line's every comparison: "
             "[Why each verdict](#why-each-verdict).", "", *found.read, "",
             "| verdict | finding | the numbers that decide it |", "|---|---|---|",
-            *[f"| {f.verdict}{' ' + f.seeds if f.seeds else ''} | {f.finding} | {f.numbers} |" for f in found.lines],
-            "", LEGEND, ""]
+            *[f"| {f.verdict}{' ' + f.seeds if f.seeds else ''} | {f.finding} | {f.numbers} |"
+              for f in found.lines if not f.beyond_spec],
+            *_beyond_spec(found), "", LEGEND, ""]
+
+
+def _beyond_spec(found: Findings) -> list[str]:
+    """One row for the findings the spec cannot test, named (what each needs: below)."""
+    beyond = [f for f in found.lines if f.beyond_spec]
+    if not beyond:
+        return []
+    return [f"| Not testable with this spec ({len(beyond)} of {len(found.lines)}) | "
+            + "; ".join(f.finding for f in beyond) + " | what each needs: [Why each verdict](#why-each-verdict) |"]
 
 
 def findings_reasons(found: Findings) -> list[str]:
@@ -120,11 +130,10 @@ def frontier_section(best: pd.DataFrame, run: Run, out_dir: Path, solved: float,
     table.to_csv(out_dir / "frontier.csv", index=False)
     plot_frontier(table, out_dir, solved, longest)
     lines = ["", f"## Frontier: the largest n each model solves (exact match >= {solved:g})", "",
-             "| setup | arch | size | params | state_floats | kv_floats_per_token | largest n solved | of n up to |",
-             "|---|---|---|---|---|---|---|---|"]
+             "Each model's state and size: the models table above; all of it in frontier.csv.", "",
+             "| setup | model | largest n solved | of n up to |", "|---|---|---|---|"]
     for _, r in table.iterrows():
-        lines.append(f"| {r['setup']} | {r['arch']} | {r['size']} | {r['params']:,} | {r['state_floats']:,} | "
-                     f"{r['kv_floats_per_token']:,} | {_solved_upto(r)} | {r['largest_tried']} |")
+        lines.append(f"| {r['setup']} | {r['arch']} {r['size']} | {_solved_upto(r)} | {r['largest_tried']} |")
     lines += ["", "![frontier](frontier.png)"]
     if not robust:
         return lines
@@ -132,9 +141,9 @@ def frontier_section(best: pd.DataFrame, run: Run, out_dir: Path, solved: float,
     robust_table.to_csv(out_dir / "frontier_robust.csv", index=False)
     plot_frontier(robust_table, out_dir, solved, longest, robust=True)
     lines += ["", f"By the robust score (held-out exact match at each seed's rate >= {solved:g}):", "",
-              "| setup | arch | size | largest n solved | of n up to |", "|---|---|---|---|---|"]
+              "| setup | model | largest n solved | of n up to |", "|---|---|---|---|"]
     for _, r in robust_table.iterrows():
-        lines.append(f"| {r['setup']} | {r['arch']} | {r['size']} | {_solved_upto(r)} | {r['largest_tried']} |")
+        lines.append(f"| {r['setup']} | {r['arch']} {r['size']} | {_solved_upto(r)} | {r['largest_tried']} |")
     return lines + ["", "![frontier, robust](frontier_robust.png)"]
 
 
@@ -145,12 +154,15 @@ def _solved_upto(row) -> str:
 
 
 def trials_section(df: pd.DataFrame) -> list[str]:
+    """Each trial, a line each (a table of eight columns overflowed a phone's screen):
+    its state, samples and every metric measured; results.csv holds the same."""
     shown = [m for m in PLOTTED if m in df and df[m].notna().any()] or [HEADLINE]
-    lines = ["", "## Every trial", "", "| trial | state | samples | " + " | ".join(shown) + " | val_loss | error |",
-             "|---|---|---|" + "---|" * len(shown) + "---|---|"]
+    lines = ["", "## Every trial", "", f"Each trial's state, samples and last evaluation ({', '.join(shown)}, "
+             "val_loss), as results.csv holds them:", ""]
     for _, r in df.sort_values("trial").iterrows():
-        lines.append(f"| {r['trial']} | {r['state']} | {num(r['samples'], '{:,.0f}')} | "
-                     + "".join(f"{num(r[m])} | " for m in shown) + f"{num(r['val_loss'])} | {r['error']} |")
+        figures = ", ".join(f"{m} {num(r[m])}" for m in [*shown, "val_loss"])
+        error = f"; error: {r['error']}" if isinstance(r["error"], str) and r["error"] else ""
+        lines.append(f"- `{r['trial']}` {r['state']}, {num(r['samples'], '{:,.0f}')} samples: {figures}{error}")
     return lines
 
 

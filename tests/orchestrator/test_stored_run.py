@@ -29,7 +29,7 @@ def test_a_stored_run_reads_whole_and_reports_the_same_from_every_reader(tmp_pat
     written = write_report(stored, run)
     text, table = written.text, written.best
     for name in planned:
-        assert f"| {name} | finished |" in text
+        assert f"- `{name}` finished," in text
     assert pd.read_csv(run / "best.csv")["val_exact_match"].tolist() == table["val_exact_match"].tolist()
     assert best(run)["val_exact_match"].tolist() == table["val_exact_match"].tolist()
     # The findings as data: findings.json reads back to what the report rendered, and a notebook's
@@ -75,7 +75,7 @@ def test_one_file_that_cannot_be_read_hides_only_its_own_trial(tmp_path):
     assert status.exit_code == 0, status.output
     report = CliRunner().invoke(app, ["report", str(run)])
     assert report.exit_code == 0, report.output
-    assert f"| {intact} | finished |" in (run / "report.md").read_text()
+    assert f"- `{intact}` finished," in (run / "report.md").read_text()
 
 
 def test_best_csv_has_the_columns_the_results_schema_names_in_its_order(tmp_path):

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from workloads.metrics import SOLVED as SOLVED_LEVEL
 from workloads.results import BASELINE_BY_SEED, BY_SEED, HELD_OUT_BY_SEED, SEED_IDS
-from workloads.tasks.verdicts import Compared, Finding, Findings, Part
+from workloads.tasks.verdicts import UNEQUAL, Compared, Finding, Findings, Part
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -533,9 +533,6 @@ def _judge_question(kept: list[Decision], uncovered: list[str]) -> tuple[object,
         return True, min(shown, key=lambda d: d.slack)
     other = next(d for d in clear if d.kind != SHOWN)
     return (False if not shown else "some"), other
-
-
-UNEQUAL = "Not testable at equal size"  # the verdict of a claim whose models differ too much in size
 
 
 def line(claim: Claim, missing: list[tuple[str, str]] = ()) -> Finding:

@@ -19,6 +19,7 @@ from pathlib import Path
 from pydantic import TypeAdapter
 
 FILE = "findings.json"  # in a run directory, beside report.md
+UNEQUAL = "Not testable at equal size"  # the verdict of a claim whose models differ too much in size
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,12 @@ class Finding:
     notes: str = ""  # what else the line says of the cells it read
     unread: tuple[str, ...] = ()  # cells it would read that have no finite exact match
     not_run: str = ""  # its trials that have not finished, counted by setup and state
+
+    @property
+    def beyond_spec(self) -> bool:
+        """Untestable for what the spec's axes lack (no trial of it still to run, its
+        models not merely of unequal sizes): the summary counts these in one line."""
+        return bool(self.untestable) and self.verdict != UNEQUAL and not self.not_run
 
     @property
     def finding(self) -> str:
