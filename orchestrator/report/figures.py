@@ -22,19 +22,25 @@ def _arch_rank(arch: str) -> int:
 
 
 VARIANT_MARKERS = "XPd*h"  # a preset's variants, in turn, drawn hollow
+# Twenty colours: matplotlib's ten, then the darkest of each hue of tab20b and tab20c,
+# none a shade of the ten's; fourteen markers. An arch's pair is its own up to 140 archs.
+COLORS = (*(f"C{i}" for i in range(10)), "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173",
+          "#3182bd", "#e6550d", "#31a354", "#756bb1", "#636363")
+MARKERS = "soDv^<>ph*X8HP"
 
 
 def arch_style(arch: str, variant: int = 0) -> dict:
     """An architecture's colour and marker, the same in every figure (frontier.png
-    too), in the order of the model registry; the `variant`-th variant of a preset
-    (mamba (tiny-dstate1), 1, 2, ...) is drawn dash-dotted in its arch's colour,
-    with a hollow marker of its own (issue 53: the two Mambas shared colour and
-    marker)."""
+    too), in the order of the model registry, each arch's its own (issue 79: past
+    ten, a new mixer was drawn in Mamba's orange); the `variant`-th variant of a
+    preset (mamba (tiny-dstate1), 1, 2, ...) is drawn dash-dotted in its arch's
+    colour, with a hollow marker of its own (issue 53: the two Mambas shared colour
+    and marker)."""
     i = _arch_rank(arch)
+    color = COLORS[i % len(COLORS)]
     if not variant:
-        return dict(color=f"C{i % 10}", marker="soDv^<>ph*X"[min(i, 10)], ls="-")
-    return dict(color=f"C{i % 10}", marker=VARIANT_MARKERS[(variant - 1) % len(VARIANT_MARKERS)], ls="-.",
-                mfc="none")
+        return dict(color=color, marker=MARKERS[i % len(MARKERS)], ls="-")
+    return dict(color=color, marker=VARIANT_MARKERS[(variant - 1) % len(VARIANT_MARKERS)], ls="-.", mfc="none")
 
 
 def variant_numbers(models: list[str]) -> dict[str, int]:

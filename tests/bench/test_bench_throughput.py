@@ -53,3 +53,13 @@ def test_sweep_bench_runs_a_slice_through_launch_and_projects_the_grid(tmp_path)
     # The smoke grid has hybrid trials, which the slice did not run: said, not guessed.
     assert "no measured rate for hybrid" in record["projections"]["sweeps/istree_smoke.yaml"]["error"]
     assert "not projected" in result.stdout
+
+
+def test_the_learning_threads_bench_writes_both_thread_counts_per_arch(tmp_path):
+    import json
+
+    out = tmp_path / "threads.json"
+    _run("bench/learning_threads.py", "--archs", "mamba2", "--samples", "256", "--out", str(out))
+    record = json.loads(out.read_text())
+    assert [(r["arch"], r["threads"]) for r in record["runs"]] == [("mamba2", 2), ("mamba2", 1)]
+    assert all(r["core_s"] > 0 and 0 <= r["acc"] <= 1 for r in record["runs"]) and set(record["sum_core_s"]) == {"1", "2"}

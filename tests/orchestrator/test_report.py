@@ -978,6 +978,18 @@ def test_the_variants_of_an_arch_have_markers_of_their_own():
     assert styles[0]["ls"] == "-" and all(s["ls"] == "-." and s["mfc"] == "none" for s in styles[1:])
 
 
+def test_each_arch_has_a_colour_of_its_own_past_the_tenth(monkeypatch):
+    """Issue 79: colours repeated past ten architectures (a new mixer drawn in
+    Mamba's orange). Twenty archs, each a colour of its own; 140, each its own pair."""
+    import orchestrator.report.figures as figures
+
+    registry = {**figures.PRESETS, **{f"mine{i}": {} for i in range(140 - len(figures.PRESETS))}}
+    monkeypatch.setattr(figures, "PRESETS", registry)
+    styles = [figures.arch_style(arch) for arch in registry]
+    assert len({s["color"] for s in styles[:20]}) == 20
+    assert len({(s["color"], s["marker"]) for s in styles}) == 140
+
+
 @pytest.mark.parametrize("damage", ["directory deleted", "result.json a directory"])
 def test_a_finished_trial_whose_results_are_gone_makes_resume_rebuild_not_loop(tmp_path, damage):
     """Issue 52, class 6: Tune recorded the trial finished, so a resume never ran it
