@@ -96,11 +96,21 @@ def _as_typed(path: str) -> str:
     very file, else the path itself."""
     name = Path(path).name
     found = shutil.which(name, path=_shell_path())
+    return name if found is not None and (path == name or _same(found, path)) else path
+
+
+def _same(found: str, path: str) -> bool:
+    """Whether `found` is `path`: the same path, or the same file where neither is a
+    link. A venv's python is a link to the system's, and only the path started as
+    it finds the venv (its pyvenv.cfg beside it): the system's python is another."""
+    if os.path.abspath(found) == os.path.abspath(path):
+        return True
+    if os.path.islink(found) or os.path.islink(path):
+        return False
     try:
-        same = found is not None and os.path.samefile(found, path)
+        return os.path.samefile(found, path)
     except OSError:
-        same = False
-    return name if same or (found is not None and path == name) else path
+        return False
 
 
 def _shell_path() -> str:

@@ -110,12 +110,12 @@ def findings_summary(found: Findings) -> list[str]:
 
 
 def _beyond_spec(found: Findings) -> list[str]:
-    """One row for the findings the spec cannot test, named (what each needs: below)."""
+    """One row for the findings the spec cannot test (each named, with what it needs, below)."""
     beyond = [f for f in found.lines if f.beyond_spec]
     if not beyond:
         return []
-    return [f"| Not testable with this spec ({len(beyond)} of {len(found.lines)}) | "
-            + "; ".join(f.finding for f in beyond) + " | what each needs: [Why each verdict](#why-each-verdict) |"]
+    return [f"| Not testable with this spec | {len(beyond)} of the {len(found.lines)} findings | each, and what it "
+            "needs: [Why each verdict](#why-each-verdict) |"]
 
 
 def findings_reasons(found: Findings) -> list[str]:

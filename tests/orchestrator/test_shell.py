@@ -56,10 +56,17 @@ def test_the_tool_is_printed_as_it_was_started(monkeypatch, users_shell):
     assert command("icr-sweep", "report", "r") == f"{OURS / 'icr-sweep'} report r"
 
 
-def test_each_printed_command_and_install_hint_runs_in_a_shell_without_the_environment(users_shell):
+def test_each_printed_command_and_install_hint_runs_in_a_shell_without_the_environment(users_shell, tmp_path,
+                                                                                      monkeypatch):
     """`wandb` is in the project's environment, not on this shell's PATH: printed
     from the environment, it runs; so do the tool itself and each install hint's
-    installer (asked for its help, not to install)."""
+    installer (asked for its help, not to install), the environment's python even
+    where the shell's PATH has a `python` that the environment's links to."""
+    system = tmp_path / "bin"
+    system.mkdir()
+    (system / "python").symlink_to(os.path.realpath(sys.executable))  # what a venv's python links to
+    users_shell = f"{system}{os.pathsep}{users_shell}"
+    monkeypatch.setenv("PATH", users_shell)
     for line in (command("wandb", "--version"), command("icr-sweep", "--help")):
         done = _runs(line, users_shell)
         assert done.returncode == 0, (line, done.stderr[-2000:])
