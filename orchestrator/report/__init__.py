@@ -22,7 +22,7 @@ from orchestrator.report.figures import arch_style, plot, plot_frontier, variant
 from orchestrator.report.opening import open_commands
 from orchestrator.report.sections import (findings_reasons, findings_summary, frontier_section, headline,
                                           lr_window_section, models_section, partial_note, robust_section,
-                                          trials_section)
+                                          trials_section, what_it_shows)
 from orchestrator.report.tables import (FALLING, best_by_cell, best_table, frontier, lr_window, markdown_tables,
                                         model_labels, robust_tables, still_falling, unfinished_trials, window_text)
 from orchestrator.rundir import PLOT_FILES, REPORT_FILES, Run, check_report_dir, record_report
@@ -71,13 +71,14 @@ def write_report(run: Run, out_dir: Path, solved: float = SOLVED, location: Opti
     title = f"Sweep report: {out_dir.name}"
     tally = f"{len(df)} trials: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + "."
     partial = [partial_note(run, unfinished, location or str(out_dir))] if len(unfinished) else []
-    lines = [f"# {title}", "", tally, "", *[f"**Note:** {note}\n" for note in partial],
+    found = TASKS[run.task][1].findings(best, unfinished) if not best.empty else Findings()
+    lines = [f"# {title}", "", tally, "", *([what_it_shows(found), ""] if found.lines else []),
+             *[f"**Note:** {note}\n" for note in partial],
              "Open this run in:", "", *[f"- {line}" for line in open_commands(run, location or str(out_dir), out_dir)], "",
              *[f"**Note:** {note}\n" for note in run.notes],
              headline(best, run.task), ""]
-    # What the run shows first (issue 53): the findings in one sentence each, then the
-    # figures, then the tables, then each verdict's full reasoning.
-    found = TASKS[run.task][1].findings(best, unfinished) if not best.empty else Findings()
+    # What the run shows first (issue 53; in one sentence, issue 79): the findings in one
+    # sentence each, then the figures, then the tables, then each verdict's full reasoning.
     lines += findings_summary(found)
     lines += ["## Figures", "", *[f"![{p.stem}]({p.name})" for p in plots], ""] if plots else []
     lines += [*models_section(best), "## Best learning rate per cell", "",

@@ -15,7 +15,7 @@ from orchestrator.rundir import Run
 from orchestrator.secrets import command
 from workloads.metrics import HEADLINE, PLOTTED
 from workloads.tasks import DEFAULT_TASK, TASKS
-from workloads.tasks.verdicts import Findings
+from workloads.tasks.verdicts import UNEQUAL, Findings
 
 
 def lr_window_section(df: pd.DataFrame, out_dir: Path, solved: float, task: str) -> list[str]:
@@ -107,6 +107,21 @@ def findings_summary(found: Findings) -> list[str]:
             *[f"| {f.verdict}{' ' + f.seeds if f.seeds else ''} | {f.finding} | {f.numbers} |"
               for f in found.lines if not f.beyond_spec],
             *_beyond_spec(found), "", LEGEND, ""]
+
+
+def what_it_shows(found: Findings) -> str:
+    """The report's opening sentence: how the paper's findings fared on this run."""
+    lines = found.lines
+    if not lines:
+        return ""
+    counts = {"reproduced": sum(f.verdict == "Reproduced" for f in lines),
+              "not reproduced": sum(f.verdict == "Not reproduced" for f in lines),
+              "not decided": sum(f.verdict.lower().endswith(("not decided", "cannot tell")) for f in lines),
+              "not testable at equal size": sum(f.verdict == UNEQUAL for f in lines),
+              "not testable with this spec": sum(f.beyond_spec for f in lines)}
+    counts["answered"] = len(lines) - sum(counts.values())  # the questions' lines (capacity or training)
+    said = ", ".join(f"{n} {what}" for what, n in counts.items() if n)
+    return f"**What this run shows:** of its task's {len(lines)} findings, {said} (the table below says which)."
 
 
 def _beyond_spec(found: Findings) -> list[str]:

@@ -949,6 +949,11 @@ def test_the_report_opens_with_its_findings_and_the_console_prints_a_summary(tmp
     order = [text.index(h) for h in ("## What this run shows of the paper's findings", "## Figures",
                                      "## Best learning rate per cell", "## Why each verdict", "## Every trial")]
     assert order == sorted(order), order
+    # It opens with one sentence of what the run shows (issue 79), its counts those of the table below
+    opening = re.search(r"^\*\*What this run shows:\*\* of its task's 11 findings, (.*) \(the table below says "
+                        r"which\)\.$", text, re.M)
+    assert opening and opening.start() < text.index("Open this run in:"), text[:600]
+    assert sum(int(n) for n in re.findall(r"(\d+) [a-z ]+", opening[1])) == 11, opening[1]
     summary = text.split("## What this run shows")[1].split("## Figures")[0]
     assert "| verdict | finding | the numbers that decide it |" in summary and "*within noise*" in summary
     # Each row of the summary gives the line's numbers in a sentence; the lines the spec cannot test share one
