@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.secrets import Console
+from tests.orchestrator.terminal import in_a_terminal, screen
 
 ROOT = Path(__file__).parents[2]
 MICRO = str(ROOT / "sweeps" / "istree_micro.yaml")
@@ -92,42 +93,6 @@ def test_the_console_masks_secrets_replaces_what_its_encoding_lacks_and_outlives
     piped.stream.close()  # its descriptor is /dev/null's now: the last flush cannot fail
 
 
-def _in_a_terminal(argv: list[str], columns: int, cwd=ROOT) -> bytes:
-    """What `argv` writes to a terminal of `columns` columns (a pty of that size)."""
-    import fcntl
-    import pty
-    import select
-    import struct
-    import termios
-
-    main, child = pty.openpty()
-    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "NO_COLOR")}
-    proc = subprocess.Popen(argv, stdin=child, stdout=child, stderr=child, cwd=cwd, env={**env, "TERM": "xterm-256color"})
-    os.close(child)
-    raw = b""
-    while select.select([main], [], [], 60)[0]:
-        try:
-            chunk = os.read(main, 65536)
-        except OSError:  # the child closed its end
-            break
-        if not chunk:
-            break
-        raw += chunk
-    assert proc.wait(timeout=60) == 0, raw.decode(errors="replace")[-2000:]
-    return raw
-
-
-def _screen(raw: bytes) -> list[str]:
-    """The lines a terminal shows of `raw`, on a screen far wider than the program was
-    told, so that a line it wrote too wide shows whole instead of folded."""
-    import pyte
-
-    screen = pyte.Screen(400, 200)
-    pyte.ByteStream(screen).feed(raw.replace(b"\n", b"\r\n"))
-    return [line.rstrip() for line in screen.display if line.strip()]
-
-
 @pytest.mark.parametrize("columns", [60, 100])
 def test_the_reports_console_is_wrapped_at_words_to_the_terminal_and_keeps_each_command_whole(tmp_path, columns):
     """Issue 79: the closing lines ran past a 60- or 100-column terminal, which cut
@@ -139,7 +104,7 @@ def test_the_reports_console_is_wrapped_at_words_to_the_terminal_and_keeps_each_
 
     run = shutil.copytree(ROOT / "tests/fixtures/stored_run/istree_micro", tmp_path / "istree_micro")
     argv = [sys.executable, "-m", "orchestrator.cli", "report", str(run)]
-    shown = _screen(_in_a_terminal(argv, columns))
+    shown = screen(in_a_terminal(argv, columns, cwd=ROOT))
     piped = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT).stdout
     assert " ".join(" ".join(shown).split()) == " ".join(piped.split())  # the same words, in order
     assert max(len(line) for line in piped.splitlines()) > columns  # there was something to wrap
@@ -159,7 +124,7 @@ def test_the_progress_block_fits_the_terminal(columns):
     under it into a column of their own. It shrinks for them."""
     import re
 
-    shown = _screen(_in_a_terminal([sys.executable, "-c", PTY_PROBE.format(root=str(ROOT))], columns))
+    shown = screen(in_a_terminal([sys.executable, "-c", PTY_PROBE.format(root=str(ROOT))], columns, cwd=ROOT))
     assert shown[-1] == "after the view" and any("2/2 finished" in line for line in shown), shown
     assert max(len(line) for line in shown) <= columns, shown
     assert [line for line in shown if "8,192/8,192 samples (100%) · " in line and "samples/s" in line], shown

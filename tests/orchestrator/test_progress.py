@@ -4,12 +4,8 @@ only with --verbose, and Ray's and Tune's log lines in the run's icr-sweep.log.
 Driven by stand-ins for Tune's trials, as Tune's loop calls the reporter."""
 
 import logging
-import os
 import pickle
-import pty
 import re
-import select
-import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -17,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from orchestrator.progress import SweepProgress, console
+from tests.orchestrator.terminal import in_a_terminal
 
 ROOT = Path(__file__).parents[2]
 A, B = "transformer-cot-tiny-n5-lr3e-3-s0", "transformer-cot-tiny-n5-lr3e-3-s1"
@@ -149,6 +146,7 @@ import sys, time
 sys.path.insert(0, {root!r})
 from tests.orchestrator.test_progress import A, B, Table, t
 from orchestrator.progress import SweepProgress, console
+from tests.orchestrator.terminal import in_a_terminal
 view = SweepProgress(2, 8192, table=Table())
 with console(verbose=False):
     for step in range(1, 5):
@@ -162,25 +160,7 @@ print("after the view")
 
 
 def test_on_a_terminal_one_block_is_redrawn_in_place_with_each_change_above_it():
-    main, child = pty.openpty()
-    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "160", "LINES": "40"}
-    env.pop("NO_COLOR", None)
-    proc = subprocess.Popen([sys.executable, "-c", PTY_PROBE.format(root=str(ROOT))], stdin=child, stdout=child,
-                            stderr=child, env=env, cwd=ROOT)
-    os.close(child)
-    raw = b""
-    while True:
-        ready, _, _ = select.select([main], [], [], 30)
-        if not ready:
-            break
-        try:
-            chunk = os.read(main, 65536)
-        except OSError:  # the child closed its end
-            break
-        if not chunk:
-            break
-        raw += chunk
-    assert proc.wait(timeout=30) == 0, raw.decode(errors="replace")[-2000:]
+    raw = in_a_terminal([sys.executable, "-c", PTY_PROBE.format(root=str(ROOT))], 160, cwd=ROOT, timeout=30)
     text = raw.decode(errors="replace")
     plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
     assert "\x1b[1A" in text and "\x1b[2K" in text  # the block's lines erased and drawn again, not appended
