@@ -91,9 +91,10 @@ LEGEND = ("*shown* / *refuted*: a comparison whose statistic, on the mean over i
 
 
 def findings_summary(found: Findings) -> list[str]:
-    """The report's table of verdicts, each with the comparison that decided it (a
-    refuted one for Not reproduced, the weakest shown one for Reproduced, the open or
-    missing one else), after what the findings read."""
+    """The report's table of verdicts, each with the number of the comparison that
+    decided it (a refuted one for Not reproduced, the weakest shown one for
+    Reproduced, the open one else; what a line lacks where none did), after what the
+    findings read; each comparison in words under "Why each verdict"."""
     if not found.lines:
         return []
     return ["## What this run shows of the paper's findings", "",
@@ -101,10 +102,11 @@ def findings_summary(found: Findings) -> list[str]:
             "counts of samples, on the mean over seeds with a margin of Student's t on them (one seed: the task's "
             "training-noise floor), a seed alone holding a line open only beyond its own margin; a line reads "
             "Reproduced only where every model it names has a comparison shown and none is refuted; each row gives "
-            "the comparison that decided it). Each line's every comparison: "
+            "the statistic of the comparison that decided it, against what is claimed and its margin). Each line's "
+            "every comparison, in words: "
             "[Why each verdict](#why-each-verdict).", "", *found.read, "",
-            "| verdict | finding | the numbers that decide it |", "|---|---|---|",
-            *[f"| {f.verdict}{' ' + f.seeds if f.seeds else ''} | {f.finding} | {f.numbers} |"
+            "| verdict | finding | the deciding number |", "|---|---|---|",
+            *[f"| {f.verdict}{' ' + f.seeds if f.seeds else ''} | {f.finding} | {f.number} |"
               for f in found.lines if not f.beyond_spec],
             *_beyond_spec(found), "", LEGEND, ""]
 

@@ -329,9 +329,16 @@ class Test:
         return float(self.stat.value(view) - self.threshold) - (margin if math.isfinite(margin) else 1e9)
 
     def describe(self, view: tuple) -> str:
+        return f"{self.says.format(f'{float(self.stat.value(view)):.3f}')} ({self._against(view)})"
+
+    def figure(self, view: tuple) -> str:
+        """The deciding number alone: the statistic, the threshold and the margin."""
+        return f"{float(self.stat.value(view)):.3f} ({self._against(view)})"
+
+    def _against(self, view: tuple) -> str:
         margin = self.stat.margin(view, self.spread)
         noise = f"margin {margin:.3f}" if math.isfinite(margin) else "one seed: training noise not measured"
-        return f"{self.says.format(f'{float(self.stat.value(view)):.3f}')} ({float(self.threshold):g} claimed, {noise})"
+        return f"{float(self.threshold):g} claimed, {noise}"
 
 
 def solves(cell: Cell, fails: str = "") -> Test:
@@ -401,10 +408,11 @@ class Decision:
     mixed: bool = False  # the views disagreed: undecided
     slack: float = 0.0  # on the mean: how far beyond the margin the claim was cleared (negative: short)
     why: str = ""  # why it was left out
+    figure: str = ""  # the statistic against its threshold and margin, in one figure
 
     @property
     def compared(self) -> Compared:
-        return Compared(self.comparison.label, self.kind, self.text, self.why, self.mixed)
+        return Compared(self.comparison.label, self.kind, self.text, self.why, self.mixed, self.figure)
 
     @property
     def said(self) -> str:
@@ -450,14 +458,16 @@ def decide(comp: Comparison) -> Decision:
     if not seeds:
         return Decision(comp, OUT, f"{comp.label} (its cells share no seed)", why="its cells share no seed")
     text = f"{comp.label}: {comp.numbers(seeds)}: {comp.claim.describe(seeds)}"
+    figure = comp.claim.figure(seeds)
     kind, why = _view(comp, seeds)
     slack = comp.claim.slack(seeds)
     if kind == OUT:
-        return Decision(comp, OUT, f"{text}; {why}", slack=slack, why=why)
+        return Decision(comp, OUT, f"{text}; {why}", slack=slack, why=why, figure=figure)
     alone, holds = _seeds_alone(comp, seeds, kind)
     if holds:
-        return Decision(comp, NOISE, f"{text} [{kind} by the mean; {alone}: undecided]", mixed=True, slack=slack)
-    return Decision(comp, kind, f"{text} ({alone})" if alone else text, slack=slack)
+        return Decision(comp, NOISE, f"{text} [{kind} by the mean; {alone}: undecided]", mixed=True, slack=slack,
+                        figure=figure)
+    return Decision(comp, kind, f"{text} ({alone})" if alone else text, slack=slack, figure=figure)
 
 
 def _seeds_alone(comp: Comparison, seeds: tuple, kind: str) -> tuple[str, bool]:
@@ -556,9 +566,12 @@ def line(claim: Claim, missing: list[tuple[str, str]] = ()) -> Finding:
     training = sorted({f"{cell.name} (loss {cell.still})" for d in kept for cell in d.comparison.cells if cell.still})
     said = decisive.said if decisive else (f"not shown for every model it names: {'; '.join(uncovered)}" if uncovered
                                            else f"no comparison can show it: {left[0]}" if left else "")
+    figure = (f"{decisive.figure} [{decisive.kind}]" if decisive and not decisive.mixed else decisive.figure
+              if decisive else "not shown for every model it names" if uncovered
+              else "no comparison can show it" if left else "")
     return Finding(claim.name, heads[outcome], _seeds(claim.comparisons).strip(), said,
                    tuple(d.compared for d in kept), tuple(d.compared for d in decisions if d.kind == OUT),
-                   tuple(uncovered), still_training=tuple(training), notes=claim.notes, unread=unread)
+                   tuple(uncovered), still_training=tuple(training), notes=claim.notes, unread=unread, figure=figure)
 
 
 def _uncovered(claim: Claim, decisions: list[Decision]) -> list[str]:

@@ -35,6 +35,7 @@ class Compared:
     text: str
     why: str = ""
     undecided: bool = False
+    figure: str = ""  # its statistic against the threshold and margin: "0.023 (0.2 claimed, margin 0.177)"
 
     @property
     def said(self) -> str:
@@ -45,7 +46,8 @@ class Compared:
 class Finding:
     """A claim decided on a run. `untestable`: why no comparison could be made (the
     run lacks what the claim needs); `decided_by`: the comparison that decided the
-    verdict, in words (the summary's "numbers that decide it")."""
+    verdict, in words, and its statistic against the claim (`figure`, the summary
+    table's deciding number)."""
 
     claim: str
     verdict: str
@@ -59,6 +61,7 @@ class Finding:
     notes: str = ""  # what else the line says of the cells it read
     unread: tuple[str, ...] = ()  # cells it would read that have no finite exact match
     not_run: str = ""  # its trials that have not finished, counted by setup and state
+    figure: str = ""  # the deciding comparison's statistic, threshold and margin (the summary table's number)
 
     @property
     def beyond_spec(self) -> bool:
@@ -75,6 +78,13 @@ class Finding:
     def numbers(self) -> str:
         """What decided the verdict, and the trials not run yet."""
         return f"{self.decided_by}; not run yet: {self.not_run}" if self.not_run else self.decided_by
+
+    @property
+    def number(self) -> str:
+        """The summary table's deciding number (its comparison: "Why each verdict"),
+        else what the line lacks; and the trials not run yet."""
+        head = self.figure or (self.untestable or self.decided_by)
+        return f"{head}; not run yet: {self.not_run}" if self.not_run else head
 
     def markdown(self, variant: str = "") -> str:
         """The report's line ("Why each verdict"), prefixed with its task variant."""
