@@ -19,13 +19,14 @@ from orchestrator.rundir import PLAN_FILE, SPEC_FILE, RunLock, load_trials, read
 from orchestrator.spec import SweepSpec
 
 
-def fake_run(tmp_path, accuracy, unfinished=(), errored=(), search=None):
+def fake_run(tmp_path, accuracy, unfinished=(), errored=(), search=None, seeds=(0, 1, 2), val_samples=None):
     """A run directory laid out as `launch` and Ray Tune write it, with a chosen final
     exact match per trial (a function of the trial config); generation accuracy and
     validation loss are derived from it so that each metric ranks lrs differently."""
+    training = dict(samples=200, eval_every=100, warmup_samples=10, **({"val_samples": val_samples} if val_samples else {}))
     spec = SweepSpec(name="fake", axes=dict(archs=["transformer", "mamba"], setups=["cot"], sizes=["0.5M"],
-                                            n=[16, 32], seeds=[0, 1, 2]),
-                     lr=dict(transformer=[1e-3, 3e-3], mamba=3e-4), training=dict(samples=200, eval_every=100, warmup_samples=10),
+                                            n=[16, 32], seeds=list(seeds)),
+                     lr=dict(transformer=[1e-3, 3e-3], mamba=3e-4), training=training,
                      **({"search": search} if search else {}))
     run = tmp_path / "fake"
     run.mkdir()
@@ -984,6 +985,26 @@ def test_the_variants_of_an_arch_have_markers_of_their_own():
     styles = [arch_style("mamba", v) for v in (0, 1, 2)]
     assert len({s["marker"] for s in styles}) == 3 and len({s["color"] for s in styles}) == 1  # one arch, one colour
     assert styles[0]["ls"] == "-" and all(s["ls"] == "-." and s["mfc"] == "none" for s in styles[1:])
+
+
+def test_a_mean_is_the_same_in_the_tables_and_in_the_verdicts(tmp_path):
+    """Issue 79: one mean taken two ways: a verdict said the Transformer's 0.997 where
+    every table said 0.996 (the float mean of 0.996 and 0.997, 0.99649..., against
+    the findings' count of samples, 1993 of 2000). Exact match's mean is the count's."""
+    from workloads.tasks.findings import Table, em
+
+    def acc(trial):  # the Transformer's two seeds at 0.996 and 0.997 at its best rate
+        return (0.996 + 0.001 * trial.train.seed if trial.model.arch == "transformer" and trial.train.lr == 3e-3
+                else accuracy(trial))
+
+    run, _ = fake_run(tmp_path, acc, seeds=(0, 1), val_samples=1000)
+    assert CliRunner().invoke(app, ["report", str(run)]).exit_code == 0
+    best = pd.read_csv(run / "best.csv")
+    row = best[(best["arch"] == "transformer") & (best["n"] == 16)].iloc[0]
+    assert f"{row['val_exact_match']:.3f}" == "0.997"  # the float mean said 0.996
+    cell = Table(best, {}).cells[("transformer", "0.5M", "cot", 16)]
+    assert em(cell, tuple(cell.right)) == f"{row['val_exact_match']:.3f}"
+    assert "| 0.997 ± " in (run / "report.md").read_text()
 
 
 def test_each_arch_has_a_colour_of_its_own_past_the_tenth(monkeypatch):
