@@ -21,11 +21,6 @@ LAUNCHER = "ICR_SWEEP_LAUNCHER"
 SHELL_PATH = "ICR_SWEEP_SHELL_PATH"
 TOOL = "icr-sweep"
 
-# What installs each viewer a run's last lines name: MLflow's UI is not in
-# mlflow-skinny (what the tracker extra installs), whose `mlflow ui` serves no page.
-INSTALLS = {"tensorboard": "tensorboard", "mlflow": "mlflow", "wandb": "wandb", "optuna-dashboard": "optuna-dashboard"}
-
-
 def runnable(word: str) -> str:
     """What the user's shell runs for the command `word`: `icr-sweep` as the tool
     was started, another tool from this environment where it has it, else `word`."""
@@ -47,8 +42,10 @@ def installed(tool: str) -> bool:
 
 
 def missing(tool: str) -> str:
-    """'' where the user's shell can run `tool`; else what installs it, as a hint."""
-    return "" if installed(tool) else f" (not installed here: `{install(INSTALLS.get(tool, tool))}` first)"
+    """'' where the user's shell can run `tool`; else what installs it, as a hint (each
+    viewer's package has its command's name; MLflow's is the full `mlflow`, whose UI
+    mlflow-skinny, the tracker extra's, lacks)."""
+    return "" if installed(tool) else f" (not installed here: `{install(tool)}` first)"
 
 
 def install(*packages: str) -> str:

@@ -117,8 +117,8 @@ def wrapped(text: str, width: Optional[int]) -> str:
         indent = line[:len(line) - len(line.lstrip())]
         kept = re.sub(r"`[^`]*`", lambda m: m.group(0).replace(" ", "\0"), line)  # a command is one word
         out += [part.replace("\0", " ") for part in
-                textwrap.wrap(kept, width, initial_indent="", subsequent_indent=indent + "  ", break_long_words=False,
-                              break_on_hyphens=False, drop_whitespace=True) or [""]]
+                textwrap.wrap(kept, width, subsequent_indent=indent + "  ", break_long_words=False,
+                              break_on_hyphens=False) or [""]]
         if out[-1] == "" and line:
             out[-1] = line
     return "\n".join(out)
