@@ -163,7 +163,8 @@ class TaskBase:
     end_search_id: int  # with a retriever: the token after which the retriever writes
 
     # The task's known results as claims the findings engine decides (workloads/tasks/findings.py:
-    # Falls, Improves, Repairs, StateDecides), each over the run's models at equal size.
+    # Falls, Improves, Repairs, StateDecides, GapCloses), each over the run's models at equal
+    # size; an architecture none of them names is set beside the Transformer (`Beside`).
     claims: ClassVar[tuple] = ()
     # The sd of a cell's exact match from one training seed to the next, from a calibration
     # that measured it (named where set): what a comparison on one seed is read with. None:
@@ -173,15 +174,15 @@ class TaskBase:
     @classmethod
     def findings(cls, best, unfinished=None):
         """What the run shows of the task's known results (workloads/tasks/verdicts.py's
-        `Findings`); `unfinished`, the trials not finished (setup, state), named as not
-        run yet in each finding that would read them."""
-        from workloads.tasks.findings import findings
+        `Findings`), then of each architecture they do not name, beside the Transformer
+        of its size (`Beside`: any task gets it); `unfinished`, the trials not finished
+        (setup, state), named as not run yet in each finding that would read them."""
+        from workloads.tasks.findings import Beside, findings
         from workloads.tasks.verdicts import Findings
 
-        if not cls.claims:
-            return Findings()
-
-        return findings(best, cls.claims, cls.exact_match_chance, unfinished, cls.training_noise)
+        found = findings(best, (*cls.claims, Beside.of(cls.claims)), cls.exact_match_chance, unfinished,
+                         cls.training_noise)
+        return found if found.lines else Findings()
 
     @staticmethod
     def label_text(label) -> str:

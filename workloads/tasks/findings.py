@@ -623,6 +623,10 @@ class Falls:
     against: tuple[str, ...]
     more_by: dict  # setup -> the threshold
 
+    @property
+    def speaks_of(self) -> tuple[str, ...]:
+        return (self.subject, *self.against)
+
     def expand(self, table: Table) -> list[Claim]:
         return [self._setup(table, setup) for setup in self.setups]
 
@@ -716,6 +720,10 @@ class Improves:
     words: dict  # setup -> its name in a line
     dip: Fraction = Fraction(1, 10)
 
+    @property
+    def speaks_of(self) -> tuple[str, ...]:
+        return self.archs
+
     def expand(self, table: Table) -> list[Claim]:
         comparisons, named = [], {}
         for arch in sorted(set(table.archs()) | set(self.archs)):
@@ -761,6 +769,10 @@ class Repairs:
     reference: str
     setups: tuple[tuple[str, str], ...]
     close: Fraction
+
+    @property
+    def speaks_of(self) -> tuple[str, ...]:
+        return (self.lagging, self.fixer, self.reference)
 
     def expand(self, table: Table) -> list[Claim]:
         pairs, unequal = table.pairs(self.fixer, self.reference)
@@ -831,6 +843,10 @@ class StateDecides:
     reference: str
     ratio: int
     heads: dict
+
+    @property
+    def speaks_of(self) -> tuple[str, ...]:
+        return (self.arch, self.reference)
 
     def expand(self, table: Table) -> list[Claim]:
         ms = table.models(self.arch)
@@ -903,6 +919,10 @@ class GapCloses:
     lever: str  # "rate", "init" or "state"
     close: Fraction
     ratio: int = 3
+
+    @property
+    def speaks_of(self) -> tuple[str, ...]:
+        return (self.arch, self.reference)
 
     @property
     def heads(self) -> dict:
@@ -1017,6 +1037,69 @@ def capacity_or_training(setups: tuple[str, ...], close: Fraction, ratio: int) -
                   f"and {narrower.format('the smaller state')}?"))
     return tuple(GapCloses(f"capacity or training, {{setup}}: {text}", label, setups, "mamba", "transformer", lever,
                            close, ratio) for label, lever, text in questions)
+
+
+BESIDE_CLOSE = Fraction(1, 10)  # "comes close" as the paper's findings read it (IsTree's CLOSE)
+
+
+@dataclass(frozen=True)
+class Beside:
+    """The comparison every task gets, a question: each architecture of the run that
+    the task's claims do not name (a user's new mixer), beside `reference` of its size
+    in each setup: does it end at most `close` below it? Per model X and reference T
+    of its size, per n: X - T >= -close, shown where T solves the cell (two unsolved
+    models being close says nothing), refuted anywhere. Answered as a claim is: ends
+    close (every comparison left in shown), falls short (one refuted), not decided,
+    not compared (no reference of its size, named)."""
+
+    named: frozenset
+    reference: str = "transformer"
+    close: Fraction = BESIDE_CLOSE
+
+    @classmethod
+    def of(cls, claims: Sequence) -> Beside:
+        """The comparison for the architectures none of `claims` speaks of."""
+        return cls(frozenset(a for claim in claims for a in claim.speaks_of))
+
+    @property
+    def speaks_of(self) -> tuple[str, ...]:
+        return ()
+
+    def expand(self, table: Table) -> list[Claim]:
+        claims, setups = [], list(dict.fromkeys(c.setup for c in table.cells.values()))
+        ref = arch_words(self.reference)
+        for arch in [a for a in table.archs() if a not in self.named and a != self.reference]:
+            words = arch_words(arch)
+            head = f"Beside {ref}: {words}"
+            heads = {True: f"{head} ends close", False: f"{head} falls short", None: f"{head}: not decided",
+                     "untestable": f"{head}: not compared"}
+            name = (f"{{setup}}: {words} beside {ref} of its size (at every n, at most {float(self.close):g} below it; "
+                    f"shown where {ref} solves the cell)")
+            pairs, unequal = table.pairs(arch, self.reference)
+            if not pairs:
+                why = _why_no_pair(table, arch, self.reference, pairs, unequal, "")
+                claims.append(Claim(name.format(setup="every setup").replace("every setup: ", ""), [], {words: why},
+                                    why, unequal, False, heads=heads, judge=_judge))
+                continue
+            for setup in setups:
+                comparisons = [self._cell(table.get(x, setup, n), table.get(t, setup, n), words)
+                               for x, t in pairs for n in table.ns(setup, x, t)]
+                if comparisons:
+                    claims.append(Claim(name.format(setup=setup), comparisons, {words: ""}, setups=(setup,),
+                                        heads=heads, judge=_judge))
+        return claims
+
+    def _cell(self, xc: Cell, tc: Cell, words: str) -> Comparison:
+        ref = arch_words(self.reference)
+        solved = solves(tc, f"{ref} does not solve {tc.setup} n={tc.n}: two unsolved models being close says "
+                            "nothing")
+
+        def numbers(view):
+            return f"{words} {em(xc, view)}, {ref} {em(tc, view)}"
+
+        return Comparison(f"{xc.model} against {tc.model}, n={tc.n}", [xc, tc],
+                          Test(one(xc) - one(tc), -self.close, f"it ends {{}} from {ref}"), numbers, where=[solved],
+                          names=(words,))
 
 
 def findings(best: pd.DataFrame, claims: Sequence, chance: dict, unfinished: Optional[pd.DataFrame] = None,
