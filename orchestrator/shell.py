@@ -42,10 +42,10 @@ def installed(tool: str) -> bool:
 
 
 def missing(tool: str) -> str:
-    """'' where the user's shell can run `tool`; else what installs it, as a hint (each
-    viewer's package has its command's name; MLflow's is the full `mlflow`, whose UI
-    mlflow-skinny, the tracker extra's, lacks)."""
-    return "" if installed(tool) else f" (not installed here: `{install(tool)}` first)"
+    """'' where the user's shell can run the viewer `tool`; else what installs it, as a
+    hint: the viewers' extra, every viewer at its writer's version (MLflow's full
+    package, whose UI mlflow-skinny, the tracker extra's, lacks)."""
+    return "" if installed(tool) else f" (not installed here: `{install_extra('viewers')}` first)"
 
 
 def install(*packages: str) -> str:

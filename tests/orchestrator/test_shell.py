@@ -104,8 +104,10 @@ def test_a_viewer_is_looked_for_in_the_environment_before_path_and_hinted_with_i
     def shown() -> dict:
         return dict(line.split(": ", 1) for line in open_commands(run, str(where), where)[1:])
 
-    for tool, package in tools.items():  # nowhere: this environment's installer
-        assert shown()[tool].endswith(f"(not installed here: `{env_bin / 'python'} -m pip install {package}` first)")
+    viewers = shell.install_extra("viewers")  # nowhere: the viewers' extra, with this environment's installer
+    assert viewers.startswith(f"{env_bin / 'python'} -m pip install -e ") and viewers.endswith("[viewers]'")
+    for tool in tools:
+        assert shown()[tool].endswith(f"(not installed here: `{viewers}` first)")
     for program in tools.values():
         (env_bin / program).write_text("#!/bin/sh\n")
         (env_bin / program).chmod(0o755)
