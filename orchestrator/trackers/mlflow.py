@@ -42,6 +42,29 @@ class MlflowSpec(Section):
     experiment: Optional[str] = Field(None, description="default: the sweep's name")
 
 
+# The experiment's runs table as the printed address opens it: MLflow's shared view
+# (an experiment tag its UI reads for `viewStateShareKey`), as MLflow 3.17's UI shows it
+# (issue 79: its Run Name column, 170 px wide, cut every name before the seed, and its
+# charts drew the first 10 runs alone).
+VIEW = "icr-sweep"
+VIEW_TAG = "mlflow.sharedViewState." + VIEW
+VIEW_COLUMNS = ("params.`model`", "params.`setup`", "params.`n`", "params.`seed`", "params.`lr`",
+                "metrics.`val/exact_match`")
+RUN_NAME_COLUMN = "attributes.`Run Name`"
+PX_PER_CHAR, NAME_PADDING_PX = 7, 60  # the Run Name column's width for a name of k characters: 7k + 60 px
+
+
+def shared_view(longest_name: int) -> str:
+    """The shared view's JSON: the identity and exact match as columns, the Run Name
+    column wide enough for the longest trial name, every run charted."""
+    import json
+
+    # The UI applies a width to the columns `columnOrder` lists alone.
+    return json.dumps({"selectedColumns": list(VIEW_COLUMNS), "columnOrder": [RUN_NAME_COLUMN, *VIEW_COLUMNS],
+                       "columnWidths": {RUN_NAME_COLUMN: PX_PER_CHAR * longest_name + NAME_PADDING_PX},
+                       "runsHiddenMode": "SHOW_ALL"})
+
+
 def mlflow_uri(spec, run_dir: str) -> Optional[str]:
     """The MLflow tracking URI of the spec's tracking.mlflow: its own, else an SQLite
     file in the local run directory (MLflow's file store is in maintenance mode and
@@ -68,8 +91,10 @@ def callback_class() -> type:
         s) once, unless MLFLOW_HTTP_REQUEST_TIMEOUT or _MAX_RETRIES say otherwise, and a
         failure turns MLflow off for the rest of the sweep."""
 
-        def __init__(self, tracking_uri: str, experiment_name: str, tags: dict, swept: tuple[str, ...] = ()):
+        def __init__(self, tracking_uri: str, experiment_name: str, tags: dict, swept: tuple[str, ...] = (),
+                     longest_name: int = 40):
             self.tracking_uri, self.experiment_name, self.tags, self.swept = tracking_uri, experiment_name, tags, swept
+            self.longest_name = longest_name
             self.client, self.experiment_id, self.runs, self.resolved = None, None, {}, set()
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(max(1, round(answer_timeout()))))
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
@@ -86,6 +111,7 @@ def callback_class() -> type:
                 self.experiment_id = experiment.experiment_id
                 if experiment.lifecycle_stage == "deleted":  # named again: the experiment comes back
                     self.client.restore_experiment(self.experiment_id)
+            self.client.set_experiment_tag(self.experiment_id, VIEW_TAG, shared_view(self.longest_name))
 
         @or_off
         def log_trial_start(self, trial) -> None:
@@ -180,18 +206,21 @@ def _mlflow_unanswered(url: str, user: Optional[tuple[str, str]]) -> str:
     return ""
 
 
-def _mlflow_experiment_id(db: Path, name: str) -> Optional[str]:
-    """The id of experiment `name` in an MLflow SQLite store (None where it cannot be read)."""
+def _mlflow_experiment(db: Path, name: str) -> tuple[Optional[str], bool]:
+    """The id of experiment `name` in an MLflow SQLite store (None where it cannot be
+    read), and whether it holds the tool's shared view."""
     import sqlite3
 
     if not db.is_file():
-        return None
+        return None, False
     try:
         with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as con:
             row = con.execute("SELECT experiment_id FROM experiments WHERE name = ?", (name,)).fetchone()
+            view = row and con.execute("SELECT 1 FROM experiment_tags WHERE experiment_id = ? AND key = ?",
+                                       (row[0], VIEW_TAG)).fetchone()
     except sqlite3.Error:
-        return None
-    return str(row[0]) if row else None
+        return None, False
+    return (str(row[0]), bool(view)) if row else (None, False)
 
 
 @register
@@ -210,9 +239,14 @@ class MlflowTracker(Tracker):
 
     def callbacks(self, config: MlflowSpec, launch: Launch) -> list:
         spec = launch.spec
+        from orchestrator.grid import shape_trials
+
+        # An Optuna trial's name writes its rate to three significant digits (1.23e-3), its shape's the range's low end.
+        longest = max((len(trial.name) for trial in shape_trials(spec)), default=40) + (
+            0 if spec.search.method == "grid" else 4)
         return [callback_class()(tracking_uri=mlflow_uri(spec, launch.run_dir),
                                  experiment_name=config.experiment or spec.name, tags={"sweep": spec.name},
-                                 swept=launch.swept)]
+                                 swept=launch.swept, longest_name=longest)]
 
     def opens(self, config: dict, shown: Shown) -> Optional[str]:
         from orchestrator.rundir import MLFLOW_FILE
@@ -220,11 +254,14 @@ class MlflowTracker(Tracker):
         spec, where = shown.spec, shown.where
         uri = config.get("tracking_uri") or f"sqlite:///{where}/{MLFLOW_FILE}"
         experiment = config.get("experiment") or spec.get("name", "")
-        number = None if config.get("tracking_uri") else _mlflow_experiment_id(shown.local / MLFLOW_FILE, experiment)
+        number, view = (None, False) if config.get("tracking_uri") else _mlflow_experiment(shown.local / MLFLOW_FILE,
+                                                                                             experiment)
         # MLflow 3 opens an experiment in its GenAI view (its runs table without a parameter or metric
-        # column); these query parameters open the model-training view, every metric charted.
+        # column); workflowType opens the model-training view, viewStateShareKey the tool's view of it.
         runs = (f", then http://127.0.0.1:5000/#/experiments/{number}/runs?workflowType=machine_learning"
-                "&compareRunsMode=CHART (its runs, charted)" if number else "")
+                + (f"&viewStateShareKey={VIEW} (its runs: each trial's name whole, its model, setup, n, seed, rate "
+                   "and exact match; the chart button charts them all)" if view else
+                   "&compareRunsMode=CHART (its runs, charted)") if number else "")
         opens = redact(uri) if uri.startswith("http") else command("mlflow", "ui", "--backend-store-uri", uri)
         return (f"MLflow: `{opens}`{runs} (experiment {experiment}; in MLflow 3's own views choose \"Model training\")"
                 + ("" if uri.startswith("http") else missing("mlflow")))

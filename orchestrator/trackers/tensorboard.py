@@ -4,6 +4,7 @@ and the HParams experiment in the run directory (TensorBoard's logdir)."""
 from __future__ import annotations
 
 import functools
+import numbers
 from pathlib import Path
 from typing import Optional
 
@@ -19,6 +20,15 @@ DIFFERS = bytes([7 << 3, 1])  # HParamInfo.differs = true: field 7, varint 1
 HPARAMS_SHOWN = ("setup", "model", "n", "lr", "seed")
 
 
+def as_hparams(params: dict) -> dict:
+    """Parameters as TensorBoard's HParams shows them readably: a whole number as its
+    digits (HParams writes every number to five significant digits, so n=16 read
+    16.000, seed 0 read 0.0000 and 1,050,688 parameters 1.0507e+6); a
+    fraction (a learning rate) stays a number, filtered by its range."""
+    return {key: str(value) if isinstance(value, numbers.Integral) and not isinstance(value, bool) else value
+            for key, value in params.items()}
+
+
 def hparams_of(spec) -> tuple[dict, set[str]]:
     """Every parameter a trial of `spec` (a SweepSpec) logs, in the trackers' order
     (the model's label, the ids, the swept fields, the rest), each with a value of
@@ -31,7 +41,7 @@ def hparams_of(spec) -> tuple[dict, set[str]]:
     for trial in shape_trials(spec):
         for key, value in tracked_params(trial.model_dump(mode="json"), swept).items():
             example.setdefault(key, value)
-    return example, set(HPARAMS_SHOWN) & set(example)
+    return as_hparams(example), set(HPARAMS_SHOWN) & set(example)
 
 
 class EventFile:
@@ -138,7 +148,7 @@ def callback_class() -> type:
             if writer is None:
                 return
             if latest:
-                params = {**trial_params(trial, self.swept), **ran}  # plain values: TensorBoard takes no None
+                params = as_hparams({**trial_params(trial, self.swept), **ran})  # plain: TensorBoard takes no None
                 _, session_start, session_end = hparams(hparam_dict=params, metric_dict=latest)
                 for summary in (session_start, session_end):  # the experiment is the run directory's
                     writer.add(summary)

@@ -4,6 +4,7 @@ trial's config and the metrics of every evaluation."""
 
 import json
 import os
+import re
 import struct
 import subprocess
 import time
@@ -15,6 +16,7 @@ import yaml
 
 from orchestrator.rundir import read_run
 from tests.orchestrator.e2e import SWEEPS, cli, free_port, launch_to_the_end
+from tests.orchestrator.viewers import CHROMIUM, hparams_table, mlflow_table
 
 
 def _key(item) -> str:
@@ -254,6 +256,33 @@ def test_every_tracker_holds_each_trials_config_and_every_evaluation(tmp_path, r
     assert [i.name for i in infos][:7] == ["model", "arch", "setup", "size", "n", "lr", "seed"]
     assert {"params", "trial_dir", "model.mixer.d_state", "model.n_heads"} <= {i.name for i in infos}
     assert {m.name.tag for m in plugin.experiment.metric_infos} >= {"val/exact_match", "val/loss", "train/loss"}
+
+    # Issue 79: each viewer opens the run as the console's line says (MLflow's UI at its address, TensorBoard
+    # on its logdir), served by the viewers' extra, in Chromium: MLflow's runs table cut every name before its
+    # seed and showed no parameter; HParams showed n and seed as 5.0000 and 0.0000.
+    if CHROMIUM is None:
+        pytest.skip("the trackers are checked; their viewers need Debian's chromium (scripts/test installs it)")
+    from playwright.sync_api import sync_playwright
+
+    names = {t.name: re.fullmatch(r"([a-z0-9_]+)-([a-z]+)-(.+)-n(\d+)-lr(.+)-s(\d+)", t.name).groups() for t in trials}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            table = mlflow_table(browser, opened[2], run / "mlflow.db", tmp_path)
+            hparams = hparams_table(browser, run, tmp_path)
+        finally:
+            browser.close()
+    assert sorted(name for name, _ in table["names"]) == sorted(names), table["names"]
+    assert all(whole for _, whole in table["names"]), table["names"]
+    assert {"model", "setup", "n", "seed"} <= set(table["headers"]), table["headers"]
+    for (name, _), row in zip(table["names"], table["rows"]):
+        arch, setup, _, n, _, seed = names[name]
+        assert (row["params.`model`"], row["params.`setup`"]) == (arch, setup), (name, row)
+        assert (row["params.`n`"], row["params.`seed`"]) == (n, seed), (name, row)
+    assert sorted(hparams) == sorted(names), hparams
+    for name, row in hparams.items():
+        arch, setup, _, n, _, seed = names[name]
+        assert (row["model"], row["setup"], row["n"], row["seed"]) == (arch, setup, n, seed), row
 
 
 def _events(path: Path):
