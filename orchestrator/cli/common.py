@@ -96,12 +96,12 @@ def _root(
     guard_console()  # no secret printed, any console's encoding, a pipe's reader gone: secrets.Console
 
 
-def say(text: str) -> None:
-    """Prints `text`; on a terminal, each line wrapped at its words to the terminal's
-    width, a continuation indented under its line. A `command` in backticks is never
-    split: where it is wider than the terminal, the terminal folds it, which copies
-    back as one line."""
-    typer.echo(wrapped(text, _terminal_width()))
+def say(text: str, err: bool = False, fg: Optional[str] = None) -> None:
+    """Prints `text` (to stderr where `err`, in colour `fg`); on a terminal, each line
+    wrapped at its words to the terminal's width, a continuation indented under its
+    line. A `command` in backticks is never split: where it is wider than the
+    terminal, the terminal folds it, which copies back as one line."""
+    typer.secho(wrapped(text, _terminal_width(err)), fg=fg, err=err)
 
 
 def wrapped(text: str, width: Optional[int]) -> str:
@@ -124,11 +124,12 @@ def wrapped(text: str, width: Optional[int]) -> str:
     return "\n".join(out)
 
 
-def _terminal_width() -> Optional[int]:
-    """The terminal's columns where stdout is one, else None (a file or a pipe keeps whole lines)."""
+def _terminal_width(err: bool = False) -> Optional[int]:
+    """The terminal's columns where stdout (stderr where `err`) is one, else None (a
+    file or a pipe keeps whole lines)."""
     import shutil
 
-    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+    return shutil.get_terminal_size().columns if (sys.stderr if err else sys.stdout).isatty() else None
 
 
 def fail(message: str) -> None:

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from orchestrator.cli.common import RUN_DIR, app, fail, run_location, spec_or_exit
+from orchestrator.cli.common import RUN_DIR, app, fail, run_location, say, spec_or_exit
 from orchestrator.cli.plan import local_gpus
 from orchestrator.secrets import command
 
@@ -61,26 +61,26 @@ def _start_ray(opts: dict, spec):
     from orchestrator.stopping import sigterm_after_ray_start
 
     if opts["address"] is not None:
-        typer.echo(f"Attaching to the Ray cluster at {opts['address']} ...", err=True)
+        say(f"Attaching to the Ray cluster at {opts['address']} ...", err=True)
     else:
-        typer.echo("Starting a local Ray with its dashboard (a few seconds) ..." if opts["dashboard"] else
+        say("Starting a local Ray with its dashboard (a few seconds) ..." if opts["dashboard"] else
                    "Starting a local Ray without its dashboard (--no-dashboard; a few seconds) ...", err=True)
     try:
-        ctx, notes = cluster.start_ray(spec, **opts, say=lambda line: typer.echo(line, err=True))
+        ctx, notes = cluster.start_ray(spec, **opts, say=lambda line: say(line, err=True))
         sigterm_after_ray_start()
         for note in notes:
-            typer.secho(note, fg=typer.colors.YELLOW, err=True)
+            say(note, fg=typer.colors.YELLOW, err=True)
         url = getattr(ctx, "dashboard_url", None)
         if url:
-            typer.secho(f"Ray dashboard: http://{url}", fg=typer.colors.GREEN, err=True)
+            say(f"Ray dashboard: http://{url}", fg=typer.colors.GREEN, err=True)
             if cluster.ray_token_auth() or opts["address"] is not None:
-                typer.echo("  It asks for Ray's token: print it with `ray get-auth-token` (kept in ~/.ray/auth_token).",
+                say("  It asks for Ray's token: print it with `ray get-auth-token` (kept in ~/.ray/auth_token).",
                            err=True)
             else:
-                typer.echo(f"  It asks for no token (RAY_AUTH_MODE={os.environ.get('RAY_AUTH_MODE')}): it answers "
+                say(f"  It asks for no token (RAY_AUTH_MODE={os.environ.get('RAY_AUTH_MODE')}): it answers "
                            "this machine's users alone, on 127.0.0.1.", err=True)
         elif not opts["dashboard"] and opts["address"] is None:
-            typer.echo("Ray is up, without its dashboard (--no-dashboard).", err=True)
+            say("Ray is up, without its dashboard (--no-dashboard).", err=True)
         resources, note = cluster.trial_resources(spec, attached=opts["address"] is not None)
     except SystemExit as e:  # SIGTERM while ray.init ran: Ray's own handler, sys.exit(15), ended the launch unsaid
         if e.code != signal.SIGTERM:
@@ -98,7 +98,7 @@ def _start_ray(opts: dict, spec):
 
         fail(f"Ray did not start ({type(e).__name__}: {first.rstrip(': ')}); its logs are under "
              f"{ray_temp_dir(opts['temp_dir'])}/session_latest/logs")
-    typer.echo(f"Trials: {note}.", err=True)
+    say(f"Trials: {note}.", err=True)
     return resources
 
 
@@ -112,7 +112,7 @@ def _finish(run_dir: str) -> None:
 
     silent = is_remote(run_dir) and silent_for(run_dir)
     if silent:  # the report would be read from there and written there: one bounded request says so first
-        typer.secho(f"The report waits: the storage does not answer ({silent}). The trials' checkpoints there are "
+        say(f"The report waits: the storage does not answer ({silent}). The trials' checkpoints there are "
                     f"intact; once it answers again:\n  {command('icr-sweep', 'resume', run_dir)}",
                     fg=typer.colors.YELLOW, err=True)
         raise typer.Exit(130)
@@ -120,13 +120,13 @@ def _finish(run_dir: str) -> None:
         try:
             record_driver_end(run_dir)
         except (OSError, RunDirError) as e:
-            typer.secho(f"warning: the driver's end could not be recorded ({e}); status shows the trials it ran as "
+            say(f"warning: the driver's end could not be recorded ({e}); status shows the trials it ran as "
                         "running", fg=typer.colors.YELLOW, err=True)
     try:
         with sigterm_as_ctrl_c():  # Tune's loop has ended: a stop here must still say how to get the report
             trials = write_and_print_report(run_dir)
     except KeyboardInterrupt:
-        typer.secho(f"Stopped while the report was written; the trials' files are intact. Write the report with:\n"
+        say(f"Stopped while the report was written; the trials' files are intact. Write the report with:\n"
                     f"  {command('icr-sweep', 'report', run_dir)}\n`{command('icr-sweep', 'status', run_dir)}` says whether "
                     f"trials are left to run (then: {command('icr-sweep', 'resume', run_dir)}).",
                     fg=typer.colors.YELLOW, err=True)
@@ -134,7 +134,7 @@ def _finish(run_dir: str) -> None:
     left = trials[trials["state"].isin(["pending", "interrupted", "running"])]
     not_started = trials.attrs.get("not_started", 0)  # an Optuna budget's trials never asked
     if (len(left) or not_started or (trials["state"] == "error").any()) and _records_lost(run_dir):
-        typer.secho(f"{run_dir} no longer holds {SPEC_FILE}, which launch wrote there: the run directory was deleted "
+        say(f"{run_dir} no longer holds {SPEC_FILE}, which launch wrote there: the run directory was deleted "
                     "or emptied while the sweep ran, so no resume can continue it (it would refuse). The trials' files "
                     "still there are in the report above; launch the spec again to run the sweep anew.",
                     fg=typer.colors.RED, err=True)
@@ -142,12 +142,12 @@ def _finish(run_dir: str) -> None:
     if len(left) or not_started:
         counts = dict(left["state"].value_counts()) | ({"not started": not_started} if not_started else {})
         listed = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
-        typer.secho(f"The sweep stopped with {len(left) + not_started} of {len(trials) + not_started} trials "
+        say(f"The sweep stopped with {len(left) + not_started} of {len(trials) + not_started} trials "
                     f"unfinished ({listed}; Ray's and Tune's own messages are in {driver_log(run_dir)}). Continue it "
                     f"with:\n  {command('icr-sweep', 'resume', run_dir)}", fg=typer.colors.YELLOW, err=True)
         raise typer.Exit(130)
     if say_failed(trials):
-        typer.echo(advice_for_failures(trials[trials["state"] == "error"], run_dir), err=True)
+        say(advice_for_failures(trials[trials["state"] == "error"], run_dir), err=True)
         raise typer.Exit(1)
 
 
@@ -219,7 +219,7 @@ def _run_locked(run_dir: str, work, footprint=None) -> None:
                 import errno
 
                 full = isinstance(e, OSError) and e.errno == errno.ENOSPC or "truncated" in str(e)
-                typer.secho(f"The sweep's driver stopped: {_cause(e)}"
+                say(f"The sweep's driver stopped: {_cause(e)}"
                             + ("; the disk is full, or was: free some space before resuming" if full else ""),
                             fg=typer.colors.RED, err=True)
                 interrupted = True
@@ -231,7 +231,7 @@ def _run_locked(run_dir: str, work, footprint=None) -> None:
     if discarded:
         raise typer.Exit(130)
     if interrupted:
-        typer.secho("Interrupted.", fg=typer.colors.YELLOW, err=True)
+        say("Interrupted.", fg=typer.colors.YELLOW, err=True)
     _finish(run_dir)
 
 
@@ -251,7 +251,7 @@ def _discard(footprint, say: bool = False) -> bool:
     if kept is not None and say:
         stays = [f"what {footprint.path} held before stays as it was"] if footprint.before else []
         stays += [f"{', '.join(kept)}, written there meanwhile by another hand, stay"] if kept else []
-        typer.secho("Stopped before any trial started: nothing of this launch was kept"
+        say("Stopped before any trial started: nothing of this launch was kept"
                     + (f" ({'; '.join(stays)})" if stays else "") + ". Launch the spec again to run it.",
                     fg=typer.colors.YELLOW, err=True)
     return kept is not None
@@ -321,8 +321,8 @@ def launch(
                 from orchestrator.packing import gpu_memory_gb, gpu_shares, memory_warnings
 
                 for warning in memory_warnings(gpu_memory_gb(s.resources), gpu_shares(s)):
-                    typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
-            typer.echo(f"Sweep {s.name!r} -> {run_dir}", err=True)
+                    say(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
+            say(f"Sweep {s.name!r} -> {run_dir}", err=True)
             sweep.launch(s, resources)
 
     _run_locked(run_dir, work, footprint)
@@ -356,7 +356,7 @@ def _check_optuna_storage(s, run_dir: str) -> None:
 
     storage = optuna_storage(s, run_dir)
     if storage is None:
-        typer.secho("warning: the run directory is remote and search.storage is not set: the Optuna studies live "
+        say("warning: the run directory is remote and search.storage is not set: the Optuna studies live "
                     "in the driver's memory (and its checkpoints) only, out of optuna-dashboard's reach",
                     fg=typer.colors.YELLOW, err=True)
         return
@@ -438,7 +438,7 @@ def _preflight(s, on_this_cpu: bool, cpus: Optional[int] = None) -> None:
     too_big = {p.split(" ", 1)[0] for p in problems}
     problems += check_models([t for t in trials if t.name not in too_big])  # a model that does not fit is not built
     for warning in warnings:
-        typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
+        say(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
     if problems:
         more = f"\n  ... and {len(problems) - 10} more" if len(problems) > 10 else ""
         fail("no trial was started; these could not run:\n  " + "\n  ".join(problems[:10]) + more)
@@ -496,7 +496,7 @@ def resume(
         with ctrl_c_remembered(), progress.console(verbose, driver_log(run)):  # Ray's own lines from its start on
             resources = _start_ray(opts, s)
             try:
-                sweep.resume(run, s, resources, say=lambda line: typer.secho(line, fg=typer.colors.YELLOW, err=True))
+                sweep.resume(run, s, resources, say=lambda line: say(line, fg=typer.colors.YELLOW, err=True))
             except ClusterError as e:
                 fail(str(e))
 

@@ -129,3 +129,29 @@ def test_the_progress_block_fits_the_terminal(columns):
     assert max(len(line) for line in shown) <= columns, shown
     assert [line for line in shown if "8,192/8,192 samples (100%) · " in line and "samples/s" in line], shown
     assert not [line for line in shown if re.match(r"^\s{12,}\S", line)], shown  # no words hung under the bar
+
+
+START_PROBE = """
+import sys
+from types import SimpleNamespace
+sys.path.insert(0, {root!r})
+from orchestrator import cluster
+from orchestrator.cli import sweep
+cluster.start_ray = lambda spec, **opts: (SimpleNamespace(dashboard_url="127.0.0.1:8265"),
+                                          ["a note of the cluster's, long enough to run past a narrow terminal's width"])
+cluster.ray_token_auth = lambda: True
+cluster.trial_resources = lambda spec, attached: ({{}}, "no GPU in the cluster: trials run on CPU (1 CPU each)")
+sweep._start_ray(dict(address=None, dashboard=True, temp_dir=None), spec=None)
+"""
+
+
+@pytest.mark.parametrize("columns", [60, 100])
+def test_a_launchs_start_up_lines_are_wrapped_at_words_to_the_terminal(columns):
+    """Issue 79: at 60 columns the terminal cut the dashboard's token line and the
+    trials' resources mid-word (`get-auth-token` / "(1 CPU each" / ")."). Ray's start
+    stubbed out; the lines as a launch prints them, to stderr."""
+    shown = screen(in_a_terminal([sys.executable, "-c", START_PROBE.format(root=str(ROOT))], columns, cwd=ROOT))
+    words = " ".join(" ".join(shown).split())
+    assert "print it with `ray get-auth-token` (kept in" in words and "(1 CPU each)." in words, shown
+    assert "a note of the cluster's, long enough" in words, shown
+    assert max(len(line) for line in shown) <= columns, shown
