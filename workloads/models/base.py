@@ -27,7 +27,25 @@ from pydantic import BaseModel, ConfigDict
 # (workloads/models/recurrent_parts.py, `mimetic_`).
 Init = Literal["default", "mimetic"]
 INIT_HELP = ("default = the authors' (mamba-ssm's); mimetic = Trockman et al. 2024 (arXiv 2410.11135), the layer "
-             "started as causal linear attention: a state that barely decays and C tied to B (docs/rnns.md)")
+             "started as causal linear attention: a state that barely decays, C correlated with B, the short "
+             "convolution the identity (its parts: `mimetic`; docs/rnns.md)")
+# Which parts of the mimetic init a layer with `init: mimetic` takes (recurrent_parts.py,
+# `mimetic_`): decay (A and dt), bc (C's projection B's plus a little noise), conv (the
+# short convolution the identity); every part by default. Joined by `_`: a value is part
+# of a model's size label (tiny-initmimetic-mimeticdecay_bc).
+MIMETIC_PARTS = ("decay", "bc", "conv")
+MimeticParts = Literal["decay_bc_conv", "decay_bc", "decay_conv", "bc_conv", "decay", "bc", "conv"]
+def parts_need_mimetic(config):
+    """A mixer config's `mimetic` parts are read only with `init: mimetic`: elsewhere a
+    value other than the default is an error, not a setting silently dropped."""
+    if config.mimetic != get_args(MimeticParts)[0] and config.init != "mimetic":
+        raise ValueError(f"mimetic: {config.mimetic!r} names parts of the mimetic init, but init is {config.init!r}; "
+                         "set init: mimetic beside it, or drop mimetic")
+    return config
+
+
+MIMETIC_HELP = ("the mimetic init's parts, where init is mimetic: decay (A and dt: the state barely decays), bc (C's "
+                "projection B's plus noise of 0.1 its scale), conv (the short convolution the identity), joined by _")
 Size = Literal["tiny", "0.5M", "1M", "2M"]  # docs/experiment.md's three; tiny is ours, for tests and CPU demos
 SIZES = get_args(Size)
 

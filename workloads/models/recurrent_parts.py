@@ -22,25 +22,54 @@ def dt_bias_init(n: int, dt_min: float = 1e-3, dt_max: float = 0.1, floor: float
 # Mimetic initialisation (Trockman, Harutyunyan, Kolter, Kumar and Bhojanapalli 2024, "Mimetic
 # initialization helps state space models learn to recall", arXiv 2410.11135): a selective
 # SSM started as causal linear attention, whose "attention" y_t = sum_s C_t.B_s dt_s x_s reaches
-# the whole context and matches a token's query to its own key. Two parts (docs/rnns.md says
-# where each is read from): the state barely decays, exp(dt * A) near 1 (A near 0, dt near 1),
-# and C's projection starts equal to B's, so C_t.B_s is a Gram matrix (q = k) with |B_t|^2 on its
-# diagonal. A = -exp(-8) = -3.4e-4: a decay of at least 0.99 per token for dt up to 30.
+# the whole context and matches a token's query to its own key. Three parts, each one a layer
+# may take (docs/rnns.md says where each is read from and what is ours):
+# - decay: the state barely decays, exp(dt * A) near 1 (A near 0, dt near 1). A = -exp(-8) =
+#   -3.4e-4: a decay of at least 0.99 per token for dt up to 30;
+# - bc: C's projection starts as B's plus independent noise of MIMETIC_BC_NOISE times the
+#   spread of B's rows, so C_t.B_s is near a Gram matrix (q near k, W_C W_B^T near a multiple
+#   of the identity) without the two being equal, as its reviews quote the paper;
+# - conv: the short convolution the identity (its last tap 1, the others and its bias 0), so
+#   the scan reads the token itself ("removing" the convolution), through its SiLU.
 MIMETIC_A_LOG = -8.0
 MIMETIC_DT = 1.0
+MIMETIC_BC_NOISE = 0.1  # ours: the paper's scale could not be read here
 
 
-def mimetic_(A_log: torch.Tensor, dt_bias: torch.Tensor, ties: list[tuple[torch.Tensor, slice, slice]]) -> None:
-    """Sets a layer's parameters to the mimetic initialisation in place: every A to
-    -exp(MIMETIC_A_LOG), the time-step bias so that softplus(bias) = MIMETIC_DT, and
-    for each (weight, B's rows, C's rows) of `ties` C's rows to a copy of B's (the
-    projection that makes them, and the convolution after it where there is one).
-    It draws no random numbers: the other parameters are the default init's, draw for draw."""
+def mimetic_(parts: str, A_log: torch.Tensor, dt_bias: torch.Tensor, ties: list[tuple[torch.Tensor, slice, slice]],
+             convs: list[nn.Conv1d]) -> None:
+    """Sets a layer's parameters to the mimetic initialisation's `parts` in place
+    (decay, bc, conv, joined by _): decay, every A to -exp(MIMETIC_A_LOG) and the time
+    step's bias so that softplus(bias) = MIMETIC_DT; bc, for each (weight, B's rows,
+    C's rows) of `ties`, C's rows to B's plus noise (`bc_noise`); conv, each of
+    `convs` the identity. It draws nothing from torch's generator: the other
+    parameters, and the layers built after it, are the default init's, draw for draw."""
+    chosen = set(parts.split("_"))
     with torch.no_grad():
-        A_log.fill_(MIMETIC_A_LOG)
-        dt_bias.fill_(math.log(math.expm1(MIMETIC_DT)))
-        for weight, b_rows, c_rows in ties:
-            weight[c_rows] = weight[b_rows]
+        if "decay" in chosen:
+            A_log.fill_(MIMETIC_A_LOG)
+            dt_bias.fill_(math.log(math.expm1(MIMETIC_DT)))
+        if "bc" in chosen:
+            for weight, b_rows, c_rows in ties:
+                weight[c_rows] = weight[b_rows] + bc_noise(weight[b_rows])
+        if "conv" in chosen:
+            for conv in convs:
+                conv.weight.zero_()
+                conv.weight[..., -1] = 1.0
+                if conv.bias is not None:
+                    conv.bias.zero_()
+
+
+def bc_noise(b: torch.Tensor) -> torch.Tensor:
+    """Noise for C's rows beside B's `b`: independent normal draws of MIMETIC_BC_NOISE
+    times b's standard deviation, from a generator of their own seeded by b's values
+    (a layer's B differs from the next's: so does its noise; torch's own stream is left
+    as it was)."""
+    import hashlib
+
+    seed = int.from_bytes(hashlib.sha256(b.detach().double().cpu().numpy().tobytes()).digest()[:8], "little")
+    draws = torch.randn(b.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return (draws * MIMETIC_BC_NOISE * b.double().std()).to(b)
 
 
 def residual_out_proj(d_in: int, d_model: int, n_layers: int) -> nn.Linear:

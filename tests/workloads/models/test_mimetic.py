@@ -1,10 +1,11 @@
-"""The mimetic initialisation of Mamba and Mamba-2 (issue 62; Trockman et al. 2024,
-arXiv 2410.11135): what it promises of the initial layer, checked on the layer's
-own projections and scan. At init the layer is causal linear attention with its
-queries equal to its keys: the state barely decays (exp(dt * A) near 1 over a
-sequence), C_t equals B_t at every token, and the scan's output is the
-no-decay form sum_s (C_t . B_s) dt_s x_s. The default init promises none of it.
-The recipe changes only A, the time step's bias and C's rows, draw for draw."""
+"""The mimetic initialisation of Mamba and Mamba-2 (issues 62 and 81; Trockman et al.
+2024, arXiv 2410.11135): what it promises of the initial layer, checked on the layer's
+own weights, projections and scan. At init the layer is causal linear attention: the
+state barely decays (exp(dt * A) near 1 over a sequence), C_t is B_t's near copy at
+every token (correlated, not equal), the short convolution is the identity, and the
+scan's output is the no-decay form sum_s (C_t . B_s) dt_s x_s. The default init
+promises none of it. Each part (decay, bc, conv) alone changes its own weights and
+nothing else, draw for draw, and leaves torch's generator as it was."""
 
 import pytest
 import torch
@@ -35,11 +36,11 @@ def _mamba2_parts(mixer: Mamba2Mixer, h: torch.Tensor):
     return x, F.softplus(dt + mixer.dt_bias), -torch.exp(mixer.A_log), B, C
 
 
-def _build(kind: str, init: str):
+def _build(kind: str, init: str, parts: str = "decay_bc_conv"):
     torch.manual_seed(0)
     if kind == "mamba":
-        return MambaMixer(d_model=32, d_state=8, init=init, n_layers=3)
-    return Mamba2Mixer(d_model=32, d_state=8, headdim=16, init=init, n_layers=3)
+        return MambaMixer(d_model=32, d_state=8, init=init, mimetic=parts, n_layers=3)
+    return Mamba2Mixer(d_model=32, d_state=8, headdim=16, init=init, mimetic=parts, n_layers=3)
 
 
 def _parts(kind: str, mixer, h):
@@ -72,7 +73,10 @@ def test_mimetic_init_starts_the_layer_as_linear_attention_with_queries_equal_to
         x, dt, A, B, C = _parts(kind, mixer, _tokens())
         decay = torch.exp(dt[..., None] * A) if kind == "mamba" else torch.exp(dt * A)
         assert decay.min() > 0.99  # the state keeps (nearly) the whole context
-        assert (0.3 < dt.median() < 3) and torch.equal(C, B)  # dt near 1; every token's query is its key
+        assert 0.3 < dt.median() < 3  # dt near 1
+        # every token's query near its key, not equal to it: C_t . B_t near |B_t|^2, C_t - B_t small
+        assert not torch.equal(C, B) and (C - B).norm() / B.norm() < 0.3
+        assert F.cosine_similarity(C, B, dim=-1).min() > 0.9
         y, attention = _scan(kind, x, dt, A, B, C), _linear_attention(kind, x, dt, B, C)
     assert (y - attention).norm() / attention.norm() < 0.02
 
@@ -90,25 +94,57 @@ def test_the_default_init_promises_none_of_it(kind):
     assert (y - attention).norm() / attention.norm() > 0.3
 
 
-@pytest.mark.parametrize("kind", ["mamba", "mamba2"])
-def test_mimetic_init_changes_only_a_the_time_step_and_cs_rows_draw_for_draw(kind):
-    default, mimetic = (_build(kind, init).state_dict() for init in ("default", "mimetic"))
-    changed = {name for name in default if not torch.equal(default[name], mimetic[name])}
+def _c_and_b_rows(kind: str, state: dict) -> list[tuple[str, slice, slice]]:
+    """(parameter, B's rows, C's rows) of the layer built by _build (d_model 32, d_state 8)."""
     if kind == "mamba":
-        assert changed == {"A_log", "dt_proj.bias", "x_proj.weight"}
-        rows = mimetic["x_proj.weight"]
-        dt_rank, n = rows.shape[0] - 2 * 8, 8
-        torch.testing.assert_close(rows[:dt_rank + n], default["x_proj.weight"][:dt_rank + n], rtol=0, atol=0)
-        assert torch.equal(rows[dt_rank + n:], rows[dt_rank:dt_rank + n])  # C's rows are B's
-    else:
-        assert changed == {"A_log", "dt_bias", "in_proj.weight", "conv1d.weight", "conv1d.bias"}
-        d_inner = 64
-        c_rows = slice(2 * d_inner + 8, 2 * d_inner + 16)  # in in_proj: z, x, B, then C
-        kept = torch.ones(mimetic["in_proj.weight"].shape[0], dtype=torch.bool)
-        kept[c_rows] = False
-        assert torch.equal(mimetic["in_proj.weight"][kept], default["in_proj.weight"][kept])
-        assert torch.equal(mimetic["conv1d.weight"][d_inner + 8:], mimetic["conv1d.weight"][d_inner:d_inner + 8])
-    assert torch.equal(mimetic["A_log"], torch.full_like(mimetic["A_log"], -8.0))
+        dt_rank = 2  # ceil(32 / 16)
+        return [("x_proj.weight", slice(dt_rank, dt_rank + 8), slice(dt_rank + 8, dt_rank + 16))]
+    d_inner = 64
+    return [("in_proj.weight", slice(2 * d_inner, 2 * d_inner + 8), slice(2 * d_inner + 8, 2 * d_inner + 16))]
+
+
+@pytest.mark.parametrize("kind", ["mamba", "mamba2"])
+@pytest.mark.parametrize("parts", ["decay_bc_conv", "decay", "bc", "conv", "decay_bc", "bc_conv"])
+def test_each_part_of_the_mimetic_init_sets_its_own_weights_and_nothing_else_draw_for_draw(kind, parts):
+    chosen = set(parts.split("_"))
+    default = _build(kind, "default").state_dict()
+    after_default = torch.rand(3)
+    mimetic = _build(kind, "mimetic", parts).state_dict()
+    assert torch.equal(torch.rand(3), after_default)  # torch's generator where the default init left it
+    changed = {name for name in default if not torch.equal(default[name], mimetic[name])}
+    dt_bias = "dt_proj.bias" if kind == "mamba" else "dt_bias"
+    (weight, b, c), = _c_and_b_rows(kind, mimetic)
+    expected = ({"A_log", dt_bias} if "decay" in chosen else set()) | ({weight} if "bc" in chosen else set()) | (
+        {"conv1d.weight", "conv1d.bias"} if "conv" in chosen else set())
+    if kind == "mamba2" and "bc" in chosen and "conv" not in chosen:
+        expected |= {"conv1d.weight", "conv1d.bias"}  # its conv's C channels follow B's
+    assert changed == expected, (changed, expected)
+    if "decay" in chosen:
+        assert torch.equal(mimetic["A_log"], torch.full_like(mimetic["A_log"], -8.0))
+        torch.testing.assert_close(F.softplus(mimetic[dt_bias]), torch.ones_like(mimetic[dt_bias]))
+    if "bc" in chosen:  # C's rows: B's plus noise of a tenth of their spread; every other row as it was
+        rows = mimetic[weight]
+        noise = rows[c] - rows[b]
+        assert 0.07 < (noise.std() / rows[b].std()).item() < 0.13 and abs(noise.mean().item()) < 0.05 * rows[b].std()
+        kept = torch.ones(rows.shape[0], dtype=torch.bool)
+        kept[c] = False
+        assert torch.equal(rows[kept], default[weight][kept])
+    if "conv" in chosen:  # the identity: the last tap 1, every other tap and the bias 0
+        conv = mimetic["conv1d.weight"]
+        assert torch.equal(conv[..., -1], torch.ones_like(conv[..., -1])) and not conv[..., :-1].any()
+        assert not mimetic["conv1d.bias"].any()
+
+
+def test_mimetic_parts_without_the_mimetic_init_are_refused_with_the_field_named():
+    from pydantic import ValidationError
+
+    from workloads.models.mamba import MambaConfig
+
+    assert MambaConfig(init="mimetic", mimetic="decay_bc").mimetic == "decay_bc"
+    with pytest.raises(ValidationError, match="mimetic: 'decay' names parts of the mimetic init, but init is 'default'"):
+        MambaConfig(mimetic="decay")
+    with pytest.raises(ValidationError, match="decay_bc_conv"):  # a part that does not exist: the allowed values
+        MambaConfig(init="mimetic", mimetic="decay_gate")
 
 
 @pytest.mark.parametrize("arch", ["mamba", "hybrid", "mamba2", "mamba2_hybrid"])

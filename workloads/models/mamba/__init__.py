@@ -4,9 +4,10 @@ for parameter, and its CPU scan `selective_scan.py`."""
 
 from typing import ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from workloads.models.base import INIT_HELP, Init, MixerConfigBase, Stack, register_mixer
+from workloads.models.base import (INIT_HELP, MIMETIC_HELP, Init, MimeticParts, MixerConfigBase, Stack,
+                                   parts_need_mimetic, register_mixer)
 
 # mamba-ssm's selective scan keeps its (2 x d_state) running state once per
 # chunk of this many tokens for the backward pass (selective_scan_fwd_kernel).
@@ -18,7 +19,7 @@ class MambaConfig(MixerConfigBase):
 
     layer: ClassVar[str] = "workloads.models.mamba.layer:MambaMixer"
     cpu_cost: ClassVar[float] = 3.0  # the compiled CPU scan's measured premium
-    options: ClassVar[tuple[str, ...]] = ("init",)
+    options: ClassVar[tuple[str, ...]] = ("init", "mimetic")
 
     name: Literal["mamba"] = "mamba"
     d_state: int = Field(16, gt=0)
@@ -30,6 +31,8 @@ class MambaConfig(MixerConfigBase):
         "kernel on CPU; reference = the step-by-step scan, on any device (slow: tests and debugging)",
     )
     init: Init = Field("default", description=INIT_HELP)
+    mimetic: MimeticParts = Field("decay_bc_conv", description=MIMETIC_HELP)
+    _mimetic_parts_need_it = model_validator(mode="after")(parts_need_mimetic)
 
     def params(self, d_model: int) -> int:
         d, d_inner, n_state, dt_rank = d_model, self.expand * d_model, self.d_state, -(-d_model // 16)

@@ -57,7 +57,7 @@ class MambaMixer(nn.Module):
     check_device = staticmethod(require_scan_kernels)  # what MambaConfig.check_device asks before a trial runs
 
     def __init__(self, d_model: int, d_state: int = 16, d_conv: int = 4, expand: int = 2, scan: str = "auto",
-                 init: str = "default", n_layers: int = 1, norm_eps: float = 1e-5):
+                 init: str = "default", mimetic: str = "decay_bc_conv", n_layers: int = 1, norm_eps: float = 1e-5):
         super().__init__()
         d_inner, n_state, dt_rank = expand * d_model, d_state, -(-d_model // 16)  # dt_rank: ceil(d_model / 16)
         self.d_inner, self.d_state, self.dt_rank, self.d_conv = d_inner, n_state, dt_rank, d_conv
@@ -75,7 +75,7 @@ class MambaMixer(nn.Module):
             self.dt_proj.bias.copy_(dt_bias_init(d_inner))
         if init == "mimetic":  # x_proj's rows: dt's, then B's, then C's
             b_rows, c_rows = slice(dt_rank, dt_rank + n_state), slice(dt_rank + n_state, dt_rank + 2 * n_state)
-            mimetic_(self.A_log, self.dt_proj.bias, [(self.x_proj.weight, b_rows, c_rows)])
+            mimetic_(mimetic, self.A_log, self.dt_proj.bias, [(self.x_proj.weight, b_rows, c_rows)], [self.conv1d])
 
     def new_cache(self, batch: int, like: torch.Tensor) -> MambaCache:
         return MambaCache(

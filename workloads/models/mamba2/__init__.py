@@ -3,9 +3,10 @@ layer, SSD with a scalar decay per head, is `layer.py`."""
 
 from typing import ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from workloads.models.base import INIT_HELP, Init, MixerConfigBase, Stack, register_mixer
+from workloads.models.base import (INIT_HELP, MIMETIC_HELP, Init, MimeticParts, MixerConfigBase, Stack,
+                                   parts_need_mimetic, register_mixer)
 
 
 class Mamba2Config(MixerConfigBase):
@@ -13,7 +14,7 @@ class Mamba2Config(MixerConfigBase):
 
     layer: ClassVar[str] = "workloads.models.mamba2.layer:Mamba2Mixer"
     cpu_cost: ClassVar[float] = 3.0  # bench/results/models_cpu_mixers.json: 0.38x the Transformer's speed
-    options: ClassVar[tuple[str, ...]] = ("init",)
+    options: ClassVar[tuple[str, ...]] = ("init", "mimetic")
 
     name: Literal["mamba2"] = "mamba2"
     d_state: int = Field(64, gt=0)
@@ -23,6 +24,8 @@ class Mamba2Config(MixerConfigBase):
     chunk: int = Field(32, gt=0, description="tokens per chunk of our CPU form (results do not depend on it)")
     scan: Literal["auto", "chunked", "recurrent"] = "auto"
     init: Init = Field("default", description=INIT_HELP)
+    mimetic: MimeticParts = Field("decay_bc_conv", description=MIMETIC_HELP)
+    _mimetic_parts_need_it = model_validator(mode="after")(parts_need_mimetic)
 
     def _shapes(self, d_model: int):
         d_inner = self.expand * d_model

@@ -108,7 +108,8 @@ class Mamba2Mixer(nn.Module):
     otherwise), chunked, or recurrent (the step-by-step reference)."""
 
     def __init__(self, d_model: int, d_state: int = 64, d_conv: int = 4, expand: int = 2, headdim: int = 32,
-                 chunk: int = 32, n_layers: int = 1, norm_eps: float = 1e-5, scan: str = "auto", init: str = "default"):
+                 chunk: int = 32, n_layers: int = 1, norm_eps: float = 1e-5, scan: str = "auto", init: str = "default",
+                 mimetic: str = "decay_bc_conv"):
         super().__init__()
         d_inner = expand * d_model
         if d_inner % headdim:
@@ -128,8 +129,10 @@ class Mamba2Mixer(nn.Module):
         if init == "mimetic":  # xBC is x, B, C: in in_proj's rows after z's, and the conv's channels
             b, c = slice(d_inner, d_inner + d_state), slice(d_inner + d_state, self.conv_dim)
             in_b, in_c = slice(d_inner + b.start, d_inner + b.stop), slice(d_inner + c.start, d_inner + c.stop)
-            mimetic_(self.A_log, self.dt_bias, [(self.in_proj.weight, in_b, in_c), (self.conv1d.weight, b, c),
-                                                (self.conv1d.bias, b, c)])
+            # The conv's B and C channels are tied too, where the conv is not made the identity.
+            ties = [(self.in_proj.weight, in_b, in_c)] + ([(self.conv1d.weight, b, c), (self.conv1d.bias, b, c)]
+                                                          if "conv" not in mimetic.split("_") else [])
+            mimetic_(mimetic, self.A_log, self.dt_bias, ties, [self.conv1d])
 
     def new_cache(self, batch: int, like: torch.Tensor) -> Mamba2Cache:
         acc = torch.promote_types(like.dtype, torch.float32)
