@@ -43,6 +43,7 @@ T_LEVEL = 0.975  # the mean's margin: Student's t at this level on the seeds' de
 
 POOLED = "pooled"  # the seed id of a cell that gives only the mean of several seeds
 MIMETIC = "initmimetic"  # the size label's part of a model with `init: mimetic` (workloads/naming.py's field_label)
+MIMETIC_PARTS = (MIMETIC, "mimetic")  # its label's parts of the init: initmimetic, and mimeticdecay_bc where not all
 
 ARCH_WORDS = {"transformer": "the Transformer", "mamba": "Mamba", "hybrid": "the hybrid"}
 
@@ -940,7 +941,8 @@ class GapCloses:
                     f"no {words} with the default init in this run")
         if self.lever == "init":
             plain = {m.size: m for m in ms if MIMETIC not in _parts(m)}
-            pairs = [(m, plain.get("-".join(p for p in _parts(m) if p != MIMETIC))) for m in ms if MIMETIC in _parts(m)]
+            pairs = [(m, plain.get("-".join(p for p in _parts(m) if not p.startswith(MIMETIC_PARTS))))
+                     for m in ms if MIMETIC in _parts(m)]  # its parts' label too: tiny-initmimetic-mimeticdecay
             return pairs, f"{words} with mimetic init", f"no {words} with init: mimetic in this run"
         pairs = [(large, small) for small in ms for large in ms if small.state and large.state
                  and large.state >= self.ratio * small.state and same_size(small, large)

@@ -32,14 +32,14 @@ def lever(lines, label):
     return line(lines, f"Capacity or training {label}")
 
 
-def cot(mamba_n6, mimetic_n6=None, transformer_n6=(0.95, 0.95)):
+def cot(mamba_n6, mimetic_n6=None, transformer_n6=(0.95, 0.95), mimetic="tiny-initmimetic"):
     """CoT at n = 4 and 6: every model solves n=4; at n=6 the Transformer, Mamba and,
-    where given, Mamba with mimetic init (as many parameters) at the values given."""
+    where given, Mamba with mimetic init (as many parameters; `mimetic` its size label)
+    at the values given."""
     rows = [cell("transformer", "tiny", "cot", 4, (1.0, 1.0)), cell("transformer", "tiny", "cot", 6, transformer_n6),
             cell("mamba", "tiny", "cot", 4, (1.0, 1.0)), cell("mamba", "tiny", "cot", 6, mamba_n6)]
     if mimetic_n6 is not None:
-        rows += [cell("mamba", "tiny-initmimetic", "cot", 4, (1.0, 1.0)),
-                 cell("mamba", "tiny-initmimetic", "cot", 6, mimetic_n6)]
+        rows += [cell("mamba", mimetic, "cot", 4, (1.0, 1.0)), cell("mamba", mimetic, "cot", 6, mimetic_n6)]
     return run(*rows)
 
 
@@ -48,6 +48,14 @@ def test_mimetic_init_that_brings_mamba_within_reach_of_the_transformer_closes_t
     text = lever(lines, "(ii)")
     assert head(text) == "Capacity or training (ii) mimetic init: the gap closes", text
     assert "the gap narrows by 0.325" in text and "[shown]" in text, text
+    assert "without the lever (tiny) 0.610" in text, text
+
+
+def test_a_mimetic_mamba_of_some_parts_is_set_beside_its_default_init_model():
+    # Issue 81: `mimetic: decay_bc` labels the model tiny-initmimetic-mimeticdecay_bc; U is still plain tiny.
+    text = lever(findings(cot(mamba_n6=(0.6, 0.62), mimetic_n6=(0.93, 0.94), mimetic="tiny-initmimetic-mimeticdecay_bc")),
+                 "(ii)")
+    assert head(text) == "Capacity or training (ii) mimetic init: the gap closes", text
     assert "without the lever (tiny) 0.610" in text, text
 
 
