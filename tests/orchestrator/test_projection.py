@@ -3,6 +3,7 @@ shares over the devices, never less than the longest trial; classes the bench di
 not run scaled from the nearest one measured; plan says where the figure comes from."""
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -156,3 +157,18 @@ def test_plan_for_a_named_gpu_packs_gpu_memory_auto_against_the_memory_its_rates
         {"gpu_memory_gb": 80.0})
     assert [r["gpus"] for r in json.loads(plan({}, "--format", "json"))] == [1.0]
     assert "against 40 GB GPUs (resources.gpu_memory_gb: auto, and this machine has no GPU)" in plan({})
+
+
+def test_the_capacity_questions_gpu_specs_plan_within_two_hours_on_one_h200():
+    """Issue 81: the paper-size capacity-or-training specs (IsTree and MQAR), planned from
+    the H200's measured rates, fit two hours on one GPU together; each is a GPU spec."""
+    from orchestrator.projection import load_rates, project, rates_file, spec_trials
+    from orchestrator.spec import load_spec
+
+    record = load_rates(rates_file("NVIDIA H200"))
+    seconds = 0.0
+    for name in ("capacity_or_training_gpu", "capacity_or_training_mqar_gpu"):
+        spec = load_spec(Path(__file__).parents[2] / "sweeps" / f"{name}.yaml")
+        assert spec.resources.gpus_per_trial == "auto" and spec.axes.sizes == ["0.5M"]  # the paper's size, on GPUs
+        seconds += project(spec_trials(spec, on_gpu=True), record.classes, devices=1).seconds
+    assert 0 < seconds <= 2 * 3600, seconds
