@@ -223,7 +223,7 @@ def _run_locked(run_dir: str, work, footprint=None) -> None:
                             + ("; the disk is full, or was: free some space before resuming" if full else ""),
                             fg=typer.colors.RED, err=True)
                 interrupted = True
-            discarded = _discard(footprint, say=True)
+            discarded = _discard(footprint, tell=True)
     except RunDirError as e:  # the lock held by another driver, or a refusal inside work
         fail(str(e))
     except KeyboardInterrupt:  # Ctrl-C while the lock was taken or given back
@@ -244,16 +244,16 @@ def _cause(e: Exception) -> str:
     return lines[-1] if lines[0].startswith("Traceback") else f"{type(e).__name__}: {lines[0]}"
 
 
-def _discard(footprint, say: bool = False) -> bool:
+def _discard(footprint, tell: bool = False) -> bool:
     """Removes what an unstarted launch wrote (nothing where a trial started, or on a
-    resume: no footprint); with `say`, says so. Returns whether it did."""
+    resume: no footprint); with `tell`, says so. Returns whether it did."""
     kept = footprint.discard() if footprint is not None else None
-    if kept is not None and say:
+    if kept is not None and tell:
         stays = [f"what {footprint.path} held before stays as it was"] if footprint.before else []
         stays += [f"{', '.join(kept)}, written there meanwhile by another hand, stay"] if kept else []
         say("Stopped before any trial started: nothing of this launch was kept"
-                    + (f" ({'; '.join(stays)})" if stays else "") + ". Launch the spec again to run it.",
-                    fg=typer.colors.YELLOW, err=True)
+            + (f" ({'; '.join(stays)})" if stays else "") + ". Launch the spec again to run it.",
+            fg=typer.colors.YELLOW, err=True)
     return kept is not None
 
 
