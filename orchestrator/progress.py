@@ -162,6 +162,7 @@ class SweepProgress(ProgressReporter):
         self.told: dict[str, tuple[float, Optional[tuple[int, float]]]] = {}  # trial id -> (when read, its word)
         self.shapes: dict[str, Optional[tuple]] = {}  # trial id -> (class, samples, cost of a sample), or None
         self.rates: dict[str, tuple[tuple, float, float]] = {}  # trial id -> (class, cost of a sample, samples/s)
+        self.training_shares: dict[str, float] = {}  # trial id -> its time's share spent training (rows: evaluations)
         self.slots = 1  # the most trials seen running at once
         self.clock = time.monotonic
         self.seen: dict[str, float] = {}  # trial id -> when it was first seen running
@@ -256,7 +257,8 @@ class SweepProgress(ProgressReporter):
                     done = max(int(rows.get(n, {}).get("samples") or 0), told[0] if told else 0)
                     tally.samples += done - int(rows.get(n, {}).get("samples") or 0)
                     tally.running.append((n, done, planned))
-                tally.speed += self._measure(trial, rows, told, done) * len(members)
+                spent = _number(result.get("time_total_s"))  # Tune's: the trainable's time so far
+                tally.speed += self._measure(trial, rows, told, done, spent) * len(members)
             else:
                 tally.waiting += len(members)
                 tally.queued += [self._shape(trial)] * len(members)
@@ -282,21 +284,33 @@ class SweepProgress(ProgressReporter):
                 self.shapes[trial.trial_id] = None
         return self.shapes[trial.trial_id]
 
-    def _measure(self, trial, rows: dict, told: Optional[tuple[int, float]], done: int) -> float:
-        """A running trial's samples per second, kept for the time left: what it
-        told, else its newest row's (its training's own, evaluations aside); 0 where
-        neither is known yet. The first time it is known, the seconds the trial ran
-        before it trained (`done` samples at that speed aside) are kept too."""
+    def _measure(self, trial, rows: dict, told: Optional[tuple[int, float]], done: int,
+                 spent: Optional[float] = None) -> float:
+        """A running trial's training speed, samples per second: what it told, else its
+        newest row's (its training's own, evaluations aside); 0 where neither is known
+        yet. Kept for the time left: once it has a row, its samples over the time its
+        trainable has run (`spent`, Tune's time_total_s), so that its evaluations
+        count (generating them stops its training: the capacity spec's read 15 minutes
+        left where 25 were), never above its training speed. The first time the
+        speed is known, the seconds the trial ran before it trained are kept too."""
         now = self.clock()
         seen = self.seen.setdefault(trial.trial_id, now)
+        newest = next(iter(rows.values()), {})
         rate = told[1] if told else 0.0
         if not rate:
-            rate = _number(next(iter(rows.values()), {}).get("samples_per_s")) or 0.0
+            rate = _number(newest.get("samples_per_s")) or 0.0
         shape = self._shape(trial)
         if rate > 0 and shape is not None:
             if trial.trial_id not in self.rates and seen < now:
                 self.starts.append(max(0.0, now - seen - done / rate))
-            self.rates[trial.trial_id] = (shape[0], shape[2], rate)
+            trained = _number(newest.get("samples"))
+            if trained and spent:  # its share of time spent training, evaluations aside
+                self.training_shares[trial.trial_id] = min(1.0, trained / spent / rate)
+            share = self.training_shares.get(trial.trial_id)
+            if share is None:  # no row yet: the share the trials with rows measured
+                shares = sorted(self.training_shares.values())
+                share = shares[len(shares) // 2] if shares else 1.0
+            self.rates[trial.trial_id] = (shape[0], shape[2], rate * share)
         return rate
 
     def summary(self, tally: Tally) -> str:

@@ -258,12 +258,16 @@ def test_a_running_trials_samples_move_between_its_evaluations(monkeypatch, caps
     assert "700/8,192 samples (9%) · 350 samples/s" in view.summary(tally)
 
 
-def _simulated_sweep(spec, off: dict, slots: int, start_s: float, every: int, step_s: float = 1.0):
+def _simulated_sweep(spec, off: dict, slots: int, start_s: float, every: int, step_s: float = 1.0,
+                     evaluation: float = 0.0):
     """A sweep of `spec`'s trials, run `slots` at a time, longest first as the sweep
     orders them, each spending `start_s` before its first step, then training at
     a speed that its cost (grid.sample_cost) predicts `off[arch]` times too fast,
-    telling every 2 s and reporting a row every `every` samples. Yields (seconds
-    since the start, Tune's trials then)."""
+    telling every 2 s and reporting a row every `every` samples, after an evaluation
+    that takes `evaluation` times the time its `every` samples trained, in which it
+    trains nothing (an evaluation's samples cost as its training's do; a row's
+    time_total_s: its time since its first step). Yields (seconds since the start,
+    Tune's trials then)."""
     from orchestrator.grid import expand, sample_cost
 
     trials = [dict(config=t.model_dump(mode="json"), name=t.name, samples=t.train.samples,
@@ -271,33 +275,49 @@ def _simulated_sweep(spec, off: dict, slots: int, start_s: float, every: int, st
               for t in expand(spec)]
     trials.sort(key=lambda x: -x["cost"])
     for i, trial in enumerate(trials):
-        trial.update(id=f"{i:02d}", begun=None, done=0.0, told=None)
+        trial.update(id=f"{i:02d}", begun=None, done=0.0, told=None, evaluating=0.0, rows=[])
     clock = 0.0
+
+    def over(x) -> bool:
+        return x["done"] >= x["samples"] and x["evaluating"] <= 0
+
     while True:
-        running = [x for x in trials if x["begun"] is not None and x["done"] < x["samples"]]
+        running = [x for x in trials if x["begun"] is not None and not over(x)]
         for x in trials:
             if x["begun"] is None and len(running) < slots:
                 x["begun"] = clock
                 running.append(x)
-        if all(x["done"] >= x["samples"] for x in trials):
+        if all(over(x) for x in trials):
             return
         stand_ins = []
         for x in trials:
-            status = ("PENDING" if x["begun"] is None else
-                      "TERMINATED" if x["done"] >= x["samples"] else "RUNNING")
-            rows = int(x["done"] // every) * every
-            result = ({"trial_id": x["id"]} if not rows else
-                      {"samples": rows, "training_iteration": rows // every, "samples_per_s": x["speed"]})
+            status = "PENDING" if x["begun"] is None else "TERMINATED" if over(x) else "RUNNING"
+            result = ({"trial_id": x["id"]} if not x["rows"] else
+                      {"samples": x["rows"][-1][0], "training_iteration": len(x["rows"]),
+                       "samples_per_s": x["speed"], "time_total_s": x["rows"][-1][1]})
             stand_ins.append(Named(name=x["name"], trial_id=x["id"], status=status, last_result=result,
                                    num_failures=0, config={"trial": x["config"]}, path=f"/runs/x/{x['name']}",
                                    storage=Storage(trial_fs_path=x["name"]), told=x["told"]))
         yield clock, stand_ins
         clock += step_s
         for x in running:
-            if clock - x["begun"] > start_s:
-                x["done"] = min(x["samples"], x["done"] + x["speed"] * step_s)
-                if int(clock) % 2 == 0:
-                    x["told"] = (int(x["done"]), x["speed"])
+            if clock - x["begun"] <= start_s:
+                continue
+            if x["evaluating"] > 0:  # its evaluation: no sample trained; its row when it ends
+                x["evaluating"] -= step_s
+                if x["evaluating"] <= 0:
+                    x["rows"].append((int(x["done"] // every) * every, clock - x["begun"] - start_s))
+                continue
+            before = x["done"]
+            x["done"] = min(x["samples"], x["done"] + x["speed"] * step_s)
+            if int(x["done"] // every) > int(before // every) or x["done"] >= x["samples"]:
+                if evaluation:
+                    x["evaluating"] = evaluation * every / x["speed"]
+                    x["done"] = min(x["done"], (int(before // every) + 1) * every)
+                else:
+                    x["rows"].append((int(x["done"] // every) * every, clock - x["begun"] - start_s))
+            if int(clock) % 2 == 0:
+                x["told"] = (int(x["done"]), x["speed"])
 
 
 def test_the_time_left_holds_from_the_first_measured_speed_to_the_end(monkeypatch):
@@ -330,3 +350,42 @@ def test_the_time_left_holds_from_the_first_measured_speed_to_the_end(monkeypatc
             errors.append((clock, left / (end - clock)))
     assert errors and errors[0][0] < 30, errors[:3]  # a figure from the first told speed on
     assert all(0.75 <= ratio <= 1.25 for _, ratio in errors), [e for e in errors if not 0.75 <= e[1] <= 1.25][:5]
+
+
+def _time_left_against_the_truth(monkeypatch, evaluation: float) -> list[tuple[float, float]]:
+    """(seconds since the start, the time left said / the truth) over a simulated sweep
+    whose trials' evaluations each take `evaluation` times their training between two."""
+    import orchestrator.unpromised as unpromised
+    from orchestrator.grid import planned_costs, planned_work
+    from orchestrator.spec import SweepSpec
+
+    spec = SweepSpec.model_validate({
+        "name": "sim", "axes": {"archs": ["transformer", "mamba"], "setups": ["cot"], "sizes": ["tiny"],
+                                "n": [8, 32], "seeds": [0, 1, 2]},
+        "training": {"samples": 20480, "eval_every": 4096}, "resources": {"max_concurrent": 2}})
+    told = {}
+    monkeypatch.setattr(unpromised, "told_progress", lambda key: told.get(key))
+    view = SweepProgress(*planned_work(spec), table=Table(), costs=planned_costs(spec))
+    steps = list(_simulated_sweep(spec, {"transformer": 1.0, "mamba": 1.4}, slots=2, start_s=8.0, every=4096,
+                                  evaluation=evaluation, step_s=0.5))  # steps finer than the fast trials' evaluations
+    end = steps[-1][0] + 1
+    out = []
+    for clock, trials in steps:
+        view.clock = lambda: clock
+        told.update({x.storage.trial_fs_path: x.told for x in trials if x.told})
+        left = view.time_left(view._tally(trials))
+        if left is not None and end - clock > 30:
+            out.append((clock, left / (end - clock)))
+    return out
+
+
+def test_the_time_left_counts_the_evaluations_between_the_steps(monkeypatch):
+    """A trial's told speed is its training's alone; its evaluations (generation,
+    here 60% of the time its training takes) stop it training. The capacity spec's
+    second run, whose evaluations generate 1,000 samples, read 15 minutes left where
+    25 were. Once a trial has a row, its samples over its time (evaluations
+    included) set its speed, and the share of time the trials with rows trained
+    that of those without: within 25% of the truth from the first rows on."""
+    errors = _time_left_against_the_truth(monkeypatch, evaluation=0.6)
+    late = [(clock, ratio) for clock, ratio in errors if clock > 60]
+    assert late and all(0.75 <= ratio <= 1.25 for _, ratio in late), [e for e in late if not 0.75 <= e[1] <= 1.25][:5]
