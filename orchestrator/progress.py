@@ -290,8 +290,8 @@ class SweepProgress(ProgressReporter):
         newest row's (its training's own, evaluations aside); 0 where neither is known
         yet. Kept for the time left: once it has a row, its samples over the time its
         trainable has run (`spent`, Tune's time_total_s), so that its evaluations
-        count (generating them stops its training: the capacity spec's read 15 minutes
-        left where 25 were), never above its training speed. The first time the
+        count (generating them stops its training: the capacity spec's run 2 read 13
+        minutes left where 18.5 were), never above its training speed. The first time the
         speed is known, the seconds the trial ran before it trained are kept too."""
         now = self.clock()
         seen = self.seen.setdefault(trial.trial_id, now)
