@@ -328,26 +328,7 @@ def test_the_time_left_holds_from_the_first_measured_speed_to_the_end(monkeypatc
     the costs make Mamba 40% faster than it is), and shared among the trials that
     run at once, it stays within 25% of the simulated sweep's from the first speed
     told to the last half minute."""
-    import orchestrator.unpromised as unpromised
-    from orchestrator.grid import planned_costs, planned_work
-    from orchestrator.spec import SweepSpec
-
-    spec = SweepSpec.model_validate({
-        "name": "sim", "axes": {"archs": ["transformer", "mamba"], "setups": ["cot"], "sizes": ["tiny"],
-                                "n": [8, 32], "seeds": [0, 1, 2]},
-        "training": {"samples": 20480, "eval_every": 4096}, "resources": {"max_concurrent": 2}})
-    told = {}
-    monkeypatch.setattr(unpromised, "told_progress", lambda key: told.get(key))
-    view = SweepProgress(*planned_work(spec), table=Table(), costs=planned_costs(spec))
-    steps = list(_simulated_sweep(spec, {"transformer": 1.0, "mamba": 1.4}, slots=2, start_s=8.0, every=4096))
-    end = steps[-1][0] + 1
-    errors = []
-    for clock, trials in steps:
-        view.clock = lambda: clock
-        told.update({x.storage.trial_fs_path: x.told for x in trials if x.told})
-        left = view.time_left(view._tally(trials))
-        if left is not None and end - clock > 30:
-            errors.append((clock, left / (end - clock)))
+    errors = _time_left_against_the_truth(monkeypatch, evaluation=0.0)
     assert errors and errors[0][0] < 30, errors[:3]  # a figure from the first told speed on
     assert all(0.75 <= ratio <= 1.25 for _, ratio in errors), [e for e in errors if not 0.75 <= e[1] <= 1.25][:5]
 
