@@ -91,6 +91,10 @@ def callback_class() -> type:
         s) once, unless MLFLOW_HTTP_REQUEST_TIMEOUT or _MAX_RETRIES say otherwise, and a
         failure turns MLflow off for the rest of the sweep."""
 
+        # A callback pickled by a sweep launched before the shared view has no width of its own: a resume of it
+        # reads this one (an instance attribute missing at setup turned MLflow off for the resumed sweep).
+        longest_name = 40
+
         def __init__(self, tracking_uri: str, experiment_name: str, tags: dict, swept: tuple[str, ...] = (),
                      longest_name: int = 40):
             self.tracking_uri, self.experiment_name, self.tags, self.swept = tracking_uri, experiment_name, tags, swept

@@ -586,3 +586,21 @@ def test_a_resumed_trial_continues_its_mlflow_run_and_a_stopped_one_is_not_left_
     assert run.info.status == "FINISHED"
     history = client.get_metric_history(run.info.run_id, "val/loss")
     assert sorted((m.step, m.value) for m in history) == [(1024, 0.8), (2048, 0.6), (2500, 0.55), (3072, 0.5)]
+
+
+def test_an_mlflow_callback_pickled_before_the_shared_view_still_logs_on_resume(tmp_path):
+    """A sweep launched before the shared view pickled its MLflow callback without a
+    name width; its resume sets the callback up from that pickle: MLflow stays on,
+    and the experiment gets the view at the default width."""
+    import mlflow
+
+    from orchestrator.trackers.mlflow import VIEW_TAG, callback_class
+
+    cls = callback_class()
+    old = cls.__new__(cls)  # the instance as an earlier version pickled it
+    old.__dict__.update(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", experiment_name="old", tags={}, swept=(),
+                        client=None, experiment_id=None, runs={}, resolved=set())
+    old.setup()
+    assert not getattr(old, "_off", False)
+    view = mlflow.tracking.MlflowClient(old.tracking_uri).get_experiment(old.experiment_id).tags[VIEW_TAG]
+    assert json.loads(view)["columnWidths"] == {"attributes.`Run Name`": 7 * 40 + 60}
