@@ -60,8 +60,11 @@ class CellStudy:
     re-runs, on resume, a trial that Optuna has finished; such a trial's rows and
     end are Optuna's already, so they are not told again. Optuna is told only
     evaluations: a checkpoint's row between them has no metric, and the trial's end
-    is told with its last evaluation, not its last row. The study names the trial
-    the report chooses (`name_choice`)."""
+    is told with its last evaluation, not its last row: the latest the storage holds
+    where Tune's is older (a driver killed after a trial's last evaluation, before
+    its end: resumed, the trial trains nothing and reports nothing, and Tune ends it
+    with the last result of its restored state). The study names the trial the
+    report chooses (`name_choice`)."""
 
     def __init__(self, lr, metric: str, mode: str, seed: int, tie_break: Optional[str] = None,
                  storage=None, name: Optional[str] = None):
@@ -147,6 +150,13 @@ class CellStudy:
             return trial_id in self.finished
         return self.storage.get_trial(self.trials[trial_id]).state.is_finished()
 
+    def last_told(self, trial_id: str) -> Optional[tuple[int, float]]:
+        """The latest evaluation the storage holds for the trial (its samples, its
+        value): each is stored as it comes, while Tune's state and this object's
+        pickle are saved every few seconds."""
+        values = self.storage.get_trial(self.trials[trial_id]).intermediate_values
+        return max(values.items()) if values else None
+
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         if result.get("evaluated") is False or self.metric not in result:
             return
@@ -166,8 +176,11 @@ class CellStudy:
         if trial_id not in self.trials or self.finished_in_storage(trial_id):
             self.finished.add(trial_id)
             return
-        value = None if result is None else result.get(self.metric)
-        if value is not None:
+        told = self.last_told(trial_id)
+        if told is not None and (result is None or told[0] > result.get("samples", math.inf)):
+            result = None  # Tune's last result, restored with its state, older than what the study was told
+        value = told[1] if result is None and told is not None else None if result is None else result.get(self.metric)
+        if result is not None and value is not None:
             self.tag_figures(trial_id, result)
         # As Ray's OptunaSearch tells it: no value is a failure where the trial
         # failed, else pruned; a value Optuna refuses (NaN) fails the trial.

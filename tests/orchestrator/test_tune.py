@@ -109,6 +109,42 @@ def test_a_trial_optuna_finished_before_the_driver_was_killed_is_not_told_again(
     assert trial.state == optuna.trial.TrialState.COMPLETE and trial.value == 0.6
 
 
+@pytest.mark.parametrize("saved_after_first_evaluation", [False, True], ids=["saved-before-any", "saved-after-one"])
+@pytest.mark.parametrize("tunes_last", ["checkpoint", "first-evaluation"])
+def test_a_trial_whose_last_evaluation_came_after_tunes_last_save_ends_with_that_evaluation(
+        tmp_path, saved_after_first_evaluation, tunes_last):
+    """A driver killed after a trial's last evaluation and before its end: resumed,
+    the trial restores its last checkpoint, trains nothing and reports nothing, and
+    Tune ends it with the last result its restored state holds, older than that
+    evaluation. Optuna is told the last evaluation all the same: it was stored as it
+    came (CI: the study held the trial unfinished or pruned, or told its first value)."""
+    import optuna
+
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    spec = optuna_spec(num_samples=1)
+    first = CellwiseOptuna(spec, storage)
+    proposal = first.suggest("a")
+    evaluations = [{"samples": 50, "val_exact_match": 0.2, "val_loss": 2.0, "training_iteration": 1, "evaluated": True},
+                   {"samples": 100, "val_exact_match": 0.6, "val_loss": 1.0, "training_iteration": 3, "evaluated": True,
+                    "final_eval": True}]
+    checkpoint = {"samples": 75, "train_loss": 1.5, "training_iteration": 2, "evaluated": False,
+                  "checkpoint_reason": "time"}
+    if not saved_after_first_evaluation:
+        first.save(str(tmp_path / "searcher.pkl"))
+    first.on_trial_result("a", evaluations[0])
+    if saved_after_first_evaluation:
+        first.save(str(tmp_path / "searcher.pkl"))
+    first.on_trial_result("a", checkpoint)
+    first.on_trial_result("a", evaluations[1])  # then the kill
+    restored = CellwiseOptuna(spec, storage)
+    restored.restore(str(tmp_path / "searcher.pkl"))
+    restored.on_trial_complete("a", checkpoint if tunes_last == "checkpoint" else evaluations[0])
+    arch = TrialConfig.model_validate(proposal["trial"]).model.arch
+    (trial,) = optuna.load_study(study_name=f"o/{arch}-cot-tiny-n5-s0", storage=storage).trials
+    assert trial.state == optuna.trial.TrialState.COMPLETE and trial.value == 0.6
+    assert trial.user_attrs["val_loss"] == 1.0  # the figures beside it are that evaluation's
+
+
 def test_a_moved_run_resumes_against_its_own_optuna_db(tmp_path, monkeypatch):
     """The searcher's saved state names the optuna.db where the run was launched; a
     run copied elsewhere resumes against the copy's (issue 28, class 2)."""
