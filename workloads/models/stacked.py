@@ -18,6 +18,16 @@ def settings_of(module: nn.Module) -> dict:
     return {k: v for k, v in vars(module).items() if not k.startswith("_") and k not in ("training", "scan_ran")}
 
 
+def view_of(lone: type, **attrs):
+    """An object of the lone mixer's class `lone` holding `attrs` (its settings, the
+    array's stacked parts in its parameters' and layers' places) and nothing else:
+    the lone mixer's methods run on it over an array's rows. Never a module: nn.Module's
+    set-up is skipped, so it holds no parameters of its own and is never trained."""
+    view = object.__new__(lone)
+    view.__dict__.update(attrs)
+    return view
+
+
 def per_row(p: torch.Tensor, rows: int) -> torch.Tensor:
     """A stacked parameter (K, *shape) as (K*rows, 1, *shape): each of the array's
     rows its member's, broadcast over the tokens (where a lone mixer's parameter

@@ -200,13 +200,16 @@ class GatedDeltaNetMixer(nn.Module):
             return self.step(h, cache)
         qkv, gate, a, b = self._project(h)
         q, k, v, g, beta = self._inputs(short_conv(qkv, self.conv1d, cache), a, b)
-        kernel = pick_kernel(self.scan, h.is_cuda, torch.is_grad_enabled())
+        kernel = self._kernel(h.is_cuda)
         if self.training:  # what trained (evaluation may run another form)
             self.scan_ran = scan_form(kernel, self.scan)
         o, last = self._scan(q, k, v, g, beta, kernel=kernel)
         if cache is not None:
             cache.state, cache.filled = last, True
         return self._norm_gate_out(o, gate)
+
+    def _kernel(self, on_cuda: bool):
+        return pick_kernel(self.scan, on_cuda, torch.is_grad_enabled())
 
     def _scan(self, q, k, v, g, beta, kernel=None):
         """The recurrence over whole sequences, as `scan` and `kernel` say: o and the last state."""

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.models.gated_deltanet.layer import GatedDeltaNetMixer, delta_chunked, delta_recurrent, pick_kernel
+from workloads.models.gated_deltanet.layer import GatedDeltaNetMixer, delta_chunked, delta_recurrent
 from workloads.models.recurrent_parts import dt_bias_init, residual_out_proj, scan_form, short_conv, short_conv_step
 
 
@@ -116,13 +116,15 @@ class GatedDeltaProductMixer(nn.Module):
             return self.step(h, cache)
         qkv, gate, a, b = self._project(h)
         inputs = self._inputs(short_conv(qkv, self.conv1d, cache), a, b)
-        kernel = pick_kernel(self.scan, h.is_cuda, torch.is_grad_enabled())
+        kernel = self._kernel(h.is_cuda)
         if self.training:  # what trained (evaluation may run another form)
             self.scan_ran = scan_form(kernel, self.scan)
         o, last = self._scan(*inputs, kernel=kernel)
         if cache is not None:
             cache.state, cache.filled = last, True
         return self._norm_gate_out(o, gate)
+
+    _kernel = GatedDeltaNetMixer._kernel  # fla's gated delta rule, where it runs (pick_kernel)
 
     def _scan(self, q, k, v, g, beta, kernel=None):
         """The product over whole sequences, as `scan` and `kernel` say: o and the last state."""
