@@ -73,7 +73,9 @@ def _fused_forms() -> dict[type, type]:
     """Modules with a fused form of their own: the leaves, and the mixers that have one."""
     from workloads.models.gated_deltanet.array import StackedDeltaRuleMixer
     from workloads.models.gated_deltanet.layer import GatedDeltaNetMixer
+    from workloads.models.gated_deltanet2.layer import GatedDeltaNet2Mixer
     from workloads.models.gated_deltaproduct.layer import GatedDeltaProductMixer
+    from workloads.models.kda.layer import KimiDeltaAttentionMixer
     from workloads.models.mamba.array import StackedMambaMixer
     from workloads.models.mamba.layer import MambaMixer
     from workloads.models.mamba2.array import StackedMamba2Mixer
@@ -83,6 +85,7 @@ def _fused_forms() -> dict[type, type]:
 
     return {nn.Linear: StackedLinear, nn.RMSNorm: StackedRMSNorm, MambaMixer: StackedMambaMixer,
             GatedDeltaNetMixer: StackedDeltaRuleMixer, GatedDeltaProductMixer: StackedDeltaRuleMixer,
+            KimiDeltaAttentionMixer: StackedDeltaRuleMixer, GatedDeltaNet2Mixer: StackedDeltaRuleMixer,
             Mamba2Mixer: StackedMamba2Mixer, RWKV7Mixer: StackedRWKV7Mixer}
 
 

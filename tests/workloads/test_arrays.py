@@ -136,7 +136,8 @@ def test_which_parts_fuse(arch, thread_pools):
     from workloads.models.rwkv7.array import StackedRWKV7Mixer
 
     forms = {"mamba": StackedMambaMixer, "mamba2": StackedMamba2Mixer, "gated_deltanet": StackedDeltaRuleMixer,
-             "gated_deltaproduct": StackedDeltaRuleMixer, "rwkv7": StackedRWKV7Mixer}
+             "gated_deltaproduct": StackedDeltaRuleMixer, "rwkv7": StackedRWKV7Mixer, "kda": StackedDeltaRuleMixer,
+             "gated_deltanet2": StackedDeltaRuleMixer}
     model = preset(arch, "tiny")
     parts = TrialArray(_configs(arch, rates=RATES[:2], seeds=SEEDS[:2])).model.parts
     assert not [p for p, m in parts.items() if isinstance(m, MembersInTurn)], arch
@@ -229,21 +230,29 @@ def test_the_fused_mamba_scan_on_cuda_equals_its_members_each_in_turn():
             torch.testing.assert_close(p.grad[k], member.get_parameter(name).grad, rtol=1e-3, atol=1e-4, msg=name)
 
 
+FUSED_FAMILIES = ["mamba2", "gated_deltanet", "gated_deltaproduct", "rwkv7", "kda", "gated_deltanet2"]
+
+
 def _fused_forms() -> dict:
     """family: (its mixer, the mixer's fused form, the library of its CUDA kernel, that kernel or None here)."""
     from workloads.models.gated_deltanet.array import StackedDeltaRuleMixer
     from workloads.models.gated_deltanet.layer import GatedDeltaNetMixer, gated_deltanet_kernel, kernel_backward_refused
+    from workloads.models.gated_deltanet2.layer import GatedDeltaNet2Mixer
     from workloads.models.gated_deltaproduct.layer import GatedDeltaProductMixer
+    from workloads.models.kda.layer import KimiDeltaAttentionMixer
     from workloads.models.mamba2.array import StackedMamba2Mixer
     from workloads.models.mamba2.layer import Mamba2Mixer, mamba2_kernel
     from workloads.models.rwkv7.array import StackedRWKV7Mixer
+    from workloads.models.recurrent_parts import optional_kernel
     from workloads.models.rwkv7.layer import RWKV7Mixer, rwkv7_kernel
 
     fla = gated_deltanet_kernel() if not kernel_backward_refused() else None
     return {"mamba2": (Mamba2Mixer, StackedMamba2Mixer, "mamba-ssm", mamba2_kernel()),
             "gated_deltanet": (GatedDeltaNetMixer, StackedDeltaRuleMixer, "fla", fla),
             "gated_deltaproduct": (GatedDeltaProductMixer, StackedDeltaRuleMixer, "fla", fla),
-            "rwkv7": (RWKV7Mixer, StackedRWKV7Mixer, "fla", rwkv7_kernel())}
+            "rwkv7": (RWKV7Mixer, StackedRWKV7Mixer, "fla", rwkv7_kernel()),
+            **{family: (mixer, StackedDeltaRuleMixer, "fla", optional_kernel(*mixer.KERNEL)[0])
+               for family, mixer in (("kda", KimiDeltaAttentionMixer), ("gated_deltanet2", GatedDeltaNet2Mixer))}}
 
 
 def _fused_equals_in_turn(family: str, device: str, scan: str, rtol: float, atol: float):
@@ -276,7 +285,7 @@ def _fused_equals_in_turn(family: str, device: str, scan: str, rtol: float, atol
 
 
 @pytest.mark.parametrize("scan", ["chunked", "recurrent"])
-@pytest.mark.parametrize("family", ["mamba2", "gated_deltanet", "gated_deltaproduct", "rwkv7"])
+@pytest.mark.parametrize("family", FUSED_FAMILIES)
 def test_a_fused_mixer_equals_its_members_each_in_turn(family, scan, thread_pools):
     """A newer mixer's fused form (its scan once over every member's rows, its
     per-head parameters laid out per row) in each of its CPU forms."""
@@ -285,7 +294,7 @@ def test_a_fused_mixer_equals_its_members_each_in_turn(family, scan, thread_pool
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("family", ["mamba2", "gated_deltanet", "gated_deltaproduct", "rwkv7"])
+@pytest.mark.parametrize("family", FUSED_FAMILIES)
 def test_a_fused_mixers_cuda_kernel_equals_its_members_each_in_turn(family):
     """The kernel once for every member (Mamba-2: heads side by side, B and C by
     group; the fla mixers: over every member's rows)."""

@@ -109,6 +109,19 @@ def test_the_newest_rnns_counts_are_what_their_chunked_forms_keep(arch, size, di
     assert measured <= predicted <= 1.25 * measured, (measured, predicted)
 
 
+@pytest.mark.parametrize("arch, size, dims", [("kda", "tiny", {}), ("kda", "2M", {}), ("kda_hybrid", "1M", {}),
+                                             ("kda", "tiny", {"chunk": 32, "heads": 2}),
+                                             ("gated_deltanet2", "0.5M", {}), ("gated_deltanet2_hybrid", "1M", {}),
+                                             ("gated_deltanet2", "0.5M", {"chunk": 8})])
+def test_the_channel_wise_delta_rules_counts_are_what_their_chunked_forms_keep(arch, size, dims):
+    """Kimi Delta Attention and Gated DeltaNet-2 train on our chunked form wherever
+    fla is not installed: their counts never fall below what autograd keeps, and
+    stay within a twentieth above it."""
+    cfg = preset(arch, size).with_fields(scan="chunked", **dims)
+    measured, predicted = _chunked_form_bytes(cfg)
+    assert measured <= predicted <= 1.05 * measured, (measured, predicted)
+
+
 @pytest.mark.parametrize("setup", ["vanilla", "cot", "retrieval"])
 def test_the_longest_sample_is_every_trees_and_bounds_every_batch(setup):
     for n in (4, 5, 16, 37, 64):

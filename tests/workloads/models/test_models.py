@@ -44,7 +44,7 @@ def test_newer_rnn_presets_are_within_5_percent_of_their_size(arch, size, nomina
     assert abs(build_model(preset(arch, size), VOCAB).num_params() / nominal - 1) < 0.05
 
 
-NEWEST = ("rwkv7", "gated_deltaproduct")
+NEWEST = ("rwkv7", "gated_deltaproduct", "kda", "gated_deltanet2")
 
 
 @pytest.mark.parametrize("mixer", NEWEST)
