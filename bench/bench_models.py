@@ -8,7 +8,8 @@ alternation so that machine noise hits both sides alike:
   - our Transformer against transformers' LlamaForCausalLM (the reference code's model),
   - our Mamba (compiled CPU scan) against `mambapy` (parallel scan), and against our
     Transformer, the target being within 3x of its step time;
-  - the 0.5M presets of the new mixers (Mamba-2, Gated DeltaNet; chunked forms)
+  - the 0.5M presets of the new mixers (Mamba-2, Gated DeltaNet, Kimi Delta
+    Attention, Gated DeltaNet-2; chunked forms)
     against our Transformer, the same target.
 A training step is forward, cross-entropy over every position, backward and Adam.
 Peak memory is read per configuration in a fresh subprocess (ru_maxrss).
@@ -77,10 +78,13 @@ MODELS = {
     "mambapy-0.5M": mambapy_lm,
     "ours-mamba2-0.5M": lambda: ours("mamba2", "0.5M"),
     "ours-gated_deltanet-0.5M": lambda: ours("gated_deltanet", "0.5M"),
+    "ours-kda-0.5M": lambda: ours("kda", "0.5M"),
+    "ours-gated_deltanet2-0.5M": lambda: ours("gated_deltanet2", "0.5M"),
 }
 PAIRS = [("ours-transformer-0.5M", "hf-llama-0.5M"), ("ours-mamba-0.5M", "mambapy-0.5M"),
          ("ours-mamba-0.5M", "ours-transformer-0.5M"), ("ours-mamba2-0.5M", "ours-transformer-0.5M"),
-         ("ours-gated_deltanet-0.5M", "ours-transformer-0.5M")]
+         ("ours-gated_deltanet-0.5M", "ours-transformer-0.5M"), ("ours-kda-0.5M", "ours-transformer-0.5M"),
+         ("ours-gated_deltanet2-0.5M", "ours-transformer-0.5M")]
 
 
 class Trainer:
