@@ -76,6 +76,8 @@ def _fused_forms() -> dict[type, type]:
     from workloads.models.gated_deltanet2.layer import GatedDeltaNet2Mixer
     from workloads.models.gated_deltaproduct.layer import GatedDeltaProductMixer
     from workloads.models.kda.layer import KimiDeltaAttentionMixer
+    from workloads.models.log_linear_mamba2.array import StackedLogLinearMamba2Mixer
+    from workloads.models.log_linear_mamba2.layer import LogLinearMamba2Mixer
     from workloads.models.mamba.array import StackedMambaMixer
     from workloads.models.mamba.layer import MambaMixer
     from workloads.models.mamba2.array import StackedMamba2Mixer
@@ -86,6 +88,7 @@ def _fused_forms() -> dict[type, type]:
     return {nn.Linear: StackedLinear, nn.RMSNorm: StackedRMSNorm, MambaMixer: StackedMambaMixer,
             GatedDeltaNetMixer: StackedDeltaRuleMixer, GatedDeltaProductMixer: StackedDeltaRuleMixer,
             KimiDeltaAttentionMixer: StackedDeltaRuleMixer, GatedDeltaNet2Mixer: StackedDeltaRuleMixer,
+            LogLinearMamba2Mixer: StackedLogLinearMamba2Mixer,
             Mamba2Mixer: StackedMamba2Mixer, RWKV7Mixer: StackedRWKV7Mixer}
 
 

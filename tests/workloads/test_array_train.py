@@ -63,7 +63,7 @@ def _same_rows(array_rows, lone_rows, what):
 
 
 NEWER = ["mamba2", "gated_deltanet", "gated_deltaproduct", "rwkv7"]  # each fused in an array by a form of its own
-CHANNEL_DELTA = ["kda", "gated_deltanet2"]  # the delta-rule form, with their own projections
+LATEST = ["kda", "gated_deltanet2", "log_linear_mamba2"]  # the fused forms of the mixers fla added last
 
 
 def _untimed(rows):
@@ -88,7 +88,7 @@ def _close_weights(a, b, what, lr):
         assert (a["model"][name] - w).norm() <= 1e-3 * w.norm() + 1e-6, (what, name)
 
 
-@pytest.mark.parametrize("arch", ["transformer", "mamba", "hybrid", *NEWER, *CHANNEL_DELTA])
+@pytest.mark.parametrize("arch", ["transformer", "mamba", "hybrid", *NEWER, *LATEST])
 def test_an_arrays_rows_and_checkpoints_are_its_members_lone_ones(arch, tmp_path, thread_pools):
     configs = _configs(arch)
     rows, hooks = _array_rows(configs)

@@ -132,12 +132,13 @@ def test_which_parts_fuse(arch, thread_pools):
     recurrent mixer has a fused form of its own: no part runs its members in turn."""
     from workloads.models.gated_deltanet.array import StackedDeltaRuleMixer
     from workloads.models.mamba.array import StackedMambaMixer
+    from workloads.models.log_linear_mamba2.array import StackedLogLinearMamba2Mixer
     from workloads.models.mamba2.array import StackedMamba2Mixer
     from workloads.models.rwkv7.array import StackedRWKV7Mixer
 
     forms = {"mamba": StackedMambaMixer, "mamba2": StackedMamba2Mixer, "gated_deltanet": StackedDeltaRuleMixer,
              "gated_deltaproduct": StackedDeltaRuleMixer, "rwkv7": StackedRWKV7Mixer, "kda": StackedDeltaRuleMixer,
-             "gated_deltanet2": StackedDeltaRuleMixer}
+             "gated_deltanet2": StackedDeltaRuleMixer, "log_linear_mamba2": StackedLogLinearMamba2Mixer}
     model = preset(arch, "tiny")
     parts = TrialArray(_configs(arch, rates=RATES[:2], seeds=SEEDS[:2])).model.parts
     assert not [p for p, m in parts.items() if isinstance(m, MembersInTurn)], arch
@@ -230,7 +231,8 @@ def test_the_fused_mamba_scan_on_cuda_equals_its_members_each_in_turn():
             torch.testing.assert_close(p.grad[k], member.get_parameter(name).grad, rtol=1e-3, atol=1e-4, msg=name)
 
 
-FUSED_FAMILIES = ["mamba2", "gated_deltanet", "gated_deltaproduct", "rwkv7", "kda", "gated_deltanet2"]
+FUSED_FAMILIES = ["mamba2", "gated_deltanet", "gated_deltaproduct", "rwkv7", "kda", "gated_deltanet2",
+                  "log_linear_mamba2"]
 
 
 def _fused_forms() -> dict:
@@ -240,6 +242,9 @@ def _fused_forms() -> dict:
     from workloads.models.gated_deltanet2.layer import GatedDeltaNet2Mixer
     from workloads.models.gated_deltaproduct.layer import GatedDeltaProductMixer
     from workloads.models.kda.layer import KimiDeltaAttentionMixer
+    from workloads.models.log_linear_mamba2.array import StackedLogLinearMamba2Mixer
+    from workloads.models.log_linear_mamba2.layer import LogLinearMamba2Mixer
+    from workloads.models.log_linear_mamba2.layer import _import_kernel as log_linear_kernel
     from workloads.models.mamba2.array import StackedMamba2Mixer
     from workloads.models.mamba2.layer import Mamba2Mixer, mamba2_kernel
     from workloads.models.rwkv7.array import StackedRWKV7Mixer
@@ -252,7 +257,8 @@ def _fused_forms() -> dict:
             "gated_deltaproduct": (GatedDeltaProductMixer, StackedDeltaRuleMixer, "fla", fla),
             "rwkv7": (RWKV7Mixer, StackedRWKV7Mixer, "fla", rwkv7_kernel()),
             **{family: (mixer, StackedDeltaRuleMixer, "fla", optional_kernel(*mixer.KERNEL)[0])
-               for family, mixer in (("kda", KimiDeltaAttentionMixer), ("gated_deltanet2", GatedDeltaNet2Mixer))}}
+               for family, mixer in (("kda", KimiDeltaAttentionMixer), ("gated_deltanet2", GatedDeltaNet2Mixer))},
+            "log_linear_mamba2": (LogLinearMamba2Mixer, StackedLogLinearMamba2Mixer, "fla", log_linear_kernel()[0])}
 
 
 def _fused_equals_in_turn(family: str, device: str, scan: str, rtol: float, atol: float):
@@ -288,7 +294,10 @@ def _fused_equals_in_turn(family: str, device: str, scan: str, rtol: float, atol
 @pytest.mark.parametrize("family", FUSED_FAMILIES)
 def test_a_fused_mixer_equals_its_members_each_in_turn(family, scan, thread_pools):
     """A newer mixer's fused form (its scan once over every member's rows, its
-    per-head parameters laid out per row) in each of its CPU forms."""
+    per-head parameters laid out per row) in each of its CPU forms (log-linear
+    Mamba-2's that trains is its quadratic one)."""
+    if scan == "chunked" and family == "log_linear_mamba2":
+        scan = "quadratic"
     fused = _fused_equals_in_turn(family, "cpu", scan, rtol=1e-4, atol=1e-5)
     assert fused.scan_ran == scan
 

@@ -116,7 +116,8 @@ def optional_kernel(module: str, name: str):
         return None, f"{type(e).__name__}: {e}"
 
 
-def scan_form(kernel, scan: str, library: str = "fla") -> str:
+def scan_form(kernel, scan: str, library: str = "fla", trains: str = "chunked") -> str:
     """The form a layer's scan ran as (a trial's `scan_used`): its CUDA kernel's
-    library where `kernel` ran, else recurrent or chunked as its config's `scan` says."""
-    return library if kernel is not None else "recurrent" if scan == "recurrent" else "chunked"
+    library where `kernel` ran, else recurrent or its form over whole sequences
+    (`trains`: chunked, or log-linear Mamba-2's quadratic) as its config's `scan` says."""
+    return library if kernel is not None else "recurrent" if scan == "recurrent" else trains

@@ -1,8 +1,8 @@
 """What every registered recurrent mixer must do, run on each at its 0.5M preset's
 width, on short sequences: cached decoding equals the full forward for any prompt
 length, a future input never changes an earlier output, and where the mixer has a
-chunked form and a step-by-step one (`scan: chunked | recurrent`), both run the
-same mixer. The mixers come from the registry: a mixer dropped into
+chunked (or quadratic) form and a step-by-step one (`scan: chunked | recurrent`),
+both run the same mixer. The mixers come from the registry: a mixer dropped into
 workloads/models/ is checked here without a line added. Mixers with both forms run
 in float64 (pure PyTorch); the others (Mamba's compiled scan computes in float32)
 in float32 at float32's tolerance."""
@@ -21,7 +21,9 @@ NAMES = sorted(REGISTRY)
 
 
 def _both_forms(name: str) -> bool:
-    return {"chunked", "recurrent"} <= set(REGISTRY[name].config.scans())
+    """A form that trains over whole sequences (chunked, or log-linear's quadratic) and the recurrence."""
+    scans = set(REGISTRY[name].config.scans())
+    return "recurrent" in scans and bool(scans & {"chunked", "quadratic"})
 
 
 def _mixer(name: str):

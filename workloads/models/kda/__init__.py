@@ -12,14 +12,15 @@ class KimiDeltaAttentionConfig(MixerConfigBase):
     """Kimi Delta Attention (layer.py): the delta rule with a decay per key channel."""
 
     layer: ClassVar[str] = "workloads.models.kda.layer:KimiDeltaAttentionMixer"
-    cpu_cost: ClassVar[float] = 5.5  # bench/results/models_cpu_mixers.json: 0.18x the Transformer's speed
+    cpu_cost: ClassVar[float] = 5.5  # bench/results/models_cpu_mixers.json: 0.17x the Transformer's speed
 
     name: Literal["kda"] = "kda"
     heads: int = Field(2, gt=0, description="delta-rule heads (attention layers' are n_heads)")
     head_dim: int = Field(32, gt=0, description="key (and query) channels per head")
     expand_v: int = Field(1, gt=0, description="value channels per head = expand_v * head_dim")
     d_conv: int = Field(4, gt=1)
-    chunk: int = Field(4, gt=0, description="tokens per chunk of our CPU form (results do not depend on it; 4 measured faster than 2, 3, 5, 6, 8, 16 and 32 at 200 tokens: bench/results/kda_chunk_cpu.json)")
+    chunk: int = Field(4, gt=0, description="tokens per chunk of our CPU form (results do not depend on it; 4 "
+                       "measured fastest of 2 to 32 at 200 tokens: bench/results/kda_chunk_cpu.json)")
     scan: Literal["auto", "chunked", "recurrent"] = "auto"
 
     def _dims(self) -> tuple[int, int, int]:
