@@ -95,12 +95,14 @@ def _first_line(task_cls) -> str:
 @app.command("models")
 def models(format: ListFormat = typer.Option("table", "--format")):
     """List the model presets: trainable parameters (the frozen embedding aside),
-    the recurrent state a sequence carries (floats, all layers) and the KV cache
-    attention layers keep per token."""
+    the recurrent state a sequence carries (floats, all layers; a state that grows
+    with the length at its largest, and at 1,024 tokens) and the KV cache attention
+    layers keep per token."""
     from workloads.models import PRESETS
 
     rows = [
         dict(arch=arch, size=size, params=cfg.n_params, state_floats=cfg.state_floats,
+             state_floats_1k_tokens=cfg.state_floats_at(1024),
              kv_floats_per_token=cfg.kv_floats_per_token, d_model=cfg.d_model, n_layers=cfg.n_layers,
              attn_layer_idx=list(cfg.attn_layer_idx), mixer=cfg.mixer.name if cfg.n_recurrent_layers else None)
         for arch, sizes in PRESETS.items()

@@ -172,7 +172,7 @@ def _frontier_panel(ax, part: pd.DataFrame, setup: str, sample_length) -> None:
     lo, hi = part["x"].min(), part["x"].max()
     ax.set_xlim(lo / 2, hi * 2)
     ax.set_title(setup)
-    ax.set_xlabel("state floats (attention only: KV cache at largest n)", fontsize=8)
+    ax.set_xlabel("state floats (attention only: KV cache; a growing state: at largest n)", fontsize=8)
     ax.grid(alpha=0.3, which="both")
 
 

@@ -62,9 +62,13 @@ def models_section(best: pd.DataFrame) -> list[str]:
              "carries; the findings compare models whose parameters are within 1.2x of each other.", "",
              "| arch | size | params | state floats |", "|---|---|---|---|"]
     models = best.drop_duplicates(["arch", "size"])
+    # A state that grows with the length (log-linear Mamba-2's) differs by n: its range.
+    span = best.groupby(["arch", "size"])["state_floats"].agg(["min", "max"])
     order = {label: i for i, label in enumerate(sorted(models["size"].unique(), key=size_key))}
     for _, r in models.sort_values(["size", "arch"], key=lambda c: c.map(order) if c.name == "size" else c).iterrows():
-        lines.append(f"| {r['arch']} | {r['size']} | {num(r['params'], '{:,.0f}')} | {num(r['state_floats'], '{:,.0f}')} |")
+        lo, hi = span.loc[(r["arch"], r["size"])]
+        state = num(lo, "{:,.0f}") if lo == hi or hi != hi else f"{lo:,.0f} to {hi:,.0f} (grows with n)"
+        lines.append(f"| {r['arch']} | {r['size']} | {num(r['params'], '{:,.0f}')} | {state} |")
     return lines + [""]
 
 
@@ -143,7 +147,7 @@ def findings_reasons(found: Findings) -> list[str]:
 def frontier_section(best: pd.DataFrame, run: Run, out_dir: Path, solved: float, robust: bool) -> list[str]:
     """frontier.csv and .png (and their robust twins), and the report's tables of them."""
     model_of, longest = cell_shapes(run)
-    table = frontier(best, solved, model_of)
+    table = frontier(best, solved, model_of, sample_length=longest)
     table.to_csv(out_dir / "frontier.csv", index=False)
     plot_frontier(table, out_dir, solved, longest)
     lines = ["", f"## Frontier: the largest n each model solves (exact match >= {solved:g})", "",
@@ -154,7 +158,7 @@ def frontier_section(best: pd.DataFrame, run: Run, out_dir: Path, solved: float,
     lines += ["", "![frontier](frontier.png)"]
     if not robust:
         return lines
-    robust_table = frontier(best, solved, model_of, "robust_exact_match")
+    robust_table = frontier(best, solved, model_of, "robust_exact_match", sample_length=longest)
     robust_table.to_csv(out_dir / "frontier_robust.csv", index=False)
     plot_frontier(robust_table, out_dir, solved, longest, robust=True)
     lines += ["", f"By the robust score (held-out exact match at each seed's rate >= {solved:g}):", "",

@@ -252,19 +252,24 @@ def measured_metrics(best: pd.DataFrame) -> list[tuple[str, str]]:
     return [(m, METRICS[m].title) for m in PLOTTED if m in best and best[m].notna().any()]
 
 
-def frontier(best: pd.DataFrame, solved: float = SOLVED, model_of=None, metric: str = HEADLINE) -> pd.DataFrame:
+def frontier(best: pd.DataFrame, solved: float = SOLVED, model_of=None, metric: str = HEADLINE,
+             sample_length=None) -> pd.DataFrame:
     """Per (setup, arch, size): the largest n whose `metric` (by default exact
     match, mean over seeds at the cell's best lr; robust_exact_match: the robust
     score) reaches `solved`, beside the model's state: the recurrent
-    state a sequence carries (state_floats) and attention's KV cache per token.
-    largest_solved is NaN where no n is solved; solves_all where every n tried is.
-    `model_of(arch, size)` gives the model config (the preset by default)."""
+    state a sequence carries (state_floats; one that grows with the length, at the
+    longest sample of the largest n tried, as attention's KV cache is read) and
+    attention's KV cache per token. largest_solved is NaN where no n is solved;
+    solves_all where every n tried is. `model_of(arch, size)` gives the model
+    config (the preset by default), `sample_length(setup, n)` a task's longest
+    sample (None: state_floats at its fullest, every level of a growing state)."""
     model_of = model_of or preset
     rows = []
     for (setup, arch, size), cell in best.groupby(["setup", "arch", "size"], sort=False):
         cfg = model_of(arch, size)
         ok = cell.loc[reaches(cell[metric], solved), "n"]
-        rows.append(dict(setup=setup, arch=arch, size=size, params=cfg.n_params, state_floats=cfg.state_floats,
+        state = cfg.state_floats_at(sample_length(setup, int(cell["n"].max()))) if sample_length else cfg.state_floats
+        rows.append(dict(setup=setup, arch=arch, size=size, params=cfg.n_params, state_floats=state,
                          kv_floats_per_token=cfg.kv_floats_per_token,
                          largest_solved=int(ok.max()) if len(ok) else math.nan, largest_tried=int(cell["n"].max()),
                          solves_all=len(ok) == len(cell)))
@@ -356,19 +361,21 @@ def model_labels(table: pd.DataFrame) -> pd.Series:
 
 def with_models(best: pd.DataFrame, run: Run) -> pd.DataFrame:
     """`best` with each cell's model's trainable parameters (`params`) and recurrent
-    state (`state_floats`), from the configs the run stored (the presets for a run
+    state (`state_floats`, at the cell's longest sample where it grows with the
+    length), from the configs the run stored (the presets for a run
     that stored none; NaN where neither says): the findings compare models of equal
     size by them, and the report names them."""
-    model_of, _ = cell_shapes(run)
+    model_of, sample_length = cell_shapes(run)
 
-    def facts(arch, size):
+    def facts(arch, size, setup, n):
         try:
             cfg = model_of(arch, size) if model_of else preset(arch, size)
+            length = sample_length(setup, n) if sample_length else None
         except (KeyError, ValueError):
             return math.nan, math.nan
-        return cfg.n_params, cfg.state_floats
+        return cfg.n_params, cfg.state_floats if length is None else cfg.state_floats_at(length)
 
-    pairs = [facts(arch, size) for arch, size in zip(best["arch"], best["size"])]
+    pairs = [facts(*cell) for cell in zip(best["arch"], best["size"], best["setup"], best["n"])]
     return best.assign(params=[p for p, _ in pairs], state_floats=[f for _, f in pairs])
 
 

@@ -294,6 +294,36 @@ def test_frontier_is_the_largest_n_solved_beside_the_state_size():
     assert stricter.loc[("retrieval", "mamba", "0.5M")]["largest_solved"] == 16
 
 
+def test_a_state_that_grows_with_the_length_is_read_at_the_largest_n_and_listed_as_its_range():
+    """Log-linear Mamba-2's state grows with the log of the length: the frontier
+    reads it at the longest sample of the largest n tried (as attention's KV cache),
+    each cell at its own, and the models table gives its range; a fixed state reads
+    the same at any length."""
+    from orchestrator.report.sections import models_section
+    from workloads.models import preset
+    from workloads.tasks.mqar import MQARConfig
+
+    best = _best([("vanilla", "log_linear_mamba2", "tiny", 4, 0.95), ("vanilla", "log_linear_mamba2", "tiny", 64, 0.5),
+                  ("vanilla", "mamba2", "tiny", 4, 0.9), ("vanilla", "mamba2", "tiny", 64, 0.2)])
+    length = {4: 32, 64: 512}  # as a run's stored task configs would say
+
+    def sample_length(setup, n):
+        return MQARConfig(n=n, seq_len=length[n]).longest_sample
+
+    table = frontier(best, solved=0.9, sample_length=sample_length).set_index("arch")
+    log_linear, mamba2 = preset("log_linear_mamba2", "tiny"), preset("mamba2", "tiny")
+    assert table.loc["log_linear_mamba2", "state_floats"] == log_linear.state_floats_at(sample_length("vanilla", 64))
+    assert log_linear.state_floats_at(32) < log_linear.state_floats_at(512) < log_linear.state_floats
+    assert table.loc["mamba2", "state_floats"] == mamba2.state_floats == mamba2.state_floats_at(512)
+    best["params"] = [log_linear.n_params] * 2 + [mamba2.n_params] * 2
+    best["state_floats"] = [log_linear.state_floats_at(sample_length("vanilla", n)) for n in (4, 64)] + [
+        mamba2.state_floats] * 2
+    rows = {line.split("|")[1].strip(): line for line in models_section(best) if line.startswith("| ")}
+    low, high = best["state_floats"][:2]
+    assert f"{low:,} to {high:,} (grows with n)" in rows["log_linear_mamba2"]
+    assert f"| {mamba2.state_floats:,} |" in rows["mamba2"]
+
+
 def test_the_frontier_figure_draws_every_point_of_a_panel_where_nothing_is_solved(tmp_path, monkeypatch):
     """Issue 29: with no model solving any n in a setup (the usual case on a laptop),
     that panel's y range collapsed: half framed, overlapping ticks, no markers."""

@@ -69,6 +69,12 @@ class MixerConfigBase(BaseModel):
     def state_floats(self, d_model: int) -> int:
         raise NotImplementedError
 
+    def state_floats_at(self, d_model: int, length: int) -> int:
+        """The most state a sequence of `length` tokens holds at once: `state_floats`,
+        whatever the length, for a mixer whose state does not grow (log-linear
+        Mamba-2's does)."""
+        return self.state_floats(d_model)
+
     def activation_floats(self, d_model: int) -> float:
         raise NotImplementedError
 

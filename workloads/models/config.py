@@ -172,6 +172,12 @@ class ModelConfig(BaseModel):
         the sequence, is kv_floats_per_token."""
         return self.n_recurrent_layers * self.mixer.state_floats(self.d_model) if self.n_recurrent_layers else 0
 
+    def state_floats_at(self, length: int) -> int:
+        """The recurrent state at its fullest over a sequence of `length` tokens:
+        `state_floats`, unless a mixer's state grows with the length (log-linear
+        Mamba-2's, with its log)."""
+        return self.n_recurrent_layers * self.mixer.state_floats_at(self.d_model, length) if self.n_recurrent_layers else 0
+
     @property
     def kv_floats_per_token(self) -> int:
         """Keys and values cached per token, all attention layers together."""

@@ -44,7 +44,7 @@ def test_newer_rnn_presets_are_within_5_percent_of_their_size(arch, size, nomina
     assert abs(build_model(preset(arch, size), VOCAB).num_params() / nominal - 1) < 0.05
 
 
-NEWEST = ("rwkv7", "gated_deltaproduct", "kda", "gated_deltanet2")
+NEWEST = ("rwkv7", "gated_deltaproduct", "kda", "gated_deltanet2", "log_linear_mamba2")
 
 
 @pytest.mark.parametrize("mixer", NEWEST)
@@ -299,6 +299,8 @@ def test_models_command_lists_every_preset_as_json():
         assert r["params"] == build_model(preset(r["arch"], r["size"]), VOCAB).num_params()
         cfg = preset(r["arch"], r["size"])
         assert r["state_floats"] == cfg.state_floats and r["kv_floats_per_token"] == cfg.kv_floats_per_token
+        assert r["state_floats_1k_tokens"] == cfg.state_floats_at(1024)
+        assert (r["state_floats_1k_tokens"] < r["state_floats"]) == (r["arch"].startswith("log_linear"))
 
 
 @pytest.mark.parametrize("arch", ["transformer", "mamba", "hybrid"])
