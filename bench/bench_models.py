@@ -9,7 +9,7 @@ alternation so that machine noise hits both sides alike:
   - our Mamba (compiled CPU scan) against `mambapy` (parallel scan), and against our
     Transformer, the target being within 3x of its step time;
   - the 0.5M presets of the new mixers (Mamba-2, Gated DeltaNet, Kimi Delta
-    Attention, Gated DeltaNet-2; chunked forms)
+    Attention, Gated DeltaNet-2: chunked forms; log-linear Mamba-2: quadratic)
     against our Transformer, the same target.
 A training step is forward, cross-entropy over every position, backward and Adam.
 Peak memory is read per configuration in a fresh subprocess (ru_maxrss).
@@ -80,11 +80,12 @@ MODELS = {
     "ours-gated_deltanet-0.5M": lambda: ours("gated_deltanet", "0.5M"),
     "ours-kda-0.5M": lambda: ours("kda", "0.5M"),
     "ours-gated_deltanet2-0.5M": lambda: ours("gated_deltanet2", "0.5M"),
+    "ours-log_linear_mamba2-0.5M": lambda: ours("log_linear_mamba2", "0.5M"),
 }
 PAIRS = [("ours-transformer-0.5M", "hf-llama-0.5M"), ("ours-mamba-0.5M", "mambapy-0.5M"),
          ("ours-mamba-0.5M", "ours-transformer-0.5M"), ("ours-mamba2-0.5M", "ours-transformer-0.5M"),
          ("ours-gated_deltanet-0.5M", "ours-transformer-0.5M"), ("ours-kda-0.5M", "ours-transformer-0.5M"),
-         ("ours-gated_deltanet2-0.5M", "ours-transformer-0.5M")]
+         ("ours-gated_deltanet2-0.5M", "ours-transformer-0.5M"), ("ours-log_linear_mamba2-0.5M", "ours-transformer-0.5M")]
 
 
 class Trainer:

@@ -12,7 +12,7 @@ class GatedDeltaNetConfig(MixerConfigBase):
     """Gated DeltaNet (layer.py): the delta rule with a decay."""
 
     layer: ClassVar[str] = "workloads.models.gated_deltanet.layer:GatedDeltaNetMixer"
-    cpu_cost: ClassVar[float] = 3.0  # bench/results/models_cpu_mixers.json: 0.36x the Transformer's speed
+    cpu_cost: ClassVar[float] = 3.0  # bench/results/models_cpu_mixers.json: 0.33x the Transformer's speed
 
     name: Literal["gated_deltanet"] = "gated_deltanet"
     heads: int = Field(2, gt=0, description="delta-rule heads (attention layers' are n_heads)")

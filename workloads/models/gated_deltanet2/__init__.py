@@ -12,7 +12,7 @@ class GatedDeltaNet2Config(KimiDeltaAttentionConfig):
     split into an erase gate per key channel and a write gate per value channel."""
 
     layer: ClassVar[str] = "workloads.models.gated_deltanet2.layer:GatedDeltaNet2Mixer"
-    cpu_cost: ClassVar[float] = 4.0  # bench/results/models_cpu_mixers.json: 0.24x the Transformer's speed
+    cpu_cost: ClassVar[float] = 4.0  # bench/results/models_cpu_mixers.json: 0.25x the Transformer's speed
 
     name: Literal["gated_deltanet2"] = "gated_deltanet2"
 
