@@ -16,8 +16,10 @@ from workloads.config import TrialConfig
 PREFLIGHT_TOKENS = 24  # a short cut of real samples: enough for every layer's shapes
 
 
-def check_models(trials: list[TrialConfig]) -> list[str]:
-    """'trial: what fails' for every trial whose model cannot be built or run."""
+def check_models(trials: list[TrialConfig], on_cpu: bool = True) -> list[str]:
+    """'trial: what fails' for every trial whose model cannot be built or run. A
+    model whose mixer runs only on CUDA (its config's `cpu_refusal`) is not built
+    here: refused where the trials run `on_cpu`, else left to its trial's start."""
     import torch
 
     from workloads.evaluate import supervised_loss
@@ -26,6 +28,11 @@ def check_models(trials: list[TrialConfig]) -> list[str]:
 
     problems, seen = [], {}
     for trial in trials:
+        refusal = trial.model.n_recurrent_layers and trial.model.mixer.cpu_refusal
+        if refusal:
+            if on_cpu:
+                problems.append(f"{trial.name}: {trial.model.mixer.name} runs only on CUDA: {refusal}")
+            continue
         task = build_task(trial.task)
         key = (trial.model.model_dump_json(), task.vocab_size)
         if key not in seen:

@@ -436,7 +436,7 @@ def _preflight(s, on_this_cpu: bool, cpus: Optional[int] = None) -> None:
     if on_this_cpu:
         problems, warnings = cpu_memory_problems(trials, _running_at_once(s, len(trials), cpus))
     too_big = {p.split(" ", 1)[0] for p in problems}
-    problems += check_models([t for t in trials if t.name not in too_big])  # a model that does not fit is not built
+    problems += check_models([t for t in trials if t.name not in too_big], on_cpu=on_this_cpu)  # one too big is not built
     for warning in warnings:
         say(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
     if problems:

@@ -166,7 +166,8 @@ def _train_preflight(config) -> None:
             fail("--device cuda: torch sees no CUDA GPU here; use --device auto or cpu")
     import torch
 
-    problems = cpu_memory_problems([config], 1)[0] if config.train.device == "cpu" or not torch.cuda.is_available() else []
-    problems = problems or check_models([config])  # a model that does not fit is not built
+    on_cpu = config.train.device == "cpu" or not torch.cuda.is_available()
+    problems = cpu_memory_problems([config], 1)[0] if on_cpu else []
+    problems = problems or check_models([config], on_cpu=on_cpu)  # a model that does not fit is not built
     if problems:
         fail("; ".join(problems))

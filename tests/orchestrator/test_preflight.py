@@ -14,7 +14,7 @@ from orchestrator.cli import app
 from workloads.naming import significant
 from orchestrator.spec import SpecError, load_spec
 from workloads.config import trial_config
-from workloads.models.config import PRESETS
+from workloads.models.config import CPU_ARCHS
 from workloads.preflight import check_models
 from workloads.tasks import IsTreeConfig
 
@@ -28,8 +28,32 @@ def _write(tmp_path, **spec):
 
 
 def test_every_preset_builds_and_runs_a_step():
-    trials = [trial_config(arch, "tiny", IsTreeConfig(n=6, setup="retrieval"), device="cpu") for arch in PRESETS]
+    trials = [trial_config(arch, "tiny", IsTreeConfig(n=6, setup="retrieval"), device="cpu") for arch in CPU_ARCHS]
     assert check_models(trials) == []
+
+
+def test_a_mixer_without_a_cpu_path_is_refused_on_a_cpu_naming_why_and_left_to_its_gpu_elsewhere():
+    """Mamba-3 exists only as mamba-ssm's CUDA kernels: where trials run on a CPU
+    it is refused before anything is built, saying why and what to use instead;
+    where they run on GPUs it is not built here (its trial's start checks it)."""
+    trials = [trial_config(arch, "tiny", IsTreeConfig(n=6, setup="retrieval"), device="cpu")
+              for arch in ("mamba3", "mamba3_hybrid", "mamba2")]
+    problems = check_models(trials, on_cpu=True)
+    assert len(problems) == 2 and all("runs only on CUDA" in p and "on a CPU use mamba2 or log_linear_mamba2" in p
+                                      for p in problems), problems
+    assert problems[0].startswith(trials[0].name)
+    assert check_models(trials, on_cpu=False) == []
+
+
+def test_launch_refuses_mamba3_on_this_cpu_naming_why_before_anything_starts(tmp_path):
+    spec = _write(tmp_path, axes=dict(archs=["mamba3", "transformer"], setups=["cot"], sizes=["tiny"], n=[5]),
+                  resources=dict(device="cpu"), training=dict(samples=1000, warmup_samples=10))
+    result = runner.invoke(app, ["launch", str(spec)])
+    assert result.exit_code == 2, result.output
+    assert "no trial was started" in result.output and "mamba3-cot-tiny-n5" in result.output
+    assert "mamba3 runs only on CUDA" in " ".join(result.output.split()), result.output
+    assert "transformer-cot-tiny-n5" not in result.output  # the Transformer can run here
+    assert not list((tmp_path / "runs").glob("pf/*/params.json"))
 
 
 def test_launch_refuses_a_sweep_whose_model_cannot_run_before_anything_starts(tmp_path, monkeypatch):

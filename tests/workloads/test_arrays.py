@@ -13,7 +13,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from workloads.arrays import MembersInTurn, TrialArray
 from workloads.models.stacked import StackedLinear, StackedRMSNorm
 from workloads.config import trial_config
-from workloads.models.config import PRESETS, preset
+from workloads.models.config import CPU_ARCHS, preset
 from workloads.models.mamba.layer import mamba_ssm_scan
 from workloads.tasks import IsTreeConfig
 from workloads.train import NonFiniteLoss, Trial, _Run
@@ -74,7 +74,7 @@ def _weights_close(a, b, rate, steps, what):
         assert delta.abs().max() <= rate, (what, key, float(delta.abs().max() / rate))
 
 
-@pytest.mark.parametrize("arch", list(PRESETS))
+@pytest.mark.parametrize("arch", CPU_ARCHS)
 def test_an_array_equals_its_members_trained_alone(arch, thread_pools):
     configs = _configs(arch)
     array = TrialArray(configs)
@@ -126,7 +126,7 @@ def test_an_arrays_length_groups_change_its_losses_and_gradients_only_by_roundin
         _close(grouped.model.member_state(k, grads=True), whole.model.member_state(k, grads=True), f"{arch} member {k}")
 
 
-@pytest.mark.parametrize("arch", list(PRESETS))
+@pytest.mark.parametrize("arch", CPU_ARCHS)
 def test_which_parts_fuse(arch, thread_pools):
     """What docs/gpu.md says: every Linear and RMSNorm is stacked and every family's
     recurrent mixer has a fused form of its own: no part runs its members in turn."""

@@ -59,6 +59,9 @@ class MixerConfigBase(BaseModel):
 
     layer: ClassVar[str]  # "module:class" of its torch layer, imported on build
     cpu_cost: ClassVar[float]  # a training step's cost on CPU against attention's, for scheduling
+    # Why the mixer cannot run on a CPU and what to use there (None: it runs everywhere):
+    # a sweep or `train` that would run it on a CPU is refused before anything starts.
+    cpu_refusal: ClassVar[Optional[str]] = None
     # Its fields of named values (a Literal) that a spec's axes.model may set, as it sets
     # the integer dimensions: Mamba's `init`, not its `scan` (results do not depend on the scan).
     options: ClassVar[tuple[str, ...]] = ()

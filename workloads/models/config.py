@@ -216,6 +216,9 @@ PRESETS: dict[str, dict[str, ModelConfig]] = {
 }
 # Every architecture by name: what a spec's axes.archs and `train --arch` take.
 Arch = Literal[tuple(PRESETS)]
+# Those that run on a CPU: all but the ones whose mixer has no PyTorch path (cpu_refusal).
+CPU_ARCHS = tuple(arch for arch, sizes in PRESETS.items()
+                  if not any(cfg.n_recurrent_layers and cfg.mixer.cpu_refusal for cfg in sizes.values()))
 
 # Peak learning rates by architecture. docs/experiment.md: Adam at 1e-3 for Transformers,
 # 3e-4 for Mamba and hybrids; each mixer registers its own and its hybrid's.

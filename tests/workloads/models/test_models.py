@@ -11,11 +11,12 @@ from typer.testing import CliRunner
 
 from orchestrator.cli import app
 from workloads.models import PAPER_PARAMS, PRESETS, build_model, preset
+from workloads.models.config import CPU_ARCHS
 from workloads.models.mamba.layer import MambaMixer, mamba_ssm_scan
 from workloads.models.mamba.selective_scan import _exp, scan_cpu, scan_reference
 
 VOCAB = 27
-ARCHS = list(PRESETS)
+ARCHS = list(CPU_ARCHS)  # every architecture a CPU builds (Mamba-3's: test_mamba3.py)
 
 
 @pytest.mark.parametrize("arch,size", sorted(PAPER_PARAMS))
@@ -296,8 +297,9 @@ def test_models_command_lists_every_preset_as_json():
     rows = json.loads(result.output)
     assert {(r["arch"], r["size"]) for r in rows} == {(a, s) for a in PRESETS for s in PRESETS[a]}
     for r in rows:
-        assert r["params"] == build_model(preset(r["arch"], r["size"]), VOCAB).num_params()
         cfg = preset(r["arch"], r["size"])
+        if r["arch"] in CPU_ARCHS:  # Mamba-3's counts are checked against its build on a GPU
+            assert r["params"] == build_model(cfg, VOCAB).num_params()
         assert r["state_floats"] == cfg.state_floats and r["kv_floats_per_token"] == cfg.kv_floats_per_token
         assert r["state_floats_1k_tokens"] == cfg.state_floats_at(1024)
         assert (r["state_floats_1k_tokens"] < r["state_floats"]) == (r["arch"].startswith("log_linear"))
