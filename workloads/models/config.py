@@ -176,7 +176,9 @@ class ModelConfig(BaseModel):
         """The recurrent state at its fullest over a sequence of `length` tokens:
         `state_floats`, unless a mixer's state grows with the length (log-linear
         Mamba-2's, with its log)."""
-        return self.n_recurrent_layers * self.mixer.state_floats_at(self.d_model, length) if self.n_recurrent_layers else 0
+        if not self.n_recurrent_layers:
+            return 0
+        return self.n_recurrent_layers * self.mixer.state_floats_at(self.d_model, length)
 
     @property
     def kv_floats_per_token(self) -> int:
