@@ -121,3 +121,22 @@ def scan_form(kernel, scan: str, library: str = "fla", trains: str = "chunked") 
     library where `kernel` ran, else recurrent or its form over whole sequences
     (`trains`: chunked, or log-linear Mamba-2's quadratic) as its config's `scan` says."""
     return library if kernel is not None else "recurrent" if scan == "recurrent" else trains
+
+
+def delta_rule_forward(mixer, h: torch.Tensor, cache=None) -> torch.Tensor:
+    """The forward of a delta-rule mixer (Gated DeltaNet's, Gated DeltaProduct's,
+    Kimi Delta Attention's, Gated DeltaNet-2's) over whole sequences, or a token of
+    cached decoding (`step`): its projections (the conv's input, the output gate,
+    then its gates), the short conv, its inputs, its scan by `_kernel` or its own
+    forms, its gated norm and output projection."""
+    if cache is not None and cache.filled:
+        return mixer.step(h, cache)
+    qkv, gate, *gates = mixer._project(h)
+    inputs = mixer._inputs(short_conv(qkv, mixer.conv1d, cache), *gates)
+    kernel = mixer._kernel(h.is_cuda)
+    if mixer.training:  # what trained (evaluation may run another form)
+        mixer.scan_ran = scan_form(kernel, mixer.scan)
+    o, last = mixer._scan(*inputs, kernel=kernel)
+    if cache is not None:
+        cache.state, cache.filled = last, True
+    return mixer._norm_gate_out(o, gate)

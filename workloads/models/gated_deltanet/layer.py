@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.models.recurrent_parts import (dt_bias_init, optional_kernel, residual_out_proj, scan_form, short_conv,
+from workloads.models.recurrent_parts import (delta_rule_forward, dt_bias_init, optional_kernel, residual_out_proj,
                                               short_conv_step)
 
 
@@ -195,18 +195,7 @@ class GatedDeltaNetMixer(nn.Module):
         o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + self.norm_eps) * self.norm_weight
         return self.o_proj((o.flatten(-2) * F.silu(gate)).to(gate.dtype))
 
-    def forward(self, h: torch.Tensor, cache: GatedDeltaNetCache | None = None) -> torch.Tensor:
-        if cache is not None and cache.filled:
-            return self.step(h, cache)
-        qkv, gate, a, b = self._project(h)
-        q, k, v, g, beta = self._inputs(short_conv(qkv, self.conv1d, cache), a, b)
-        kernel = self._kernel(h.is_cuda)
-        if self.training:  # what trained (evaluation may run another form)
-            self.scan_ran = scan_form(kernel, self.scan)
-        o, last = self._scan(q, k, v, g, beta, kernel=kernel)
-        if cache is not None:
-            cache.state, cache.filled = last, True
-        return self._norm_gate_out(o, gate)
+    forward = delta_rule_forward  # projections, conv, inputs, scan, gated norm (recurrent_parts.py)
 
     def _kernel(self, on_cuda: bool):
         return pick_kernel(self.scan, on_cuda, torch.is_grad_enabled())

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from workloads.models.gated_deltanet.layer import GatedDeltaNetMixer, delta_chunked, delta_recurrent
-from workloads.models.recurrent_parts import dt_bias_init, residual_out_proj, scan_form, short_conv, short_conv_step
+from workloads.models.recurrent_parts import delta_rule_forward, dt_bias_init, residual_out_proj, short_conv_step
 
 
 def interleave(q, k, v, g, beta, n: int):
@@ -111,18 +111,7 @@ class GatedDeltaProductMixer(nn.Module):
 
     _norm_gate_out = GatedDeltaNetMixer._norm_gate_out  # fla's FusedRMSNormGated, as Gated DeltaNet's
 
-    def forward(self, h: torch.Tensor, cache: GatedDeltaProductCache | None = None) -> torch.Tensor:
-        if cache is not None and cache.filled:
-            return self.step(h, cache)
-        qkv, gate, a, b = self._project(h)
-        inputs = self._inputs(short_conv(qkv, self.conv1d, cache), a, b)
-        kernel = self._kernel(h.is_cuda)
-        if self.training:  # what trained (evaluation may run another form)
-            self.scan_ran = scan_form(kernel, self.scan)
-        o, last = self._scan(*inputs, kernel=kernel)
-        if cache is not None:
-            cache.state, cache.filled = last, True
-        return self._norm_gate_out(o, gate)
+    forward = delta_rule_forward  # projections, conv, inputs, scan, gated norm (recurrent_parts.py)
 
     _kernel = GatedDeltaNetMixer._kernel  # fla's gated delta rule, where it runs (pick_kernel)
 

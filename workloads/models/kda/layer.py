@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from workloads.models.channel_delta_rule import channel_delta_chunked, channel_delta_recurrent
-from workloads.models.recurrent_parts import (dt_bias_init, optional_kernel, residual_out_proj, scan_form, short_conv,
+from workloads.models.recurrent_parts import (delta_rule_forward, dt_bias_init, optional_kernel, residual_out_proj,
                                               short_conv_step)
 
 
@@ -117,18 +117,7 @@ class KimiDeltaAttentionMixer(nn.Module):
     def _kernel(self, on_cuda: bool):
         return optional_kernel(*self.KERNEL)[0] if self.scan == "auto" and on_cuda else None
 
-    def forward(self, h: torch.Tensor, cache: ChannelDeltaCache | None = None) -> torch.Tensor:
-        if cache is not None and cache.filled:
-            return self.step(h, cache)
-        qkv, gate, f, *gates = self._project(h)
-        inputs = self._inputs(short_conv(qkv, self.conv1d, cache), f, *gates)
-        kernel = self._kernel(h.is_cuda)
-        if self.training:  # what trained (evaluation may run another form)
-            self.scan_ran = scan_form(kernel, self.scan)
-        o, last = self._scan(*inputs, kernel=kernel)
-        if cache is not None:
-            cache.state, cache.filled = last, True
-        return self._norm_gate_out(o, gate)
+    forward = delta_rule_forward  # projections, conv, inputs, scan, gated norm (recurrent_parts.py)
 
     def step(self, h: torch.Tensor, cache: ChannelDeltaCache) -> torch.Tensor:
         """One token, h of shape (batch, 1, d_model); advances the cache."""

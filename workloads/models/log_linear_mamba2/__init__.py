@@ -6,6 +6,7 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from workloads.models.base import MixerConfigBase, Stack, register_mixer
+from workloads.models.mamba2 import Mamba2Config
 
 
 class LogLinearMamba2Config(MixerConfigBase):
@@ -24,11 +25,7 @@ class LogLinearMamba2Config(MixerConfigBase):
                         "tokens (fla's 15: 16,384)")
     scan: Literal["auto", "quadratic", "recurrent"] = "auto"
 
-    def _shapes(self, d_model: int):
-        d_inner = self.expand * d_model
-        if d_inner % self.headdim:
-            raise ValueError(f"expand * d_model ({d_inner}) is not a multiple of headdim {self.headdim}")
-        return d_inner, d_inner // self.headdim, d_inner + 2 * self.d_state
+    _shapes = Mamba2Config._shapes  # d_inner, heads and the conv's channels, as Mamba-2's
 
     def params(self, d_model: int) -> int:
         d_inner, heads, conv_dim = self._shapes(d_model)
