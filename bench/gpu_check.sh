@@ -8,8 +8,8 @@
 #   carry: [".gpu"]   command: STEPS="tests path profile" bash bench/gpu_check.sh   timeout_s: 345
 #   carry: [".gpu"]   command: STEPS="arrays sweep" bash bench/gpu_check.sh       timeout_s: 330
 # It installs the project from .gpu (scripts/gpu-env.sh: seconds, no build), then:
-#   1. pytest -m gpu (our scans against mamba-ssm's and fla's kernels, the fused scans of
-#      arrays against their members each in turn, an array's step under torch's sync
+#   1. pytest -m gpu (our scans against mamba-ssm's and fla's kernels, Mamba-3's module, the
+#      fused scans of arrays against their members each in turn, an array's step under torch's sync
 #      debug mode), and beside it on the same GPU bench/gpu_path.py: a slice of
 #      istree_grid.yaml (retrieval n=16, 0.5M, the three archs, four seeds) launched in
 #      arrays of 4, stopped with SIGINT mid-run, resumed and reported, each member's
@@ -55,9 +55,12 @@ if wanted tests; then
     # pytest cut by the step's limit prints no failure (so it was on the H200, 2026-11-28)
     step gpu_tests 200 bash -c 'python3 -m pytest -v -m gpu -p no:cacheprovider --timeout 100 --durations=0 \
         tests/workloads/models/test_models.py tests/workloads/test_arrays.py tests/workloads/models/test_mamba2.py \
-        -k "not gated_delta and not rwkv7"; python3 -m pytest -v -m gpu -p no:cacheprovider --timeout 100 \
+        tests/workloads/models/test_mamba3.py -k "not gated_delta and not rwkv7 and not kda and not log_linear"; \
+        python3 -m pytest -v -m gpu -p no:cacheprovider --timeout 100 \
         tests/workloads/test_arrays.py tests/workloads/models/test_gated_deltanet.py tests/workloads/models/test_rwkv7.py \
-        tests/workloads/models/test_gated_deltaproduct.py -k "gated_delta or rwkv7 or fla"' &
+        tests/workloads/models/test_gated_deltaproduct.py tests/workloads/models/test_kda.py \
+        tests/workloads/models/test_gated_deltanet2.py tests/workloads/models/test_log_linear_mamba2.py \
+        -k "gated_delta or rwkv7 or fla or kda or log_linear"' &
 fi
 if wanted path; then
     step gpu_path 215 python3 bench/gpu_path.py --timeout 200 --samples 12288 --eval-every 4096 \
