@@ -14,7 +14,7 @@ flash-linear-attention's kernel (package fla-core) replaces the chunked form whe
 it imports; it is imported lazily, as it needs triton.
 
 Gated DeltaNet-2 (gated_deltanet2/) is this layer with other gates: it overrides
-`GATES` and `_gated`.
+`gate_widths`, `_gated` and `_delta`.
 """
 
 import math
