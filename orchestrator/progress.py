@@ -55,7 +55,14 @@ def console(verbose: bool, log_file: Optional[Path] = None):
 class _LogFile(logging.FileHandler):
     """A log file that a full disk silences (its lines lost) rather than printing
     logging's own traceback to the console at every line, and that never holds a
-    URL's secret (a storage's key that Ray's or Tune's lines name)."""
+    URL's secret (a storage's key that Ray's or Tune's lines name). Once stopped
+    (`stop_logging_to`) it writes nothing, not even a line already on its way."""
+
+    stopped = False
+
+    def emit(self, record):
+        if not self.stopped:  # a closed FileHandler reopens its file at the next line
+            super().emit(record)
 
     def handleError(self, record):
         pass
@@ -69,6 +76,21 @@ class _LogFile(logging.FileHandler):
 # Libraries whose loggers print on the driver's console (Ray's, Tune's and Train's
 # under "ray"; Optuna's study lines; MLflow's database set-up): the run's log instead.
 LIBRARIES = ("ray", "optuna", "mlflow")
+
+
+def stop_logging_to(log_file: Path) -> None:
+    """The workers' lines, which go to the run's log for the rest of the command
+    (`_logs_to`), no longer go to `log_file`: a launch that removes what it wrote
+    (nothing of it is kept) must not write it again with a late line of Ray's."""
+    from orchestrator.unpromised import WORKER_LOG
+
+    workers = logging.getLogger(WORKER_LOG)
+    gone = [h for h in workers.handlers if getattr(h, "baseFilename", None) == str(log_file.resolve())]
+    for handler in gone:
+        handler.stopped = True
+        handler.close()
+    if gone:
+        workers.handlers = [h for h in workers.handlers if h not in gone] or [logging.NullHandler()]
 
 
 @contextlib.contextmanager

@@ -248,6 +248,14 @@ def _discard(footprint, tell: bool = False) -> bool:
     """Removes what an unstarted launch wrote (nothing where a trial started, or on a
     resume: no footprint); with `tell`, says so. Returns whether it did."""
     kept = footprint.discard() if footprint is not None else None
+    if kept is not None:  # the workers' lines go to the run's log until the command ends: not to this one
+        from orchestrator import progress
+        from orchestrator.rundir import DRIVER_LOG
+
+        log = driver_log(str(footprint.path))
+        progress.stop_logging_to(log)
+        if DRIVER_LOG not in footprint.before:
+            log.unlink(missing_ok=True)  # a line that came between the discard and the stop
     if kept is not None and tell:
         stays = [f"what {footprint.path} held before stays as it was"] if footprint.before else []
         stays += [f"{', '.join(kept)}, written there meanwhile by another hand, stay"] if kept else []

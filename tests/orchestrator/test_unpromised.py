@@ -82,6 +82,35 @@ def test_a_workers_lines_go_to_the_runs_log_and_the_tools_own_word_to_the_consol
     assert all(line in kept for line in noise) and ours not in kept
 
 
+def test_a_launch_that_keeps_nothing_gets_no_log_back_from_a_late_worker_line(tmp_path, capsys):
+    """The workers' lines go to the run's log for the rest of the command; a launch
+    refused once Ray was up removes what it wrote, and a line of Ray's autoscaler
+    that came after wrote icr-sweep.log again into the user's folder (CI, once).
+    After the discard a worker line goes nowhere: not to the file, not to the console."""
+    import logging
+
+    from orchestrator import progress
+    from orchestrator.cli.sweep import _discard
+    from orchestrator.rundir.guard import Footprint
+    from orchestrator.unpromised import WORKER_LOG
+
+    run_dir = tmp_path / "runs" / "sweep"
+    run_dir.mkdir(parents=True)
+    (run_dir / "notes.txt").write_text("mine")
+    footprint = Footprint(str(run_dir))
+    workers = logging.getLogger(WORKER_LOG)
+    saved = workers.handlers[:], workers.propagate
+    try:
+        with progress.console(False, run_dir / "icr-sweep.log"):
+            logging.getLogger("ray").warning("Ray's line while it runs")  # the launch's log, written
+        assert _discard(footprint)  # refused: the log goes with the rest
+        workers.warning("autoscaler: a line after the launch removed what it wrote")  # the workers' first
+    finally:
+        workers.handlers, workers.propagate = saved
+    assert sorted(p.name for p in run_dir.iterdir()) == ["notes.txt"]
+    assert "removed what it wrote" not in capsys.readouterr().err
+
+
 def test_tunes_usage_tag_of_a_sweeps_callbacks_counts_as_tunes_own_without_its_integrations(tmp_path):
     """Issue 63: Tune's tag imported mlflow and wandb (1 s of every launch and resume)
     to compare class names; `count_callbacks` gives the same counts for every kind
