@@ -18,22 +18,15 @@ Gated DeltaNet-2 (gated_deltanet2/) is this layer with other gates: it overrides
 """
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from workloads.models.channel_delta_rule import channel_delta_chunked, channel_delta_recurrent
+from workloads.models.gated_deltanet.layer import GatedDeltaNetCache  # the same conv and state
 from workloads.models.recurrent_parts import (delta_rule_forward, dt_bias_init, optional_kernel, residual_out_proj,
                                               short_conv_step)
-
-
-@dataclass
-class ChannelDeltaCache:
-    conv: torch.Tensor  # (batch, 2 dk + dv, d_conv - 1): the convolutions' most recent inputs
-    state: torch.Tensor  # (batch, heads, head_dim, value dim)
-    filled: bool = False
 
 
 class KimiDeltaAttentionMixer(nn.Module):
@@ -71,9 +64,9 @@ class KimiDeltaAttentionMixer(nn.Module):
         """The widths of the gates' projections: beta, one per head."""
         return [self.n_heads]
 
-    def new_cache(self, batch: int, like: torch.Tensor) -> ChannelDeltaCache:
+    def new_cache(self, batch: int, like: torch.Tensor) -> GatedDeltaNetCache:
         acc = torch.promote_types(like.dtype, torch.float32)
-        return ChannelDeltaCache(conv=like.new_zeros(batch, self.conv_dim, self.d_conv - 1),
+        return GatedDeltaNetCache(conv=like.new_zeros(batch, self.conv_dim, self.d_conv - 1),
                                  state=like.new_zeros(batch, self.n_heads, self.head_dim, self.dv, dtype=acc))
 
     def _project(self, h: torch.Tensor):
@@ -119,7 +112,7 @@ class KimiDeltaAttentionMixer(nn.Module):
 
     forward = delta_rule_forward  # projections, conv, inputs, scan, gated norm (recurrent_parts.py)
 
-    def step(self, h: torch.Tensor, cache: ChannelDeltaCache) -> torch.Tensor:
+    def step(self, h: torch.Tensor, cache: GatedDeltaNetCache) -> torch.Tensor:
         """One token, h of shape (batch, 1, d_model); advances the cache."""
         qkv, gate, f, *gates = self._project(h)
         q, k, v, g, *gated = self._inputs(short_conv_step(qkv[:, 0], self.conv1d, cache)[:, None], f, *gates)
