@@ -49,6 +49,9 @@ def train(
 ):
     """Train and evaluate one trial without Ray. Re-running with the same --out resumes it."""
     protocol = {k: v for k, v in locals().items() if k in TrainConfig.model_fields and k != "lr"}  # as data
+    from workloads.threads import bound_threads
+
+    bound_threads(cpus)  # before torch starts its pools: the preflight builds the model
     if warmup_samples is None:
         protocol["warmup_samples"] = min(TrainConfig.model_fields["warmup_samples"].default, samples // 10)
     from orchestrator.rundir import TRIAL_LOCK_FILE, RunDirError, RunLock
@@ -86,9 +89,6 @@ def _trial_of_flags(arch: str, size: str, task_cfg, lr: Optional[float], dims: d
 def _train_trial(config, out: Path, cpus: int) -> None:
     """Runs one trial in `out` (resuming from its checkpoint there), as a sweep's trial
     is written; prints its final metrics as JSON, or exits saying why it stopped."""
-    from workloads.threads import bound_threads
-
-    bound_threads(cpus)  # before torch starts its pools
     from tqdm import tqdm
 
     from orchestrator.rundir import STOP_FILE, TrialFiles, catch_up, repair_results

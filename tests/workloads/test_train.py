@@ -271,12 +271,21 @@ def test_a_short_run_scales_its_warm_up_and_a_too_long_warm_up_names_the_flags(t
     assert result.exit_code == 2 and "--warmup-samples (10000) must be below --samples (6400)" in result.output
 
 
-def test_train_bounds_its_thread_pools_to_cpus(tmp_path, thread_pools):
+def test_train_bounds_its_thread_pools_to_cpus(tmp_path, thread_pools, monkeypatch):
     import numba
 
+    import orchestrator.cli.train as train_cli
+
+    # The preflight builds the model: torch ops run there under the bound too. An OpenMP team
+    # started wider before the bound keeps its idle worker spinning beside a one-thread trial
+    # (a second core busy for nothing: measured with the delta-rule models).
+    preflight, threads_seen = train_cli._train_preflight, []
+    monkeypatch.setattr(train_cli, "_train_preflight", lambda c: (threads_seen.append(torch.get_num_threads()),
+                                                                  preflight(c)))
     out = tmp_path / "threads"
     result = CliRunner().invoke(app, TRAIN + ["--samples", "64", "--eval-every", "64", "--cpus", "1", "--out", str(out)])
     assert result.exit_code == 0, result.output
+    assert threads_seen == [1]
     assert torch.get_num_threads() == 1 and numba.get_num_threads() == 1
     assert os.environ["OMP_NUM_THREADS"] == "1"
     # numba's pool already runs in this process (earlier tests started it): the variable keeps its size, which
