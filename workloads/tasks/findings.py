@@ -141,8 +141,14 @@ class Table:
         self.missing: list[tuple[str, str]] = []  # (setup, cell) without a finite value: left out of every comparison
         self.held_out: list[str] = []  # cells read on the held-out set
         self.biased: list[str] = []  # cells whose rate was chosen among several, read on validation (no held-out value)
+        # One model per (arch, size), its cells' keys: a state that grows with the length (log-linear
+        # attention's) differs from cell to cell, and is the model's at its fullest, its largest here.
+        states = {}
         for _, r in best.iterrows():
-            model = Model(r["arch"], str(r["size"]), _int(r.get("params")), _int(r.get("state_floats")))
+            state, key = _int(r.get("state_floats")), (r["arch"], str(r["size"]))
+            states[key] = state if states.get(key) is None else max(states[key], state or 0)
+        for _, r in best.iterrows():
+            model = Model(r["arch"], str(r["size"]), _int(r.get("params")), states[(r["arch"], str(r["size"]))])
             name = f"{model.arch} {r['setup']} {model.size} n={int(r['n'])}"
             values, seeds, source = _by_seed(r)
             if not all(math.isfinite(v) for v in values):

@@ -72,3 +72,23 @@ def test_a_task_without_claims_gets_the_comparison_alone():
                                    setups=("vanilla",)))
     assert [f.verdict for f in found.lines] == ["Beside the Transformer: glr falls short"]
     assert ar.findings(table(paper_shape, archs=("transformer",), setups=("vanilla",))).lines == ()
+
+
+def test_a_state_that_grows_with_the_length_is_one_model_in_every_cell():
+    # Log-linear attention's state is counted at each cell's longest sample, so its rows in
+    # best.csv differ in state_floats by setup and n: still one model, each comparison made once,
+    # and no state ablation between a model and itself (its states 1,000 to 9,000 floats: 9x).
+    best = with_mixer(lambda s, n: paper_shape("transformer", s, n) - 0.02)
+    mixer = best["arch"] == "glr"
+    best.loc[mixer, "state_floats"] = [1000 * (1 + 2 * ((n - 4) // 2) + (s == "retrieval"))
+                                       for s, n in zip(best.loc[mixer, "setup"], best.loc[mixer, "n"])]
+    found = istree(best)
+    for setup, f in beside(found).items():
+        text = f.markdown()
+        assert f.verdict == "Beside the Transformer: glr ends close", text
+        for n in (4, 6, 8):
+            assert text.count(f"glr tiny (31,000 params) against transformer tiny (30,944 params), n={n}:") == 1, text
+    improves = next(f for f in found.lines if f.claim.startswith("retrieval improves")).markdown()
+    for n in (4, 6, 8):
+        assert improves.count(f"glr tiny (31,000 params) n={n}:") == 1, improves
+    assert "glr" not in "".join(f.markdown() for f in found.lines if "state" in f.verdict.lower())
