@@ -48,9 +48,8 @@ class Written:
 
 def write_report(run: Run, out_dir: Path, solved: float = SOLVED, location: Optional[str] = None) -> Written:
     """Writes report.md, findings.json, results.csv, best.csv and the plots of `run`
-    (as orchestrator.rundir.read_run read it) into `out_dir`, and for a sweep over two
-    or more n, frontier.csv and frontier.png (a cell is solved at exact match >=
-    `solved`). Each cell's learning rate is chosen by the sweep's search.metric and
+    (as orchestrator.rundir.read_run read it) into `out_dir`, with frontier.csv and
+    frontier.png (a cell is solved at exact match >= `solved`). Each cell's learning rate is chosen by the sweep's search.metric and
     search.mode. `location`: the run directory as the user names it, for the commands
     that open it in each tool (default `out_dir`)."""
     out_dir, df = Path(out_dir), run.trials
@@ -86,7 +85,7 @@ def write_report(run: Run, out_dir: Path, solved: float = SOLVED, location: Opti
     robust = robust_tables(best) if not best.empty else ""
     lines += robust_section(robust, solved)
     lines += lr_window_section(df, out_dir, solved, run.task)
-    if not best.empty and best["n"].nunique() >= 2:
+    if not best.empty:
         lines += frontier_section(best, run, out_dir, solved, robust=bool(robust))
     lines += findings_reasons(found)
     if falling:

@@ -19,13 +19,13 @@ from orchestrator.rundir import PLAN_FILE, SPEC_FILE, RunLock, load_trials, read
 from orchestrator.spec import SweepSpec
 
 
-def fake_run(tmp_path, accuracy, unfinished=(), errored=(), search=None, seeds=(0, 1, 2), val_samples=None):
+def fake_run(tmp_path, accuracy, unfinished=(), errored=(), search=None, seeds=(0, 1, 2), val_samples=None, ns=(16, 32)):
     """A run directory laid out as `launch` and Ray Tune write it, with a chosen final
     exact match per trial (a function of the trial config); generation accuracy and
     validation loss are derived from it so that each metric ranks lrs differently."""
     training = dict(samples=200, eval_every=100, warmup_samples=10, **({"val_samples": val_samples} if val_samples else {}))
     spec = SweepSpec(name="fake", axes=dict(archs=["transformer", "mamba"], setups=["cot"], sizes=["0.5M"],
-                                            n=[16, 32], seeds=list(seeds)),
+                                            n=list(ns), seeds=list(seeds)),
                      lr=dict(transformer=[1e-3, 3e-3], mamba=3e-4), training=training,
                      **({"search": search} if search else {}))
     run = tmp_path / "fake"
@@ -387,6 +387,17 @@ def test_report_writes_the_frontier_for_a_sweep_over_n(tmp_path):
     assert math.isnan(rows.loc["mamba", "largest_solved"])
     report = (run / "report.md").read_text()
     assert "## Frontier" in report and "| cot | mamba 0.5M |" in report and "frontier.png" in report
+
+
+def test_a_sweep_at_one_n_gets_its_frontier_too(tmp_path):
+    # Each model's state against whether it solves the one n tried: a point per model.
+    run, _ = fake_run(tmp_path, accuracy, ns=(16,))
+    result = CliRunner().invoke(app, ["report", str(run), "--solved", "0.9"])
+    assert result.exit_code == 0, result.output
+    rows = pd.read_csv(run / "frontier.csv").set_index("arch")
+    assert rows.loc["transformer", "largest_solved"] == 16 and rows.loc["transformer", "largest_tried"] == 16
+    assert math.isnan(rows.loc["mamba", "largest_solved"]) and (run / "frontier.png").stat().st_size > 0
+    assert "| cot | mamba 0.5M | none | 16 |" in (run / "report.md").read_text()
 
 
 def test_a_task_without_generation_gets_no_generation_tables_and_its_token_accuracy(tmp_path):
