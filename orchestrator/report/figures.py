@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import textwrap
 from pathlib import Path
 from typing import Optional
 
@@ -207,8 +208,9 @@ def plot_frontier(table: pd.DataFrame, out_dir: Path, solved: float, sample_leng
         for handle, label in zip(*ax.get_legend_handles_labels()):
             shown.setdefault(label, handle)
     axes[0][-1].legend(shown.values(), shown.keys(), fontsize=9, loc="best")
-    fig.suptitle("Largest n solved against the recurrent state (floats), each model's parameters beside it"
-                 + ("\n(robust to the learning rate)" if robust else ""), fontsize=10)
+    title = "Largest n solved against the recurrent state (floats), each model's parameters beside it"
+    width = int(fig.get_figwidth() * 15)  # characters of 10-point type across the figure: one panel's is narrow
+    fig.suptitle(textwrap.fill(title, width) + ("\n(robust to the learning rate)" if robust else ""), fontsize=10)
     fig.tight_layout()
     path = out_dir / ("frontier_robust.png" if robust else "frontier.png")
     fig.savefig(path, dpi=120)

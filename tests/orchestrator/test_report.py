@@ -365,6 +365,10 @@ def test_the_frontier_figure_fits_no_line_through_one_point_and_names_each_model
         monkeypatch.setattr(plt, "close", figures.append)
         plot_frontier(pd.DataFrame(rows), tmp_path, 0.9, sample_length=lambda setup, n: 10 * n)
         (ax,) = figures[0].axes
+        # One panel's figure is narrow: its title is wrapped to fit inside it, not cut at its edges.
+        renderer = figures[0].canvas.get_renderer()
+        title, frame = figures[0]._suptitle.get_window_extent(renderer), figures[0].bbox
+        assert frame.x0 <= title.x0 and title.x1 <= frame.x1, (title, frame)
         plt.close(figures[0])
         return ax
 
