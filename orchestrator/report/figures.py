@@ -155,7 +155,7 @@ def _frontier_panel(ax, part: pd.DataFrame, setup: str, sample_length) -> None:
         ax.axhline(floor, color="grey", lw=0.5, ls=":")
     for i, (_, r) in enumerate(part.sort_values("x").iterrows()):  # what varies: each model's parameters beside it
         y = r["largest_solved"] if r["largest_solved"] == r["largest_solved"] else floor
-        ax.annotate(f"{r['params'] / 1000:,.1f}k params", (r["x"], y), xytext=(4, -9 - 7 * (i % 2)),
+        ax.annotate(f"{r['params'] / 1000:,.1f}k params", (r["x"], y), xytext=(4, -9 - 7 * (i % 3)),
                     textcoords="offset points", fontsize=8, color="dimgrey")
     ax.set_xscale("log")
     ax.set_yscale("log", base=2)
@@ -168,12 +168,12 @@ def _frontier_panel(ax, part: pd.DataFrame, setup: str, sample_length) -> None:
     ax.yaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     # Ticks at 1, 2 and 5 of each decade: a panel's points may span less than one.
     ax.xaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1, 2, 5)))
-    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(_floats))
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     lo, hi = part["x"].min(), part["x"].max()
     ax.set_xlim(lo / 2, hi * 2)
     ax.set_title(setup)
-    ax.set_xlabel("state floats (attention only: KV cache; a growing state: at largest n)", fontsize=8)
+    ax.set_xlabel("state floats", fontsize=8)
     ax.grid(alpha=0.3, which="both")
 
 
@@ -198,7 +198,7 @@ def plot_frontier(table: pd.DataFrame, out_dir: Path, solved: float, sample_leng
             return TASKS[DEFAULT_TASK][0](n=n, setup=setup).longest_sample
 
     setups = sorted(dict.fromkeys(table["setup"]), key=setup_key)  # the paper's order, as the other figures
-    fig, axes = plt.subplots(1, len(setups), figsize=(max(5, 3.6 * len(setups)), 3.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(setups), figsize=(max(5, 3.6 * len(setups)) + 1.8, 3.9), squeeze=False)
     for ax, setup in zip(axes[0], setups):
         _frontier_panel(ax, table[table["setup"] == setup].copy(), setup, sample_length)
     score = "robust score" if robust else "exact match"  # robust: held-out, at each seed's own rate
@@ -207,7 +207,9 @@ def plot_frontier(table: pd.DataFrame, out_dir: Path, solved: float, sample_leng
     for ax in axes[0]:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             shown.setdefault(label, handle)
-    axes[0][-1].legend(shown.values(), shown.keys(), fontsize=9, loc="best")
+    axes[0][-1].legend(shown.values(), shown.keys(), fontsize=9, loc="upper left", bbox_to_anchor=(1.02, 1))
+    fig.supxlabel("attention alone: at its KV cache at the largest n tried; a state that grows with the length: at "
+                  "the largest n", fontsize=8)
     title = "Largest n solved against the recurrent state (floats), each model's parameters beside it"
     width = int(fig.get_figwidth() * 15)  # characters of 10-point type across the figure: one panel's is narrow
     fig.suptitle(textwrap.fill(title, width) + ("\n(robust to the learning rate)" if robust else ""), fontsize=10)
@@ -216,6 +218,14 @@ def plot_frontier(table: pd.DataFrame, out_dir: Path, solved: float, sample_leng
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def _floats(value: float, _=None) -> str:
+    """An axis tick of a count of floats, short: 500, 2k, 10k, 1.5M."""
+    for scale, unit in ((1e6, "M"), (1e3, "k")):
+        if value >= scale:
+            return f"{value / scale:g}{unit}"
+    return f"{value:g}"
 
 
 def _window_spans(lrs: list[float]) -> list[tuple[float, float]]:
