@@ -12,6 +12,9 @@ neither can be made (no root, no delegation), the machine's counters in /proc/st
 which hold every other process's time too: run nothing else meanwhile (the record
 says which was used). The record is appended to ``--out``: user, system and total
 core-seconds, wall seconds, the command's exit status and the machine's CPU count.
+``--per-test FILE`` also loads bench/pytest_cpu.py into every pytest the command
+runs (through PYTEST_ADDOPTS) and writes each test's CPU time to FILE, the costliest
+first, with their sum per file.
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
+from collections import defaultdict
 from pathlib import Path
 
 V2 = Path("/sys/fs/cgroup")
@@ -81,13 +86,13 @@ class Counter:
             print(f"suite_cpu: {self.group} left in place ({e})", file=sys.stderr)
 
 
-def measure(command: list[str]) -> dict:
+def measure(command: list[str], env: dict | None = None) -> dict:
     counter = Counter()
     try:
         counter.enter()
         user0, system0 = counter.read()
         start = time.monotonic()
-        status = subprocess.call(command)
+        status = subprocess.call(command, env=env)
         wall = time.monotonic() - start
         user1, system1 = counter.read()
     finally:
@@ -106,16 +111,40 @@ def measure(command: list[str]) -> dict:
     }
 
 
+def per_test_env(out_dir: Path) -> dict:
+    """The environment that loads bench/pytest_cpu.py into every pytest run, writing to out_dir."""
+    env = dict(os.environ, ICR_TEST_CPU_DIR=str(out_dir))
+    env["PYTEST_ADDOPTS"] = " ".join(filter(None, [env.get("PYTEST_ADDOPTS"), "-p pytest_cpu"]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).parent), env.get("PYTHONPATH")]))
+    return env
+
+
+def per_test_record(out_dir: Path, label: str) -> dict:
+    """Each test's CPU and wall seconds from the plugin's files, the costliest first, and per file."""
+    rows = [json.loads(line) for path in sorted(out_dir.glob("*.jsonl")) for line in path.read_text().splitlines()]
+    rows.sort(key=lambda r: -r["cpu_s"])
+    by_file = defaultdict(float)
+    for r in rows:
+        by_file[r["test"].split("::")[0]] += r["cpu_s"]
+    return {"label": label, "tests": len(rows), "cpu_s": round(sum(r["cpu_s"] for r in rows), 1),
+            "by_file": {f: round(c, 1) for f, c in sorted(by_file.items(), key=lambda kv: -kv[1])}, "rows": rows}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=None, help="JSON file the record is appended to")
     parser.add_argument("--label", default="", help="what was measured (a fresh clone, a branch)")
+    parser.add_argument("--per-test", type=Path, default=None, help="JSON file each test's CPU time is written to")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("give the command after --")
-    record = {"label": args.label, **measure(command)}
+    with tempfile.TemporaryDirectory() as tests_dir:
+        env = per_test_env(Path(tests_dir)) if args.per_test else None
+        record = {"label": args.label, **measure(command, env)}
+        if args.per_test:
+            args.per_test.write_text(json.dumps(per_test_record(Path(tests_dir), args.label), indent=1) + "\n")
     print(json.dumps(record, indent=2), file=sys.stderr)
     if args.out is not None:
         records = json.loads(args.out.read_text()) if args.out.exists() else []
