@@ -64,6 +64,16 @@ class PerTestCpu:
             f.write(json.dumps(row) + "\n")
 
 
+    def pytest_unconfigure(self, config):
+        """Back into the parent folder, and this one removed (refused while a process a test left runs in it)."""
+        if self.group is not None:
+            try:
+                (self.group.parent / "cgroup.procs").write_text(str(os.getpid()))
+                self.group.rmdir()
+            except OSError:
+                pass
+
+
 def pytest_configure(config):
     out = os.environ.get("ICR_TEST_CPU_DIR")
     is_master = config.getoption("numprocesses", None) and not os.environ.get("PYTEST_XDIST_WORKER")

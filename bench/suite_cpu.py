@@ -81,6 +81,8 @@ class Counter:
         parent = self.group.parent / "cgroup.procs"
         try:
             parent.write_text(str(os.getpid()))
+            for child in sorted((d for d in self.group.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts)):
+                child.rmdir()  # the per-test plugin's folders, deepest first
             self.group.rmdir()  # refused while a leftover process runs in it: then it stays
         except OSError as e:
             print(f"suite_cpu: {self.group} left in place ({e})", file=sys.stderr)

@@ -60,3 +60,4 @@ def test_each_tests_cpu_time_holds_the_children_no_one_waits_for(tmp_path):
     assert record["tests"] == 2 and [r["test"].split("::")[1] for r in record["rows"]] == ["test_spins", "test_idle"]
     assert rows["test_spins"]["cpu_s"] >= 0.5 > rows["test_idle"]["cpu_s"], rows
     assert list(record["by_file"].values()) == [record["cpu_s"]]  # one file: its sum is the whole
+    assert "left in place" not in result.stderr, result.stderr  # the plugin's folders and the command's removed
