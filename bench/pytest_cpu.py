@@ -63,7 +63,6 @@ class PerTestCpu:
         with self.out.open("a") as f:
             f.write(json.dumps(row) + "\n")
 
-
     def pytest_unconfigure(self, config):
         """Back into the parent folder, and this one removed (refused while a process a test left runs in it)."""
         if self.group is not None:

@@ -49,9 +49,10 @@ class Written:
 def write_report(run: Run, out_dir: Path, solved: float = SOLVED, location: Optional[str] = None) -> Written:
     """Writes report.md, findings.json, results.csv, best.csv and the plots of `run`
     (as orchestrator.rundir.read_run read it) into `out_dir`, with frontier.csv and
-    frontier.png (a cell is solved at exact match >= `solved`). Each cell's learning rate is chosen by the sweep's search.metric and
-    search.mode. `location`: the run directory as the user names it, for the commands
-    that open it in each tool (default `out_dir`)."""
+    frontier.png (a cell is solved at exact match >= `solved`). Each cell's learning
+    rate is chosen by the sweep's search.metric and search.mode. `location`: the run
+    directory as the user names it, for the commands that open it in each tool
+    (default `out_dir`)."""
     out_dir, df = Path(out_dir), run.trials
     if df.empty:
         raise FileNotFoundError(f"{out_dir}: no trial results (no */params.json)")
