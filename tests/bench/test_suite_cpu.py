@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).parents[2]
 
 # A parent that ignores SIGCHLD (its children are reaped by the kernel, their CPU time
@@ -39,8 +41,6 @@ def test_the_cpu_time_of_a_child_no_one_waits_for_is_counted(tmp_path):
 
 def test_each_tests_cpu_time_holds_the_children_no_one_waits_for(tmp_path):
     # --per-test: each pytest process in a cgroup folder of its own, a test's time that folder's.
-    import pytest
-
     test_file = tmp_path / "test_probe.py"
     test_file.write_text("import subprocess, sys\n"
                          f"CHILD = {UNWAITED_CHILD!r}\n"

@@ -77,7 +77,7 @@ def test_a_task_without_claims_gets_the_comparison_alone():
 def test_a_state_that_grows_with_the_length_is_one_model_in_every_cell():
     # Log-linear attention's state is counted at each cell's longest sample, so its rows in
     # best.csv differ in state_floats by setup and n: still one model, each comparison made once,
-    # and no state ablation between a model and itself (its states 1,000 to 9,000 floats: 9x).
+    # and no state ablation between a model and itself (its states 1,000 to 6,000 floats: 6x).
     best = with_mixer(lambda s, n: paper_shape("transformer", s, n) - 0.02)
     mixer = best["arch"] == "glr"
     best.loc[mixer, "state_floats"] = [1000 * (1 + 2 * ((n - 4) // 2) + (s == "retrieval"))
