@@ -70,9 +70,10 @@ def first_intact(directories, config: TrialConfig | list[TrialConfig], say=print
     return None
 
 
-# Config fields that change how a trial runs, not what it computes: a checkpoint
-# continues under other values of them (and the task label only names the trial).
-_HOW_IT_RUNS = ("length_groups", "checkpoint_every_s")
+# Config fields that change how a trial runs, not what it computes (the same loss and
+# gradients up to the order of floating-point sums): a checkpoint continues under
+# other values of them (and the task label only names the trial).
+_HOW_IT_RUNS = ("length_groups", "checkpoint_every_s", "cuda_graphs")
 
 
 def what_trains(config: dict) -> dict:

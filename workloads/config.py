@@ -34,6 +34,8 @@ LR_MAX = 3.4e37
 
 Device = Literal["auto", "cpu", "cuda"]
 Precision = Literal["fp32", "bf16"]
+CudaGraphs = Literal["auto", "on", "off"]
+AttentionPrecision = Literal["fp32", "bf16"]
 
 
 class TrainConfig(BaseModel):
@@ -60,6 +62,14 @@ class TrainConfig(BaseModel):
     precision: Precision = Field(
         "fp32", description="bf16: autocast on CUDA (ignored on CPU, which always trains in fp32)"
     )
+    cuda_graphs: CudaGraphs = Field(
+        "auto", description="a lone trial's step at static shapes, captured as a CUDA graph and replayed "
+        "(workloads/static_step.py; the same loss and gradients): on; off; auto: on for the GPUs where it measured "
+        "faster (docs/gpu.md), else off. A CPU runs the static step uncaptured where it is on")
+    attention_precision: AttentionPrecision = Field(
+        "fp32", description="bf16: attention's q, k and v cast to bf16 for the attention kernel alone (flash or "
+        "cuDNN on a GPU), its output back to the step's precision; everything else as `precision` says. The "
+        "paper's protocol is fp32 (docs/fidelity.md states bf16's measured effect)")
 
     @model_validator(mode="after")
     def _check(self):

@@ -63,9 +63,10 @@ PLOTTED = tuple(name for name, m in METRICS.items() if m.plot)  # the accuracies
 # Progress, in every result row (between evaluations too), beside the metrics.
 PROGRESS = ("samples", "train_loss", "samples_per_s")
 # What a trial ran on, as it ran, beside what its config asked (device: auto, scan:
-# auto): the device's type, and the scan its recurrent layers ran (none without
-# any). Text in its rows; parameters in the trackers.
-RESOLVED = ("device_used", "scan_used")
+# auto, cuda_graphs: auto): the device's type, the scan its recurrent layers ran
+# (none without any), and its step (workloads/static_step.py: graph, static or
+# plain). Text in its rows; parameters in the trackers.
+RESOLVED = ("device_used", "scan_used", "step_used")
 
 
 def measured(row: dict, keys) -> dict:

@@ -23,6 +23,8 @@ from workloads.evaluate import generation_accuracy, supervised_loss, teacher_for
 from workloads.memory import SPACE_MARGIN
 from workloads.metrics import HELD_OUT
 from workloads.models import build_model
+from workloads.models.transformer import set_attention_dtype
+from workloads.static_step import StaticStep, bucket_widths, rates_kept, static_optimizer, uses_static_step
 from workloads.tasks import Batch, build_task
 from workloads.tasks.base import HELD_OUT_STREAM, TRAIN_STREAM, VALID_STREAM
 
@@ -86,7 +88,8 @@ class Trial:
         """What the run ran on (workloads.metrics.RESOLVED): the device's type and the
         scans its recurrent layers ran last (each sets `scan_ran` in its forward)."""
         scans = sorted({m.scan_ran for m in self.model.modules() if getattr(m, "scan_ran", None)})
-        return {"device_used": self.device.type, "scan_used": "+".join(scans) or "none"}
+        step = "plain" if self.static is None else "graph" if self.static.captured else "static"
+        return {"device_used": self.device.type, "scan_used": "+".join(scans) or "none", "step_used": step}
 
     def __init__(self, config: TrialConfig):
         self.config = config
@@ -105,8 +108,17 @@ class Trial:
             # TF32 for fp32 matmuls: tensor-core speed at fp32's range (bf16 stays opt-in).
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
+        set_attention_dtype(self.model, torch.bfloat16 if tc.attention_precision == "bf16" else None)
         # Adam, as the paper: AdamW with weight decay 0; fused into one kernel on CUDA.
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=tc.lr, weight_decay=0.0, fused=cuda or None)
+        # The static step's rate is a device tensor (workloads/static_step.py).
+        self.static: Optional[StaticStep] = None
+        if uses_static_step(tc.cuda_graphs, self.device):
+            self.optimizer = static_optimizer(self.model, tc.lr, self.device)
+            self.static = StaticStep(self.model, self.optimizer, self.autocast, self.device,
+                                     rows=math.ceil(tc.batch_size / tc.length_groups),
+                                     widths=bucket_widths(self.task.max_length), grad_clip=tc.grad_clip, capture=cuda)
+        else:
+            self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=tc.lr, weight_decay=0.0, fused=cuda or None)
         warmup_steps = max(1, tc.warmup_samples // tc.batch_size)
         total_steps = math.ceil(tc.samples / tc.batch_size)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -146,8 +158,9 @@ class Trial:
             differ = differences(saved, wanted)
             raise CheckpointError(f"the checkpoint was written by a trial with another config: {'; '.join(differ)}")
         self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
+        with rates_kept(self.optimizer, self.scheduler):  # a checkpoint of the other step continues too
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scheduler.load_state_dict(state["scheduler"])
         self.samples = state["samples"]
         self.history = state["history"]
         self.loss_sum, self.loss_steps = state.get("loss_since_eval", (0.0, 0))
@@ -202,6 +215,11 @@ class Trial:
         supervised token of the batch), computed in length-grouped micro-batches
         (workloads/batching.py); returns the loss, detached."""
         tc = self.config.train
+        if self.static is not None:
+            self.static.accumulate(batch)
+            loss = self.static.loss.clone()
+            self.static.loss.zero_()
+            return loss
         supervised = int(batch.supervised[:, 1:].sum())  # on the CPU copy
         groups = group_rows(batch.lengths.numpy(), tc.length_groups, self.group_overhead)
         total = None
@@ -280,7 +298,7 @@ class LoopRun:
             "step": step,
             "train_loss": trial.loss_sum / max(1, trial.loss_steps),
             **extra,
-            "lr": trial.scheduler.get_last_lr()[0],
+            "lr": float(trial.scheduler.get_last_lr()[0]),  # the static step's is a device tensor
             "samples_per_s": self.trained / max(self.train_time, 1e-9),
             "tokens_per_s": tokens / max(self.train_time, 1e-9),
             **ran,
@@ -320,11 +338,14 @@ class _Run(LoopRun):
         count = min(tc.batch_size, tc.samples - trial.samples)
         batch = trial.task.batch(tc.seed, TRAIN_STREAM, trial.samples, count)
         batch_tokens = int(batch.lengths.sum())  # counted on the CPU copy: no GPU sync per step
-        trial.optimizer.zero_grad(set_to_none=True)
-        loss = trial.backward(batch)
-        if tc.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(trial.model.parameters(), tc.grad_clip)
-        trial.optimizer.step()
+        if trial.static is not None:
+            loss = trial.static.step(batch)
+        else:
+            trial.optimizer.zero_grad(set_to_none=True)
+            loss = trial.backward(batch)
+            if tc.grad_clip is not None:
+                torch.nn.utils.clip_grad_norm_(trial.model.parameters(), tc.grad_clip)
+            trial.optimizer.step()
         trial.scheduler.step()
         step = trial.scheduler.last_epoch
         before = trial.samples

@@ -46,6 +46,7 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
         self.o_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
         self._rotary = None  # (cos, sin) for positions 0..T-1, computed once, grown on demand
+        self.compute_dtype = None  # the attention kernel's dtype where it differs from the step's (set_attention_dtype)
 
     def _heads(self, x, proj):
         batch, length, _ = x.shape
@@ -68,18 +69,35 @@ class Attention(nn.Module):
         k = apply_rotary(self._heads(x, self.k_proj), cos, sin)
         v = self._heads(x, self.v_proj)
         if cache is None:
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            out = self._attend(q, k, v, causal=True)
         else:
             cache.k[:, :, start : start + length] = k
             cache.v[:, :, start : start + length] = v
             cache.length = start + length
             if start == 0:
-                out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                out = self._attend(q, k, v, causal=True)
             else:
                 # Decoding continues after the prompt: all cached positions are visible.
                 assert length == 1, "after the prompt, decode one token at a time"
-                out = F.scaled_dot_product_attention(q, cache.k[:, :, : cache.length], cache.v[:, :, : cache.length])
+                out = self._attend(q, cache.k[:, :, : cache.length], cache.v[:, :, : cache.length], causal=False)
         return self.o_proj(out.transpose(1, 2).reshape(batch, length, d_model))
+
+    def _attend(self, q, k, v, causal: bool) -> torch.Tensor:
+        """The attention kernel, in `compute_dtype` where one is set (its output back in q's dtype)."""
+        dtype = self.compute_dtype
+        if dtype is None or q.dtype == dtype:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        out = F.scaled_dot_product_attention(q.to(dtype), k.to(dtype), v.to(dtype), is_causal=causal)
+        return out.to(q.dtype)
+
+
+def set_attention_dtype(model: nn.Module, dtype) -> None:
+    """Every attention layer of `model` computes its kernel in `dtype` (bf16: q, k and v
+    cast for the kernel alone; training.attention_precision), or in the step's own
+    precision (None)."""
+    for module in model.modules():
+        if isinstance(module, Attention):
+            module.compute_dtype = dtype
 
 
 class SwiGLU(nn.Module):
