@@ -7,6 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from workloads.models import ModelConfig, preset
 from workloads.models.config import DEFAULT_LR
 from workloads.naming import joined, trial_name
+from workloads.switch import Switch
 from workloads.tasks import DEFAULT_TASK, TaskConfig
 
 def paper_lr(arch: str) -> float:
@@ -34,7 +35,7 @@ LR_MAX = 3.4e37
 
 Device = Literal["auto", "cpu", "cuda"]
 Precision = Literal["fp32", "bf16"]
-CudaGraphs = Literal["auto", "on", "off"]
+CudaGraphs = Switch
 AttentionPrecision = Literal["fp32", "bf16"]
 
 

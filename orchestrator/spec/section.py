@@ -8,6 +8,8 @@ import typing
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from workloads.switch import reads_yaml_booleans
+
 
 def _admits_bool(annotation) -> bool:
     return annotation is bool or any(_admits_bool(a) for a in typing.get_args(annotation))
@@ -40,6 +42,8 @@ class Section(BaseModel):
         field = cls.model_fields.get(info.field_name)
         if field is None or (isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)):
             return value  # a section: its own fields check theirs
+        if reads_yaml_booleans(field):
+            return value  # on/off, which YAML reads as booleans
         if _holds_bool(value) and not _admits_bool(field.annotation):
             if isinstance(value, bool) and section_of(field.annotation):
                 raise ValueError(f"a section of {section_of(field.annotation).__name__.removesuffix('Spec')}'s fields is "

@@ -828,3 +828,20 @@ def test_validate_and_plan_say_the_rate_of_each_architecture_lr_leaves_out(tmp_p
     spec["lr"] = {"transformer": 3.0e-3, "mamba": 1e-3, "mamba2": 1e-3}
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
     assert "lr: not given" not in CliRunner().invoke(app, ["validate", str(tmp_path / "s.yaml")]).output
+
+
+def test_the_levers_take_a_bare_on_and_off_as_yaml_writes_them_and_name_a_bad_value(tmp_path):
+    """YAML 1.1 reads `on` and `off` as booleans: the levers take them as the words;
+    any other value is named with the field and the three allowed."""
+    path = tmp_path / "levers.yaml"
+    data = yaml.safe_load((SWEEPS / "istree_micro.yaml").read_text())
+    data["training"]["cuda_graphs"] = True  # what `cuda_graphs: on` reads as
+    data["resources"]["mps"] = False  # `mps: off`
+    path.write_text(yaml.safe_dump(data))
+    loaded = load_spec(path)
+    assert (loaded.training.cuda_graphs, loaded.resources.mps) == ("on", "off")
+    assert {t.train.cuda_graphs for t in expand(loaded)} == {"on"}
+    data["training"]["cuda_graphs"] = "sometimes"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(SpecError, match=r"training\.cuda_graphs: Input should be 'auto', 'on' or 'off' \(got 'sometimes'\)"):
+        load_spec(path)
