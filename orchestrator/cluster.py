@@ -9,7 +9,7 @@ from typing import Callable, Optional
 
 import ray
 
-from orchestrator.packing import gpu_shares
+from orchestrator.packing import gpu_shares, nvidia_smi
 from orchestrator.privatedir import (PrivateFolderError, Session, end_orphans, one_start_at_a_time, private_base,
                                      start_lock_folder)
 from orchestrator.spec import SweepSpec
@@ -84,7 +84,9 @@ def start_ray(spec: SweepSpec, address: Optional[str], temp_dir: Optional[str], 
         ctx = ray.init(address=resolve_address(address), runtime_env=runtime_env, job_config=job_config,
                        log_to_driver=True)
         worker_lines_to_the_log()
-        return ctx, []
+        from orchestrator.mps import wanted
+
+        return ctx, [why for why in [wanted(spec.resources.mps, embedded=False, shares_a_gpu=False)[1]] if why]
     notes = []
     # Ray binds the dashboard's port only when the dashboard is up, seconds after
     # the port was found free: two launches a second apart both chose 8265 and the
@@ -102,7 +104,7 @@ def start_ray(spec: SweepSpec, address: Optional[str], temp_dir: Optional[str], 
         ended, left = end_orphans(ray_temp)
         if ended:
             notes.append(f"Ended {ended} Ray process(es) a killed icr-sweep left running (their driver is gone).")
-        notes += left
+        notes += left + _mps_for_the_trials(spec, base)
         port = _free_port(dashboard_host, dashboard_port) if dashboard else dashboard_port
         if port != dashboard_port:
             notes.append(f"Port {dashboard_port} is taken; the dashboard listens on {port} instead (--dashboard-port to choose).")
@@ -129,6 +131,32 @@ def start_ray(spec: SweepSpec, address: Optional[str], temp_dir: Optional[str], 
         session.started_ray(ctx.address_info.get("session_dir"))
     worker_lines_to_the_log()
     return ctx, notes
+
+
+def _mps_for_the_trials(spec: SweepSpec, base: Path) -> list[str]:
+    """Ends the MPS daemons killed drivers left, then starts this launch's where
+    resources.mps asks (orchestrator/mps.py), before Ray: its workers inherit the
+    pipe's folder. Notes for the user."""
+    from orchestrator import mps
+
+    ended, notes = mps.end_orphan_daemons(base)
+    if ended:
+        notes.append(f"Ended {ended} MPS daemon(s) a killed icr-sweep left running.")
+    gpus = tuple(nvidia_smi("name")) if spec.resources.mps == "auto" and spec.resources.device != "cpu" else ()
+    start, why_not = mps.wanted(spec.resources.mps, embedded=True, shares_a_gpu=bool(gpus) and _trials_share_a_gpu(spec),
+                                gpus=gpus)
+    if start:
+        try:
+            daemon = mps.start_for_this_driver(base)
+            notes.append(f"Trials sharing a GPU run under MPS, side by side (its daemon's log: {daemon.log}).")
+        except mps.MPSError as e:
+            notes.append(f"The MPS daemon did not start ({e}): trials sharing a GPU take turns on it, time-sliced.")
+    return notes + ([why_not] if why_not else [])
+
+
+def _trials_share_a_gpu(spec: SweepSpec) -> bool:
+    """Whether trials of `spec` would share a GPU: some ask for less than a whole one."""
+    return min((share for share, _ in gpu_shares(spec).values()), default=1.0) < 1.0
 
 
 def _port_clash(error: str, ray_temp: str) -> bool:

@@ -141,7 +141,7 @@ def started(pid: int) -> Optional[int]:
     return int(text.rpartition(")")[2].split()[19])  # the fields after the name, which may hold spaces
 
 
-def _boot() -> str:
+def boot_id() -> str:
     try:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
@@ -154,7 +154,7 @@ class Session:
 
     def __init__(self, base: Path):
         pid = os.getpid()
-        self.data = {"driver_pid": pid, "driver_start": started(pid), "boot": _boot(), "session_dir": None}
+        self.data = {"driver_pid": pid, "driver_start": started(pid), "boot": boot_id(), "session_dir": None}
         folder = base / SESSIONS
         folder.mkdir(mode=0o700, exist_ok=True)
         self.path = folder / f"{pid}-{self.data['driver_start']}.json"
@@ -180,11 +180,11 @@ def end_orphans(ray_temp: str) -> tuple[int, list[str]]:
     ended, notes = 0, []
     for record in sorted(folder.glob("*.json")) if folder.is_dir() else ():
         data = _read(record)
-        if data is None or _driver_alive(data):
+        if data is None or driver_alive(data):
             continue
         session = _session_dir(Path(ray_temp), data)
         left = 0
-        for pid, argv in _naming(session) if session is not None else []:
+        for pid, argv in processes_naming(session) if session is not None else []:
             if _rays(argv, pid) and (started(pid) or -1) >= (data.get("driver_start") or 0):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
@@ -206,9 +206,9 @@ def _read(record: Path) -> Optional[dict]:
         return None
 
 
-def _driver_alive(data: dict) -> bool:
+def driver_alive(data: dict) -> bool:
     """The recorded driver runs still: same boot, its pid alive and started when it did."""
-    if data.get("boot") != _boot():
+    if data.get("boot") != boot_id():
         return False
     return started(data["driver_pid"]) == data.get("driver_start")
 
@@ -223,7 +223,7 @@ def _session_dir(ray_temp: Path, data: dict) -> Optional[str]:
     return str(found[0]) if len(found) == 1 else None
 
 
-def _naming(session: str) -> list[tuple[int, list[str]]]:
+def processes_naming(session: str) -> list[tuple[int, list[str]]]:
     """This user's processes (not this one) whose command line or an open file names `session`."""
     out = []
     for pid in (int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()):

@@ -12,6 +12,7 @@ from orchestrator.spec.section import Section
 from workloads.config import LR_MAX, PER_TRIAL, Device, Seed, TrainConfig
 from workloads.metrics import HEADLINE, METRICS
 from workloads.models.config import DEFAULT_LR, MODEL_FIELDS, MODEL_OPTIONS, PAPER_ARCHS, PAPER_SIZES, Arch, Size
+from workloads.switch import Switch
 from workloads.tasks import DEFAULT_TASK, TASKS
 
 # Where Ray Tune can store results (pyarrow filesystems); a plain path is local.
@@ -290,6 +291,12 @@ class ResourcesSpec(Section):
         "computing them all at once: docs/gpu.md); 1: each trial alone; auto: on GPUs, as many as a GPU's memory "
         "holds, up to 16; on CPU, 1 (arrays measured slower there: bench/results/arrays_cpu.json)")
     max_concurrent: Optional[int] = Field(None, gt=0, description="cap on trials (or arrays) running at once")
+    mps: Switch = Field(
+        "auto", description="trials sharing a GPU run as clients of an MPS control daemon the launch starts as you, "
+        "in its private folder, and stops at its end (orchestrator/mps.py): their kernels side by side instead of "
+        "taking turns; auto: where the embedded Ray's trials share a GPU of a kind MPS measured faster on "
+        "(docs/gpu.md) and nvidia-cuda-mps-control is on PATH; a daemon that fails to start is named and the trials "
+        "share the GPU time-sliced")
     max_failures: int = Field(2, ge=0, description="retries of a crashed trial, from its last checkpoint")
 
 
