@@ -96,8 +96,12 @@ class Trial:
         tc = config.train
         self.device = resolve_device(tc.device)
         use_bf16 = tc.precision == "bf16" and self.device.type == "cuda"
+        static_step_on = uses_static_step(tc.cuda_graphs, self.device)
+        # Autocast's cache of cast weights must not outlive a graph's capture (PyTorch's
+        # CUDA-graph notes): off for the static step.
         self.autocast = (
-            (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_bf16 else contextlib.nullcontext
+            (lambda: torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=not static_step_on)) if use_bf16
+            else contextlib.nullcontext
         )
         self.task = build_task(config.task)
         config.model.check_device(self.device)
@@ -112,7 +116,7 @@ class Trial:
         # Adam, as the paper: AdamW with weight decay 0; fused into one kernel on CUDA.
         # The static step's rate is a device tensor (workloads/static_step.py).
         self.static: Optional[StaticStep] = None
-        if uses_static_step(tc.cuda_graphs, self.device):
+        if static_step_on:
             self.optimizer = static_optimizer(self.model, tc.lr, self.device)
             self.static = StaticStep(self.model, self.optimizer, self.autocast, self.device,
                                      rows=math.ceil(tc.batch_size / tc.length_groups),

@@ -164,13 +164,14 @@ def results_so_far(trial_dir: Path) -> list[dict]:
 HALF_EVERY = 512
 
 
-def killme_spec(tmp_path, name: str = "killme", samples: int = 12288, every: int = 1024) -> Path:
+def killme_spec(tmp_path, name: str = "killme", samples: int = 12288, every: int = 1024, **training) -> Path:
     """Three seeds of one tiny trial, one at a time, each long enough to be caught midway:
     `samples` in evaluations every `every` (a test that needs no step between two
-    evaluations halves both: the same rows at half the training)."""
+    evaluations halves both: the same rows at half the training); `training`: more
+    of the protocol's fields."""
     spec = yaml.safe_load((SWEEPS / "istree_micro.yaml").read_text())
     spec.update(name=name, axes=dict(archs=["transformer"], setups=["cot"], sizes=["tiny"], n=[5], seeds=[0, 1, 2]))
-    spec["training"].update(samples=samples, eval_every=every)
+    spec["training"].update(samples=samples, eval_every=every, **training)
     spec["resources"].update(max_concurrent=1)
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))

@@ -120,11 +120,13 @@ def killed_midway(tmp_path_factory):
     """A killme run at half training whose driver and Ray were killed with SIGKILL once
     a trial had finished and another had three results, built once for the tests
     that resume such a run: each resumes a copy of its own (`copy_of`). Returns
-    (run directory, finished trials, the interrupted trial)."""
+    (run directory, finished trials, the interrupted trial). Its trials train on the
+    static step (training.cuda_graphs: on; a CPU runs it uncaptured), which a kill
+    and a resume must leave as exact as the plain one."""
     base = tmp_path_factory.mktemp("killed")
     storage = base / "runs"
     with own_ray_temp() as ray_temp:
-        finished, interrupted = _kill_midway(killme_spec(base, samples=HALF, every=HALF_EVERY), storage,
+        finished, interrupted = _kill_midway(killme_spec(base, samples=HALF, every=HALF_EVERY, cuda_graphs="on"), storage,
                                              storage / "killme", ray_temp, free_port(), rows=3)
     return storage / "killme", finished, interrupted
 
@@ -155,6 +157,7 @@ def test_a_killed_driver_resumes_without_rerunning_finished_trials(tmp_path, ray
     assert samples == sorted(set(samples)), f"{interrupted} restarted instead of continuing: {samples}"
     assert not (run_dir / interrupted / STARTED_OVER_FILE).exists(), f"{interrupted} started over from sample 0"
     assert samples[-1] == HALF
+    assert {r["step_used"] for name in df["trial"] for r in results_so_far(run_dir / name)} == {"static"}
 
 
 def test_a_run_with_damaged_tune_state_and_checkpoint_still_resumes(tmp_path, ray_temp, killed_midway):
@@ -431,7 +434,8 @@ def test_an_optuna_sweep_survives_time_checkpoints_a_ctrl_c_a_kill_and_its_resum
     spec.update(name="optuna_stop", axes=dict(archs=["transformer"], setups=["cot"], sizes=["tiny"], n=[5], seeds=[0]),
                 lr=dict(transformer=dict(distribution="loguniform", low=1e-3, high=1e-2)),
                 search=dict(method="optuna", num_samples=3))
-    spec["training"].update(samples=6144, eval_every=3072, checkpoint_every_s=0.5)
+    # A lone trial on the static step (a CPU runs it uncaptured), an array on its own.
+    spec["training"].update(samples=6144, eval_every=3072, checkpoint_every_s=0.5, cuda_graphs="on")
     spec["resources"].update(max_concurrent=1, fuse=fuse)
     spec_path, storage = tmp_path / "optuna_stop.yaml", tmp_path / "runs"
     spec_path.write_text(yaml.safe_dump(spec))
@@ -492,6 +496,8 @@ def test_an_optuna_sweep_survives_time_checkpoints_a_ctrl_c_a_kill_and_its_resum
         assert on_timeline == [3072, 6144], (name, on_timeline)
         stored = [r["samples"] for r in trial if r.get("evaluated", True)]
         assert len(stored) == len(set(stored)), (name, stored)
+        if fuse == 1:
+            assert {r["step_used"] for r in trial} == {"static"}, name
     url = f"sqlite:///{run_dir / 'optuna.db'}"
     study = optuna.load_study(study_name="optuna_stop/transformer-cot-tiny-n5-s0", storage=url)
     told = sorted((t.params["lr"], t.value) for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE)

@@ -199,3 +199,34 @@ def test_the_captured_step_replays_the_uncaptured_one_without_reading_the_device
     assert graphed_losses == pytest.approx(eager_losses, rel=1e-5)
     for a, b in zip(eager.model.parameters(), graphed.model.parameters()):
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_capturable_adam_with_a_tensor_rate_is_the_plain_fused_adam_on_a_gpu():
+    """100 scheduled, clipped steps on CUDA: the static step's optimiser (fused,
+    capturable, its rate a float32 device tensor) against the plain step's (fused,
+    a float rate): the same weights and moments to float32's rounding."""
+
+    def trained(static: bool):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4)).cuda()
+        optimizer = static_optimizer(model, 3e-3, torch.device("cuda")) if static else \
+            torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0, fused=True)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, 10, 100))
+        data = torch.Generator().manual_seed(1)
+        for _ in range(100):
+            loss = model(torch.randn(32, 8, generator=data).cuda()).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+            optimizer.step()
+            scheduler.step()
+        return model, optimizer
+
+    (plain, plain_opt), (static, static_opt) = trained(False), trained(True)
+    for a, b in zip(plain.parameters(), static.parameters()):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-7)
+    for key, state in plain_opt.state_dict()["state"].items():
+        other = static_opt.state_dict()["state"][key]
+        assert torch.allclose(state["exp_avg"], other["exp_avg"], rtol=1e-5, atol=1e-9)
