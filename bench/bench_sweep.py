@@ -3,8 +3,8 @@ checkpoints) for a fixed wall time: rates per trial class and the grids' project
 
     python bench/bench_sweep.py [--spec sweeps/istree_grid.yaml] [--archs ...] [--setups cot retrieval]
         [--sizes 0.5M] [--n 16 64] [--seconds 600] [--eval-every 20000] [--val-samples 500]
-        [--device cuda|cpu] [--cpus N] [--fuse K] [--project sweeps/istree_grid.yaml sweeps/istree_grid_1m.yaml]
-        [--out bench/results/sweep_<device>.json]
+        [--device cuda|cpu] [--cpus N] [--fuse K] [--set FIELD=VALUE ...]
+        [--project sweeps/istree_grid.yaml sweeps/istree_grid_1m.yaml] [--out bench/results/sweep_<device>.json]
 
 The slice is the spec with its axes narrowed (default: the 12 trials of issue 19,
 3 archs x CoT and retrieval x n 16 and 64 at 0.5M), evaluated more often so that
@@ -70,6 +70,13 @@ def slice_spec(args, storage: Path) -> Path:
         resources["cpus_per_trial"] = args.cpus_per_trial
     if args.fuse:
         resources["fuse"] = args.fuse
+    for setting in args.set or []:
+        path, _, value = setting.partition("=")
+        *parents, key = path.split(".")
+        folder = data
+        for part in parents:
+            folder = folder.setdefault(part, {})
+        folder[key] = yaml.safe_load(value)
     data.update(name="bench_sweep", storage=str(storage))
     path = storage / "bench_sweep.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -111,7 +118,8 @@ def trial_rows(run_dir: Path) -> list[dict]:
                          setup=setup, n=task["n"], samples=last["samples"],
                          samples_per_s=last["samples_per_s"], tokens_per_s=last["tokens_per_s"],
                          wall_samples_per_s=last["samples"] / last["time_total_s"],
-                         share=last.get("gpu_share") or None, longest_sample=None, array=params.get("array")))
+                         share=last.get("gpu_share") or None, longest_sample=None, array=params.get("array"),
+                         step_used=last.get("step_used")))
     for row in rows:  # a member of a trial array (--fuse): the members of its array
         row["members"] = sum(1 for other in rows if row["array"] and other["array"] == row["array"]) or 1
     return rows
@@ -133,6 +141,9 @@ def main() -> None:
     parser.add_argument("--fuse", type=int, help="resources.fuse of the slice: rates of members of trial arrays")
     parser.add_argument("--gpus", type=float, default=1.0, help="GPUs the projection runs the grids on")
     parser.add_argument("--project", nargs="*", default=["sweeps/istree_grid.yaml", "sweeps/istree_grid_1m.yaml"])
+    parser.add_argument("--set", action="append", metavar="FIELD=VALUE",
+                        help="a field of the slice's spec by its path, its value as YAML (resources.mps=on, "
+                        "training.cuda_graphs=on); again for more")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     name = device_name(args.device)
@@ -184,7 +195,7 @@ def main() -> None:
 
     memory = local_gpu_memory_gb() if args.device == "cuda" else None
     record = dict(device=name, **({"gpu_memory_gb": round(memory, 1)} if memory else {}),
-                  slice=spec.model_dump(mode="json")["axes"], seconds=round(wall, 1),
+                  slice=spec.model_dump(mode="json")["axes"], settings=args.set or [], seconds=round(wall, 1),
                   trials_reported=len(trials), aggregate_samples_per_s=round(aggregate, 2),
                   aggregate_per=f"{capacity:g} {'GPU' if args.device == 'cuda' else 'CPU'}",
                   classes=class_rows, trials=trials, projections=projections)
