@@ -122,6 +122,18 @@ def device_name(device: str) -> str:
     return torch.cuda.get_device_name(0)
 
 
+def measure_all(args, measure, out: Path, name: str) -> None:
+    """Runs `measure(arch, size, n, setup)` (a list of rows, or None to pass one over)
+    for every configuration of `args`, printing each row as it comes, then writes them
+    with the device and the threads torch ran on."""
+    rows = []
+    for arch, size, n, setup in configurations(args):
+        for row in measure(arch, size, n, setup) or []:
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    write_rows(out, name, [dict(row, threads=torch.get_num_threads()) for row in rows])
+
+
 def write_rows(out: Path, device: str, rows: list[dict]) -> None:
     """The bench's figures with the device and torch they were measured on."""
     out.parent.mkdir(parents=True, exist_ok=True)

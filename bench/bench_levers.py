@@ -16,13 +16,10 @@ variant.
 """
 
 import argparse
-import json
 import time
 from pathlib import Path
 
-import torch
-
-from bench_gpu import configurations, device_name, grid_arguments, write_rows  # bench/, the script's own folder
+from bench_gpu import device_name, grid_arguments, measure_all  # bench/, the script's own folder
 from step_common import lone_run, step_config, sync
 from workloads import static_step
 
@@ -70,15 +67,13 @@ def main() -> None:
     parser.set_defaults(setups=["retrieval"])
     args = parser.parse_args()
     name = device_name(args.device)
-    rows = []
-    for arch, size, n, setup in configurations(args):
+
+    def rows(arch, size, n, setup):
         if args.lever == "attention" and not step_config(arch, setup, n, size, "cpu").model.attn_layer_idx:
-            continue
-        for row in measure(args.lever, arch, size, n, setup, args.steps, args.device):
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-    write_rows(args.out or Path("bench/results") / f"levers_{args.lever}_{name.replace(' ', '_')}.json", name,
-               [dict(row, threads=torch.get_num_threads()) for row in rows])
+            return None  # no attention to cast
+        return measure(args.lever, arch, size, n, setup, args.steps, args.device)
+
+    measure_all(args, rows, args.out or Path("bench/results") / f"levers_{args.lever}_{name.replace(' ', '_')}.json", name)
 
 
 if __name__ == "__main__":

@@ -14,13 +14,12 @@ computed padding included, and the speed ratio to the first variant.
 """
 
 import argparse
-import json
 import time
 from pathlib import Path
 
 import torch
 
-from bench_gpu import configurations, device_name, grid_arguments, write_rows  # bench/, the script's own folder
+from bench_gpu import device_name, grid_arguments, measure_all  # bench/, the script's own folder
 from workloads.batching import group_rows, padded_tokens
 from workloads.config import trial_config
 from workloads.tasks import IsTreeConfig
@@ -72,13 +71,9 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     args = parser.parse_args()
     name = device_name(args.device)
-    rows = []
-    for arch, size, n, setup in configurations(args):
-        for row in measure(arch, size, n, setup, args.groups, args.steps, args.device, args.batch_size):
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-    write_rows(args.out or Path("bench/results") / f"step_{name.replace(' ', '_')}.json", name,
-               [dict(row, threads=torch.get_num_threads()) for row in rows])
+    measure_all(args, lambda arch, size, n, setup: measure(arch, size, n, setup, args.groups, args.steps, args.device,
+                                                           args.batch_size),
+                args.out or Path("bench/results") / f"step_{name.replace(' ', '_')}.json", name)
 
 
 if __name__ == "__main__":

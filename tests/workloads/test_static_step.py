@@ -85,27 +85,28 @@ def test_empty_rows_fill_the_last_chunk_and_a_task_with_targets_keeps_them():
         assert torch.allclose(grads_static[name], g, rtol=1e-4, atol=1e-4 * g.abs().max().item()), name
 
 
+def _adam_trained(static: bool, device: str):
+    """A small model after 100 scheduled, clipped Adam steps: the static step's
+    optimiser (its rate a tensor the schedule fills in place) or the plain step's
+    (as Trial builds it: fused on CUDA)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4)).to(device)
+    optimizer = static_optimizer(model, 3e-3, torch.device(device)) if static else \
+        torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0, fused=device == "cuda" or None)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, 10, 100))
+    data = torch.Generator().manual_seed(1)
+    for _ in range(100):
+        loss = model(torch.randn(32, 8, generator=data).to(device)).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+        optimizer.step()
+        scheduler.step()
+    return model, optimizer
+
+
 def test_adam_with_a_tensor_rate_is_todays_adam_bit_for_bit():
-    """100 scheduled, clipped steps: the static step's optimiser (its rate a tensor
-    filled in place by the schedule) against the plain step's."""
-
-    def trained(static: bool):
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
-        optimizer = static_optimizer(model, 3e-3, torch.device("cpu")) if static else \
-            torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, 10, 100))
-        data = torch.Generator().manual_seed(1)
-        for _ in range(100):
-            loss = model(torch.randn(32, 8, generator=data)).pow(2).mean()
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
-            optimizer.step()
-            scheduler.step()
-        return model, optimizer
-
-    (plain, plain_opt), (static, static_opt) = trained(False), trained(True)
+    (plain, plain_opt), (static, static_opt) = _adam_trained(False, "cpu"), _adam_trained(True, "cpu")
     assert isinstance(static_opt.param_groups[0]["lr"], torch.Tensor)
     for a, b in zip(plain.parameters(), static.parameters()):
         assert torch.equal(a, b)
@@ -204,27 +205,9 @@ def test_the_captured_step_replays_the_uncaptured_one_without_reading_the_device
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_capturable_adam_with_a_tensor_rate_is_the_plain_fused_adam_on_a_gpu():
-    """100 scheduled, clipped steps on CUDA: the static step's optimiser (fused,
-    capturable, its rate a float32 device tensor) against the plain step's (fused,
-    a float rate): the same weights and moments to float32's rounding."""
-
-    def trained(static: bool):
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4)).cuda()
-        optimizer = static_optimizer(model, 3e-3, torch.device("cuda")) if static else \
-            torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0, fused=True)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, 10, 100))
-        data = torch.Generator().manual_seed(1)
-        for _ in range(100):
-            loss = model(torch.randn(32, 8, generator=data).cuda()).pow(2).mean()
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
-            optimizer.step()
-            scheduler.step()
-        return model, optimizer
-
-    (plain, plain_opt), (static, static_opt) = trained(False), trained(True)
+    """On CUDA the static step's optimiser is fused and capturable, its rate a float32
+    device tensor: the plain fused Adam's weights and moments to float32's rounding."""
+    (plain, plain_opt), (static, static_opt) = _adam_trained(False, "cuda"), _adam_trained(True, "cuda")
     for a, b in zip(plain.parameters(), static.parameters()):
         assert torch.allclose(a, b, rtol=1e-5, atol=1e-7)
     for key, state in plain_opt.state_dict()["state"].items():
