@@ -75,9 +75,10 @@ def test_without_the_control_program_the_error_says_so(tmp_path, monkeypatch):
 
 
 DRIVER = """
-import sys, time
+import signal, sys, time
 from pathlib import Path
 from orchestrator.mps import start_for_this_driver
+signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C as a shell's driver hears it (xdist's ignore it)
 daemon = start_for_this_driver(Path(sys.argv[1]))
 print(daemon.folder, flush=True)
 if sys.argv[2] == "wait":
