@@ -101,7 +101,12 @@ def test_a_drivers_daemon_ends_with_it_and_on_ctrl_c(tmp_path, fake_mps):
     proc, daemon = _driver(tmp_path, "wait")
     assert _running(daemon) and daemon.folder.parent == tmp_path / "mps"
     proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=60)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        daemon.stop()  # nothing of the test left running
+        raise
     assert not _running(daemon) and not daemon.folder.exists()
 
 
@@ -120,9 +125,14 @@ def test_a_killed_drivers_daemon_is_ended_by_the_next_start_and_no_other(tmp_pat
         assert _running(live_daemon) and _running(by_hand)  # a live driver's and one started by hand: left
         assert end_orphan_daemons(tmp_path) == (0, [])
     finally:
-        live.send_signal(signal.SIGINT)
-        live.wait(timeout=60)
         by_hand.stop()
+        live.send_signal(signal.SIGINT)
+        try:
+            live.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            live.kill()
+            live_daemon.stop()  # nothing of the test left running
+            raise
     assert not _running(live_daemon)
 
 
