@@ -35,8 +35,8 @@ def measure(lever: str, arch: str, size: str, n: int, setup: str, steps: int, de
     runs = [lone_run(base.model_copy(update={"train": base.train.model_copy(update=update)}))
             for _, update in LEVERS[lever]]
     torch_device = runs[0].trial.device
-    for run in runs:  # warm-up: past the static step's capture
-        for _ in range(static_step.EAGER_STEPS + 2):
+    for run in runs:  # warm-up: on a GPU past the static step's capture
+        for _ in range(static_step.EAGER_STEPS + 2 if torch_device.type == "cuda" else 1):
             run.train_step()
     seconds, samples = [0.0] * len(runs), [0] * len(runs)
     useful = [0] * len(runs)
