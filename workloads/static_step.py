@@ -228,13 +228,15 @@ class StaticStep:
         torch.cuda.current_stream().wait_stream(side)
         self.loss.zero_()
         pool = None
+        # thread_local: a sweep's trial trains in a thread of Tune's worker, beside others
+        # that may touch CUDA while a graph is captured (the global mode fails the capture).
         for width in self.widths:
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
+            with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
                 self.micro(self.buffers[width])
             pool = graph.pool()
             self.graphs[width] = graph
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=pool):
+        with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
             self.update()
         self.graphs["update"] = graph
