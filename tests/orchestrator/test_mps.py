@@ -94,19 +94,25 @@ def _driver(base: Path, how: str) -> tuple[subprocess.Popen, Daemon]:
     return proc, Daemon(Path(folder))
 
 
+def _ctrl_c(proc: subprocess.Popen, daemon: Daemon) -> None:
+    """Ctrl-C to a driver, waited for; one that does not end is killed with its daemon
+    (nothing of the test left running) and the wait's timeout raised."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        daemon.stop()
+        raise
+
+
 def test_a_drivers_daemon_ends_with_it_and_on_ctrl_c(tmp_path, fake_mps):
     proc, daemon = _driver(tmp_path, "end")
     assert proc.wait(timeout=60) == 0
     assert not _running(daemon) and not daemon.folder.exists()
     proc, daemon = _driver(tmp_path, "wait")
     assert _running(daemon) and daemon.folder.parent == tmp_path / "mps"
-    proc.send_signal(signal.SIGINT)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        daemon.stop()  # nothing of the test left running
-        raise
+    _ctrl_c(proc, daemon)
     assert not _running(daemon) and not daemon.folder.exists()
 
 
@@ -126,13 +132,7 @@ def test_a_killed_drivers_daemon_is_ended_by_the_next_start_and_no_other(tmp_pat
         assert end_orphan_daemons(tmp_path) == (0, [])
     finally:
         by_hand.stop()
-        live.send_signal(signal.SIGINT)
-        try:
-            live.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            live.kill()
-            live_daemon.stop()  # nothing of the test left running
-            raise
+        _ctrl_c(live, live_daemon)
     assert not _running(live_daemon)
 
 
