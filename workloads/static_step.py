@@ -147,9 +147,13 @@ class StaticStep:
             self._capture(with_targets=batch.targets is not None)
         self.accumulate(batch)
         self._run("update", self.update)
+        self.steps += 1
+        return self.take_loss()
+
+    def take_loss(self) -> torch.Tensor:
+        """The loss accumulated since the last take (a device scalar), the sum zeroed."""
         loss = self.loss.clone()
         self.loss.zero_()
-        self.steps += 1
         return loss
 
     def accumulate(self, batch: Batch) -> None:

@@ -221,9 +221,7 @@ class Trial:
         tc = self.config.train
         if self.static is not None:
             self.static.accumulate(batch)
-            loss = self.static.loss.clone()
-            self.static.loss.zero_()
-            return loss
+            return self.static.take_loss()
         supervised = int(batch.supervised[:, 1:].sum())  # on the CPU copy
         groups = group_rows(batch.lengths.numpy(), tc.length_groups, self.group_overhead)
         total = None
