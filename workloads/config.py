@@ -35,7 +35,6 @@ LR_MAX = 3.4e37
 
 Device = Literal["auto", "cpu", "cuda"]
 Precision = Literal["fp32", "bf16"]
-CudaGraphs = Switch
 AttentionPrecision = Literal["fp32", "bf16"]
 
 
@@ -63,7 +62,7 @@ class TrainConfig(BaseModel):
     precision: Precision = Field(
         "fp32", description="bf16: autocast on CUDA (ignored on CPU, which always trains in fp32)"
     )
-    cuda_graphs: CudaGraphs = Field(
+    cuda_graphs: Switch = Field(
         "auto", description="a lone trial's step at static shapes, captured as a CUDA graph and replayed "
         "(workloads/static_step.py; the same loss and gradients): on; off; auto: on for the GPUs where it measured "
         "faster (docs/gpu.md), else off. A CPU runs the static step uncaptured where it is on")

@@ -38,9 +38,10 @@ from workloads.evaluate import supervised_loss
 from workloads.tasks import Batch
 
 # The fixed widths per task and n: this many, evenly spaced up to the task's longest
-# sample, each rounded up to WIDTH_MULTIPLE tokens (tensor-core tiles). Four keep
-# about the length groups' saving (retrieval rows vary in length by up to 2x) at four
-# captures, each holding its own activations.
+# sample, each rounded up to WIDTH_MULTIPLE tokens (tensor-core tiles): four captures
+# of the micro-step. They pad more than the length groups' exact cuts (uncaptured on
+# two CPU cores the step runs at 0.76x-0.85x the plain one's speed:
+# bench/results/levers_graphs_cpu.json); what a capture saves is measured on a GPU.
 BUCKETS = 4
 WIDTH_MULTIPLE = 8
 # Steps run uncaptured before the capture (PyTorch's CUDA-graph notes ask for a few

@@ -9,9 +9,10 @@ import typer
 from orchestrator.cli.common import app, fail
 from orchestrator.cli.flags import (DIM_OPTION, SET_OPTION, flag_error, model_dims, protocol_option,
                                     setups_in_words, task_config_of_flags)
-from workloads.config import AttentionPrecision, CudaGraphs, Device, Precision, TrainConfig
+from workloads.config import AttentionPrecision, Device, Precision, TrainConfig
 from workloads.models.config import DEFAULT_LR, SIZES, Arch
 from workloads.naming import significant
+from workloads.switch import Switch
 from workloads.tasks import DEFAULT_TASK
 
 
@@ -45,7 +46,7 @@ def train(
     grad_clip: Optional[float] = protocol_option("grad_clip"),
     device: Device = protocol_option("device"),
     precision: Precision = protocol_option("precision"),
-    cuda_graphs: CudaGraphs = protocol_option("cuda_graphs"),
+    cuda_graphs: Switch = protocol_option("cuda_graphs"),
     attention_precision: AttentionPrecision = protocol_option("attention_precision"),
     cpus: int = typer.Option(1, min=1, help="threads for torch, OpenMP and numba (resources.cpus_per_trial in a sweep)"),
 ):
