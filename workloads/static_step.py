@@ -34,6 +34,7 @@ from typing import Iterator, Optional
 import numpy as np
 import torch
 
+from workloads.adam import AdamW
 from workloads.evaluate import supervised_loss
 from workloads.tasks import Batch
 
@@ -95,7 +96,7 @@ def static_optimizer(model: torch.nn.Module, lr: float, device: torch.device) ->
     schedule fills in place; on CUDA fused and capturable (a graph captures it)."""
     cuda = device.type == "cuda"
     rate = torch.tensor(lr, dtype=RATE_DTYPE.get(device.type, torch.float32), device=device)
-    return torch.optim.AdamW(model.parameters(), lr=rate, weight_decay=0.0, fused=cuda or None, capturable=cuda)
+    return AdamW(model.parameters(), lr=rate, weight_decay=0.0, fused=cuda or None, capturable=cuda)
 
 
 @contextlib.contextmanager

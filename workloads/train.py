@@ -15,6 +15,7 @@ from typing import Callable, Optional
 
 import torch
 
+from workloads.adam import AdamW
 from workloads.batching import group_rows, overhead_tokens
 from workloads.checkpoint import (CHECKPOINT_FILE, CheckpointError, DiskSpaceError, as_today, differences, read_checkpoint,
                                   what_trains)
@@ -122,7 +123,7 @@ class Trial:
                                      rows=math.ceil(tc.batch_size / tc.length_groups),
                                      widths=bucket_widths(self.task.max_length), grad_clip=tc.grad_clip, capture=cuda)
         else:
-            self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=tc.lr, weight_decay=0.0, fused=cuda or None)
+            self.optimizer = AdamW(self.model.parameters(), lr=tc.lr, weight_decay=0.0, fused=cuda or None)
         warmup_steps = max(1, tc.warmup_samples // tc.batch_size)
         total_steps = math.ceil(tc.samples / tc.batch_size)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
