@@ -24,6 +24,7 @@ summary names the comparison that decided it.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -119,8 +120,10 @@ def t_cdf(x: float, dof: int) -> float:
     return 0.5 + total / 2
 
 
+@functools.lru_cache(maxsize=None)
 def t_quantile(p: float, dof: int) -> float:
-    """The `p` quantile of Student's t on `dof` degrees of freedom (bisection on t_cdf)."""
+    """The `p` quantile of Student's t on `dof` degrees of freedom (bisection on t_cdf;
+    remembered: a report asks the same few, a simulation thousands of times)."""
     lo, hi = -1e6, 1e6
     for _ in range(200):
         mid = (lo + hi) / 2

@@ -7,6 +7,7 @@ tests/workloads/tasks/test_findings_power.py holds the properties."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable
 
@@ -73,10 +74,12 @@ SCENARIOS = (
 )
 
 
+@functools.lru_cache(maxsize=None)
 def centre(target: float, noise: float) -> float:
     """The centre of a normal of sd `noise` whose values, held within 0 and 1, have
     mean `target`: a cell near the ceiling is drawn so that its true exact match,
-    what a claim is about, is `target` (bisection on the clipped normal's mean)."""
+    what a claim is about, is `target` (bisection on the clipped normal's mean;
+    remembered: a simulation asks the same few thousands of times)."""
     from statistics import NormalDist
 
     def clipped_mean(mu: float) -> float:
