@@ -40,14 +40,8 @@ def main() -> int:
     for rep in range(args.reps):
         for variant, (flag, env) in VARIANTS.items():
             with tempfile.TemporaryDirectory(prefix="icr-bench-") as storage:
-                kept = os.environ.copy()
-                os.environ.update(env)
-                try:
-                    record = measure([sys.executable, "-m", "orchestrator.cli", "launch", args.spec, "--storage",
-                                      storage, flag])
-                finally:
-                    os.environ.clear()
-                    os.environ.update(kept)
+                record = measure([sys.executable, "-m", "orchestrator.cli", "launch", args.spec, "--storage",
+                                  storage, flag], env={**os.environ, **env})
             if record["exit_status"] != 0:
                 print(f"launch {variant} failed (exit {record['exit_status']})", file=sys.stderr)
                 return 1

@@ -48,13 +48,7 @@ def main() -> int:
                 clone, cache = Path(work) / "clone", Path(work) / "cache"
                 subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
                 env = {"ICR_INSTALLER": installer, "UV_CACHE_DIR": str(cache / "uv"), "PIP_CACHE_DIR": str(cache / "pip")}
-                kept = os.environ.copy()
-                os.environ.update(env)
-                try:
-                    record = measure(["bash", "-c", f"source {clone}/scripts/setup-env"])
-                finally:
-                    os.environ.clear()
-                    os.environ.update(kept)
+                record = measure(["bash", "-c", f"source {clone}/scripts/setup-env"], env={**os.environ, **env})
                 if record["exit_status"] != 0:
                     print(f"setup with {installer} failed (exit {record['exit_status']})", file=sys.stderr)
                     return 1
