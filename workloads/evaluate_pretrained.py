@@ -21,6 +21,7 @@ from workloads.pretrained import PretrainedModel
 from workloads.tasks.hotpotqa import HotpotQAConfig, answer_of, exact_match, f1, prompt, read_questions
 
 ANSWERS_FILE = "answers.jsonl"
+MODEL_FILE = "model.json"  # beside the answers: the model's parameter count, as loaded (findings compare at equal size)
 
 
 class EvalSettings(BaseModel):
@@ -68,6 +69,14 @@ def read_answers(path: Path) -> dict[str, dict]:
     return out
 
 
+def model_params(folder: Path) -> Optional[int]:
+    """The parameter count an evaluation's folder records of its model (None: not loaded yet)."""
+    try:
+        return int(json.loads((Path(folder) / MODEL_FILE).read_text())["params"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def _cut_partial_line(path: Path) -> None:
     """Drops a last line a kill cut short, which the next append would run into."""
     if not path.is_file():
@@ -107,6 +116,9 @@ def run_evaluation(config: dict | EvaluationConfig, answers_dir: Path,
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     loaded = load(config.model, device, config.eval.precision if device == "cuda" else "fp32") if todo else None
+    if loaded is not None:
+        (path.parent / MODEL_FILE).write_text(json.dumps({"params": loaded.params}))
+    params = model_params(path.parent)
     told = len(done)
     stopped = False
     for start in range(0, len(todo), config.eval.batch_size):
@@ -120,9 +132,9 @@ def run_evaluation(config: dict | EvaluationConfig, answers_dir: Path,
         _append(path, records)
         done.update((r["id"], r) for r in records)
         if report is not None and len(done) - told >= config.eval.report_every and len(done) < len(questions):
-            report(_row(config, done, evaluated=False, params=loaded.params))
+            report(_row(config, done, evaluated=False, params=params))
             told = len(done)
-    row = _row(config, done, evaluated=not stopped, params=loaded.params if loaded else None, stopped=stopped)
+    row = _row(config, done, evaluated=not stopped, params=params, stopped=stopped)
     if report is not None:
         report(row)
     return row

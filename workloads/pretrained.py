@@ -52,14 +52,15 @@ class CheckpointMissing(FileNotFoundError):
     """A checkpoint or tokenizer not on this machine: the message says how to get it."""
 
 
-def missing_message(what: str, where: str, error: Exception) -> str:
+def missing_message(what: str, where: str, error: Optional[Exception] = None) -> str:
     local = Path(where).expanduser()
     looks_local = where.startswith((".", "/", "~")) or local.exists()
     fetch = ("" if looks_local else
              f" Fetch it on a machine with a network: `huggingface-cli download {where} --local-dir "
              f"checkpoints/{where.split('/')[-1]}`, copy that folder here and give its path instead of {where!r} "
              f"(or set HF_HOME to a cache that holds it).")
-    return f"the {what} {where!r} is not on this machine ({type(error).__name__}: {error}).{fetch}"
+    why = f" ({type(error).__name__}: {error})" if error is not None else ""
+    return f"the {what} {where!r} is not on this machine{why}.{fetch}"
 
 
 @dataclass

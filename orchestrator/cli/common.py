@@ -160,7 +160,7 @@ def spec_or_exit(path: Path, storage: Optional[str] = None):
     try:
         spec = load_spec(path)
         if storage is not None:
-            spec = SweepSpec.model_validate({**spec.model_dump(), "storage": storage})
+            spec = type(spec).model_validate({**spec.model_dump(), "storage": storage})
     except SpecError as e:
         typer.secho(str(e), fg=typer.colors.RED, err=True)
         raise typer.Exit(2) from None

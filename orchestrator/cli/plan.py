@@ -14,6 +14,9 @@ from orchestrator.cli.common import ListFormat, app, fail, print_table, spec_or_
 def validate(spec: Path = typer.Argument(..., metavar="SPEC", help="sweep spec (YAML)")):
     """Check a sweep spec; exit 0 when it is valid."""
     s = spec_or_exit(spec)
+    if getattr(s, "kind", None) == "evaluation":
+        typer.echo(f"{spec}: valid (evaluation, {s.trial_count()} trials, results in {s.run_dir()})")
+        return
     typer.echo(f"{spec}: valid ({s.search.method}, results in {s.run_dir()})")
     _rates_not_given(s)
 
@@ -43,6 +46,8 @@ def plan(
     from orchestrator.grid import shape_trials
 
     s = spec_or_exit(spec)
+    if getattr(s, "kind", None) == "evaluation":
+        return _plan_evaluation(s, format, device_name)
     # What a trial gets where it runs: on this machine unless --device-name names
     # another (device auto runs on CPU where there is no GPU).
     target = device_name or next(iter(local_gpus()), "cpu")
@@ -199,3 +204,19 @@ def _task_columns(task) -> dict:
     """The task of a plan's row: its name and its other fields, as the trial's task
     config holds them (task_params, axes.task or the task's defaults)."""
     return {"task": task.name, **{field: getattr(task, field) for field in type(task).parameters()}}
+
+
+def _plan_evaluation(s, format, device_name: Optional[str]) -> None:
+    """`plan` of an evaluation spec: its trials, each with the GPU share (or CPUs) it
+    asks for; no projection (no rates are measured for pretrained models)."""
+    target = device_name or next(iter(local_gpus()), "cpu")
+    on_gpu = s.resources.device == "cuda" or (s.resources.device == "auto" and target != "cpu")
+    rows = [dict(name=e.name, arch=e.model.arch, size=e.model.size, condition=e.setup, questions=e.task.n,
+                 **({"gpus": s.resources.gpus_per_trial} if on_gpu else {}), cpus=s.resources.cpus_per_trial)
+            for e in s.evaluations()]
+    if format == "json":
+        typer.echo(json.dumps(rows, indent=1))
+        return
+    print_table(rows)
+    where = f"{s.resources.gpus_per_trial:g} GPU each" if on_gpu else "on CPU"
+    typer.echo(f"{len(rows)} evaluations, {where}; no wall-time projection (none is measured for pretrained models)")

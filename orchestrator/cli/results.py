@@ -64,6 +64,11 @@ def _require_remote_run(run_dir: str) -> None:
 @app.command("status")
 def status(run_dir: str = RUN_DIR, format: ListFormat = typer.Option("table", help="table, or json: one object per trial")):
     """Trials of a sweep with their state and latest metrics (during or after it)."""
+    from orchestrator import evaluations
+
+    evaluation = evaluations.stored(run_location(run_dir))
+    if evaluation is not None:
+        return _evaluation_status(run_location(run_dir), evaluation, format)
     run = _read_run(run_location(run_dir))
     df = run.trials
     if df.empty:
@@ -92,6 +97,20 @@ def status(run_dir: str = RUN_DIR, format: ListFormat = typer.Option("table", he
     ]
     print_table(rows)
     typer.echo(", ".join(f"{v} {k}" for k, v in sorted(df["state"].value_counts().items())))
+
+
+def _evaluation_status(run_dir: str, spec, format: str) -> None:
+    """`status` of an evaluation run: each evaluation's state, questions answered and scores."""
+    from orchestrator import evaluations
+
+    table = evaluations.status_rows(run_dir, spec)
+    if format == "json":
+        typer.echo(json.dumps([{c: _plain(v) for c, v in r.items()} for r in table.to_dict("records")], indent=1))
+        return
+    print_table([dict(trial=r["trial"], state=r["state"], questions=f"{r['questions']}/{r['n']}",
+                      exact_match=_f(r["exact_match"]), f1=_f(r["f1"]), error=r["error"][:60])
+                 for _, r in table.iterrows()])
+    typer.echo(", ".join(f"{v} {k}" for k, v in sorted(table["state"].value_counts().items())))
 
 
 def _no_trials(run_dir: str, otherwise: str = "no trials yet") -> str:
@@ -159,8 +178,16 @@ def write_and_print_report(run_dir: str, out: Optional[Path] = None, solved: flo
     from orchestrator.rundir import RunDirError, check_report_dir, record_report
     from orchestrator.storage import is_remote, local_view, upload
 
+    from orchestrator import evaluations
+
     remote = is_remote(run_dir)
     _require_run(run_dir)
+    evaluation = evaluations.stored(run_dir)
+    if evaluation is not None:
+        say(evaluations.report(run_dir, evaluation) + f"Report: {run_dir}/{evaluations.REPORT}")
+        trials = evaluations.status_rows(run_dir, evaluation)
+        trials.attrs["not_started"] = 0
+        return trials
     try:
         with local_view(run_dir) as local:
             run = read_stored(local, locked=not remote)

@@ -297,6 +297,8 @@ def launch(
     s = spec_or_exit(spec, storage)
     run_dir = s.run_dir()
     opts = _ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus, dashboard)
+    if getattr(s, "kind", None) == "evaluation":
+        return _launch_evaluation(s, opts, verbose)
     _check_trackers(s, run_dir)
     footprint = Footprint(run_dir, _tracker_folders(s, run_dir))  # before anything is written: what the folder held
     try:
@@ -332,6 +334,41 @@ def launch(
                     say(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
             say(f"Sweep {s.name!r} -> {run_dir}", err=True)
             sweep.launch(s, resources)
+
+    _run_locked(run_dir, work, footprint)
+
+
+def _launch_evaluation(s, opts: dict, verbose: bool) -> None:
+    """`launch` of an evaluation spec: pretrained models asked a task's questions
+    (orchestrator/evaluations.py), with the run directory's checks, lock, Ray and
+    report of a sweep's launch."""
+    from orchestrator.rundir import Footprint, RunDirError, check_launch_dir, check_storage
+
+    run_dir = s.run_dir()
+    footprint = Footprint(run_dir, ())
+    try:
+        check_storage(run_dir)
+        check_launch_dir(run_dir)
+    except RunDirError as e:
+        _discard(footprint)
+        fail(str(e))
+
+    def work():
+        from orchestrator import evaluations, progress
+        from orchestrator import tune as sweep
+        from orchestrator.stopping import ctrl_c_remembered
+
+        if sweep.holds_sweep(run_dir) or sweep.can_resume(run_dir):
+            fail(f"{run_dir} already holds a run; continue it with `{command('icr-sweep', 'resume', run_dir)}`, "
+                 "or pick another name or --storage")
+        if opts["address"] is None:  # the embedded Ray's trials run here: what they read must be here
+            missing = evaluations.preflight(s)
+            if missing:
+                fail("Nothing was started:\n" + "\n".join(f"  {line}" for line in missing))
+        with ctrl_c_remembered(), progress.console(verbose, driver_log(run_dir)):
+            resources = _start_ray(opts, s)
+            say(f"Evaluation {s.name!r}: {s.trial_count()} trial(s) -> {run_dir}", err=True)
+            evaluations.launch(s, resources)
 
     _run_locked(run_dir, work, footprint)
 
@@ -477,6 +514,9 @@ def resume(
         fail(f"{run_dir}: cannot be read ({e})")
     if s is None:
         fail(f"{run_dir} is not a sweep run directory (no {spec_location(run_dir).rsplit('/', 1)[-1]}, which launch writes)")
+    if getattr(s, "kind", None) == "evaluation":
+        return _resume_evaluation(run, s, _ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus,
+                                                       dashboard), verbose)
     masked = [field for field in masked_secrets(s.model_dump(mode="json")) if field != "storage"]  # resume: RUN_DIR's
     if masked:
         fail(f"{run_dir}: the secret in {', '.join(masked)} is kept in {SECRETS_FILE}, which cannot be read here "
@@ -507,5 +547,29 @@ def resume(
                 sweep.resume(run, s, resources, say=lambda line: say(line, fg=typer.colors.YELLOW, err=True))
             except ClusterError as e:
                 fail(str(e))
+
+    _run_locked(run, work)
+
+
+def _resume_evaluation(run: str, s, opts: dict, verbose: bool) -> None:
+    """`resume` of an evaluation run: finished evaluations stay; the others ask only
+    the questions their answers file lacks."""
+    from orchestrator.rundir import RunDirError, check_storage
+
+    try:
+        check_storage(run, flag="place: copy the run directory somewhere writable and resume the copy")
+    except RunDirError as e:
+        fail(str(e))
+
+    def work():
+        from orchestrator import evaluations, progress
+        from orchestrator import tune as sweep
+        from orchestrator.stopping import ctrl_c_remembered
+
+        if not sweep.can_resume(run):
+            fail(f"{run}: Ray Tune saved no experiment state there yet; launch the spec again")
+        with ctrl_c_remembered(), progress.console(verbose, driver_log(run)):
+            resources = _start_ray(opts, s)
+            evaluations.resume(run, s, resources)
 
     _run_locked(run, work)

@@ -26,9 +26,10 @@ def _path(loc) -> str:
     return out or "(top level)"
 
 
-def _allowed_keys(loc) -> list[str]:
-    """The field names of the spec model at `loc` (for unknown-key errors)."""
-    model = SweepSpec
+def _allowed_keys(loc, model=None) -> list[str]:
+    """The field names of the spec model (`model`, a sweep's by default) at `loc` (for
+    unknown-key errors)."""
+    model = model or SweepSpec
     for part in loc[:-1]:
         if isinstance(part, int):
             continue  # an item of a list of sections: the section's model
@@ -61,13 +62,13 @@ def _scalar_unions(errors: list[dict]) -> list[dict]:
     return out
 
 
-def format_errors(error: ValidationError, source: str) -> str:
+def format_errors(error: ValidationError, source: str, model=None) -> str:
     lines = []
     for err in _scalar_unions(error.errors()):
         loc = [p for p in err["loc"] if not (isinstance(p, str) and "[" in p)]  # drop union branch tags
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
-            allowed = _allowed_keys(loc)
+            allowed = _allowed_keys(loc, model)
             msg = "unknown key" + (f"; allowed keys: {', '.join(allowed)}" if allowed else "") + _task_field_hint(loc)
         elif err["type"] == "value_error":
             msg = msg.removeprefix("Value error, ")  # our own messages name the bad value
@@ -79,7 +80,7 @@ def format_errors(error: ValidationError, source: str) -> str:
             if loc[:1] == ["task_params"] and isinstance(err["input"], list) and len(loc) == 2:
                 msg += f"; to sweep it, give it as axes.task.{loc[1]}: {err['input']!r}"
         elif err["type"] == "model_type":  # a section given as something else ("lr: 1e-3")
-            keys = _allowed_keys(loc + ["?"])
+            keys = _allowed_keys(loc + ["?"], model)
             msg = (f"a mapping{' of ' + ', '.join(keys) if keys else ''}, got {err['input']!r}"
                    + _yaml_number_hint(err["input"]))
         elif "input" in err and err["type"] != "missing":
@@ -147,8 +148,9 @@ class _SpecLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
-def load_spec(path: Path | str) -> SweepSpec:
-    """Reads and validates a YAML spec; raises SpecError with every problem found."""
+def load_spec(path: Path | str):
+    """Reads and validates a YAML spec: a sweep's (SweepSpec), or with `kind: evaluation`
+    an evaluation's (EvaluationSpec); raises SpecError with every problem found."""
     path = Path(path)
     if path.is_dir():
         raise SpecError(f"{path} is a directory, not a spec file: name a YAML spec such as sweeps/istree_grid.yaml")
@@ -174,10 +176,18 @@ def load_spec(path: Path | str) -> SweepSpec:
         raise SpecError(_too_deep(path)) from None
     if not isinstance(data, dict):
         raise SpecError(f"{path}: the spec must be a mapping of keys (name, axes, ...), got {type(data).__name__}")
+    model = SweepSpec
+    if "kind" in data:
+        from orchestrator.spec.evaluation import EvaluationSpec
+
+        if data["kind"] != "evaluation":
+            raise SpecError(f"{path}: kind: {data['kind']!r} is not a kind of spec; the one kind is evaluation "
+                            "(pretrained models asked a task's questions); a sweep that trains has no kind")
+        model = EvaluationSpec
     try:
-        return SweepSpec.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as e:
-        raise SpecError(format_errors(e, str(path))) from None
+        raise SpecError(format_errors(e, str(path), model)) from None
     except RecursionError:
         raise SpecError(_too_deep(path)) from None
 

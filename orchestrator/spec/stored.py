@@ -33,8 +33,14 @@ def run_spec(run_dir: Path | str) -> Optional["SweepSpec"]:
 def stored_spec(data: dict) -> "SweepSpec":
     """A spec as a run directory stored it, validated by today's schema; SpecError
     with the first problem where it no longer validates."""
+    if data.get("kind") == "evaluation":
+        from orchestrator.spec.evaluation import EvaluationSpec
+
+        model, data = EvaluationSpec, data
+    else:
+        model, data = SweepSpec, _stored_before_family_was_the_tasks(data)
     try:
-        return SweepSpec.model_validate(_stored_before_family_was_the_tasks(data))
+        return model.model_validate(data)
     except ValidationError as e:  # the first problem, with its field path (an unknown key names itself)
         raise SpecError(format_errors(e, "the spec").splitlines()[0].removeprefix("the spec: ")) from None
     except (ValueError, KeyError, TypeError) as e:
@@ -46,9 +52,10 @@ def plan_of_record(stored: dict) -> Optional[dict]:
     """The plan of a run launched before plans were stored (orchestrator.rundir's
     plan.json), from its stored spec; None where today's schema cannot read it."""
     try:
-        return plan(stored_spec(stored))
+        spec = stored_spec(stored)
     except SpecError:
         return None
+    return plan(spec) if isinstance(spec, SweepSpec) else None
 
 
 def _stored_before_family_was_the_tasks(data: dict) -> dict:

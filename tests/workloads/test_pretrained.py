@@ -9,42 +9,16 @@ import pytest
 import torch
 
 from tests.workloads.tasks.hotpotqa_questions import QUESTIONS, official_file
+from tests.workloads.tiny_checkpoints import tiny_checkpoint
 from workloads.evaluate_pretrained import ANSWERS_FILE, EvaluationConfig, read_answers, run_evaluation
 from workloads.pretrained import CheckpointMissing, PretrainedModel, answers, load, pads_exactly
 from workloads.tasks.hotpotqa import answer_of, exact_match, f1, prompt, read_questions
-
-import transformers  # noqa: E402  (the dev extra: scripts/setup-env)
-
-
-def _tokenizer(folder):
-    from tokenizers import ByteLevelBPETokenizer
-    from transformers import PreTrainedTokenizerFast
-
-    texts = [json.dumps(q) for q in QUESTIONS] + ["Question: Answer:\n\n"]
-    bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(texts, vocab_size=300, min_frequency=1, special_tokens=["<eos>"])
-    tok = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, eos_token="<eos>")
-    tok.save_pretrained(folder)
-    return tok
 
 
 @pytest.fixture(scope="module", params=["llama", "mamba"])
 def checkpoint(request, tmp_path_factory):
     """A tiny model of each kind, saved with its tokenizer as a checkpoint folder."""
-    folder = tmp_path_factory.mktemp(request.param)
-    tok = _tokenizer(folder)
-    torch.manual_seed(0)
-    if request.param == "llama":
-        config = transformers.LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
-                                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
-                                          max_position_embeddings=1024, eos_token_id=tok.eos_token_id)
-        model = transformers.LlamaForCausalLM(config)
-    else:
-        config = transformers.MambaConfig(vocab_size=len(tok), hidden_size=32, state_size=8, num_hidden_layers=2,
-                                          eos_token_id=tok.eos_token_id)
-        model = transformers.MambaForCausalLM(config)
-    model.save_pretrained(folder)
-    return request.param, str(folder)
+    return request.param, tiny_checkpoint(tmp_path_factory.mktemp(request.param), request.param)
 
 
 def _spec(kind, folder):

@@ -764,6 +764,49 @@ class Improves:
 
 
 @dataclass(frozen=True)
+class Leads:
+    """In each of `setups`, at each n they share, `ahead`'s exact match exceeds that of
+    `behind` of its size by more than `by`: a lag of `behind` where `by` > 0, `ahead`
+    within -`by` of `behind` (tracks it) where `by` < 0. Nothing trained them on the
+    run, so no cell needs to be solved: the claim is about the two numbers alone."""
+
+    name: str  # with {setup}
+    ahead: str
+    behind: str
+    setups: tuple[str, ...]
+    by: Fraction
+    words: dict = field(default_factory=dict)  # setup -> its name in a line
+
+    @property
+    def speaks_of(self) -> tuple[str, ...]:
+        return (self.ahead, self.behind)
+
+    def expand(self, table: Table) -> list[Claim]:
+        return [self._setup(table, setup) for setup in self.setups]
+
+    def _setup(self, table: Table, setup: str) -> Claim:
+        name = self.name.format(setup=self.words.get(setup, setup))
+        if setup not in table.setups():
+            return Claim(name, [], needs=f"this run has no finished {setup} trial", setups=(setup,))
+        a_words, b_words = arch_words(self.ahead), arch_words(self.behind)
+        pairs, apart = table.pairs(self.ahead, self.behind)
+        comparisons = []
+        for a, b in pairs:
+            for n in table.ns(setup, a, b):
+                ca, cb = table.get(a, setup, n), table.get(b, setup, n)
+                comparisons.append(Comparison(
+                    f"{a} against {b}, {setup} n={n}", [ca, cb],
+                    Test(one(ca) - one(cb), self.by, f"{a_words} minus {b_words}: {{}}"),
+                    lambda view, ca=ca, cb=cb: f"{a_words} {em(ca, view)}, {b_words} {em(cb, view)}",
+                    names=(a_words, b_words)))
+        why = _why_no_pair(table, self.behind, self.ahead, pairs, apart, f"no n with {setup} shared with a "
+                           f"{b_words} of its size")
+        named = {a_words: "" if comparisons else why, b_words: "" if comparisons else why}
+        return Claim(name, comparisons, named, f"needs {a_words} and {b_words} of its size with {setup}", apart,
+                     bool(pairs), (setup,))
+
+
+@dataclass(frozen=True)
 class Repairs:
     """Where `lagging` lags `reference` (of its size) by at least `close` beyond the
     margin in a cell of a gap setup (a material gap), `fixer` in the same n of the
