@@ -97,7 +97,25 @@ def test_a_launch_lacking_its_data_or_checkpoints_names_each_and_starts_nothing(
     assert not (tmp_path / "runs" / "tiny_eval").exists() or not any((tmp_path / "runs" / "tiny_eval").iterdir())
 
 
-def test_an_evaluation_run_killed_midway_resumes_to_every_question_once_and_reports(tmp_path, ray_temp):
+def _midway(proc, run_dir: Path, total: int, before: dict) -> str:
+    """Waits for an evaluation of the run to have answered more than `before` held of
+    it, and at least 5 questions, without finishing; returns its name."""
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        counts = {p.parent.name: len(read_answers(p)) for p in run_dir.glob(f"*/{ANSWERS_FILE}")}
+        for name, count in counts.items():
+            if max(5, before.get(name, 0) + 1) <= count < total:
+                return name
+        time.sleep(0.05)
+    raise AssertionError(f"never saw an evaluation midway: {proc.communicate()[0][-3000:]}")
+
+
+def _counts(run_dir: Path) -> dict:
+    return {p.parent.name: len(read_answers(p)) for p in run_dir.glob(f"*/{ANSWERS_FILE}")}
+
+
+@pytest.mark.slow
+def test_an_evaluation_run_stopped_killed_and_resumed_answers_every_question_once_and_reports(tmp_path, ray_temp):
     ids = _questions(tmp_path, 20)
     tiny_checkpoint(tmp_path / "llama", "llama")
     tiny_checkpoint(tmp_path / "mamba", "mamba", seed=1)
@@ -105,23 +123,32 @@ def test_an_evaluation_run_killed_midway_resumes_to_every_question_once_and_repo
     spec["models"].append({"arch": "hybrid", "size": "tiny", "checkpoint": str(tmp_path / "llama")})
     spec["eval"]["batch_size"] = 1
     path, run_dir = _write(tmp_path, spec), tmp_path / "runs" / "tiny_eval"
-    proc = subprocess.Popen(cli("launch", str(path), "--no-dashboard", ray_temp=ray_temp, port=free_port()),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    deadline, midway = time.time() + 300, None
-    while time.time() < deadline and proc.poll() is None and midway is None:
-        counts = {p.parent.name: len(read_answers(p)) for p in run_dir.glob(f"*/{ANSWERS_FILE}")}
-        midway = next((name for name, count in counts.items() if 5 <= count < len(ids)), None)
-        time.sleep(0.05)
-    assert midway, f"never saw an evaluation midway: {proc.communicate()[0][-3000:]}"
-    os.kill(proc.pid, signal.SIGKILL)  # the driver, with no chance to clean up
-    proc.wait()
-    kill_leftovers(ray_temp)
 
+    def start(*args):
+        return subprocess.Popen(cli(*args, "--no-dashboard", ray_temp=ray_temp, port=free_port()),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+    # Ctrl-C midway: the launch says how to resume, exits 130, and keeps every answer given.
+    proc = start("launch", str(path))
+    _midway(proc, run_dir, len(ids), {})
+    os.killpg(proc.pid, signal.SIGINT)
+    out = proc.communicate(timeout=300)[0]
+    assert proc.returncode == 130, out[-3000:]
+    assert f"icr-sweep resume {run_dir}" in out, out[-3000:]
+    stopped = _counts(run_dir)
     status = subprocess.run(cli("status", str(run_dir), "--format", "json", ray_temp="", port=0)[:-6],
                             capture_output=True, text=True, timeout=120)
-    states = {r["trial"]: r["state"] for r in json.loads(status.stdout)}
-    assert len(states) == 6 and states[midway] == "interrupted", states
+    states = {r["trial"]: (r["state"], r["questions"]) for r in json.loads(status.stdout)}
+    assert len(states) == 6 and {q for _, q in states.values()} - {0} and all(
+        state != "running" for state, _ in states.values()), states
+    assert {name: q for name, (_, q) in states.items() if q} == stopped
 
+    # A resume killed midway (the driver, no chance to clean up), then resumed to the end.
+    proc = start("resume", str(run_dir))
+    midway = _midway(proc, run_dir, len(ids), stopped)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    kill_leftovers(ray_temp)
     resumed = subprocess.run(cli("resume", str(run_dir), "--no-dashboard", ray_temp=ray_temp, port=free_port()),
                              capture_output=True, text=True, timeout=600)
     console = resumed.stdout + resumed.stderr
@@ -130,7 +157,7 @@ def test_an_evaluation_run_killed_midway_resumes_to_every_question_once_and_repo
         lines = [json.loads(line)["id"] for line in folder.read_text().splitlines()]
         assert lines == ids, folder  # every question once, in the data set's order: none asked twice
     assert len(list(run_dir.glob(f"*/{ANSWERS_FILE}"))) == 6
-    # The interrupted evaluation's answers are those of one run straight through.
+    # The evaluation killed midway answered as one run straight through.
     from orchestrator.spec.evaluation import EvaluationSpec
 
     config = next(e for e in EvaluationSpec.model_validate(spec).evaluations() if e.name == midway)
