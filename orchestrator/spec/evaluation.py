@@ -10,7 +10,7 @@ from typing import Literal, Optional, Union
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from orchestrator.spec.section import Section
-from orchestrator.spec.sections import STORAGE_SCHEMES, scheme_typo
+from orchestrator.spec.sections import scheme_typo
 from workloads.config import Device
 from workloads.evaluate_pretrained import EvalSettings, EvaluationConfig
 from workloads.pretrained import Loader
@@ -64,8 +64,8 @@ class EvaluationSpec(Section):
         if typo:
             raise ValueError(typo)
         scheme, sep, _ = value.partition("://")
-        if sep and scheme in STORAGE_SCHEMES and scheme != "file":
-            raise ValueError(f"an evaluation's answers are kept on local storage; {value!r} is {scheme}://")
+        if sep and scheme != "file":
+            raise ValueError(f"an evaluation's answers are kept on local storage: a path or file://...; got {value!r}")
         if not value.strip():
             raise ValueError("storage is empty; use a local path (default ./runs)")
         return value

@@ -45,7 +45,8 @@ def _write(tmp_path, spec: dict) -> Path:
     ({"conditions": ["gold", "gold"]}, "repeated conditions in ['gold', 'gold']"),
     ({"n": 0}, "n: Input should be greater than or equal to 1 (got 0)"),
     ({"n": 8000}, "n: Input should be less than or equal to 7405 (got 8000)"),
-    ({"storage": "s3://bucket/runs"}, "an evaluation's answers are kept on local storage"),
+    ({"storage": "s3://bucket/runs"}, "an evaluation's answers are kept on local storage: a path or file://...; "
+                                      "got 's3://bucket/runs'"),
     ({"models": [{"arch": "mamba", "size": "1.5B", "checkpoint": "goombalab/Phi-Mamba", "loader": "phi_mamba",
                   "tokenizer": "microsoft/phi-1_5"}]}, "models[0]: loader phi_mamba needs `code`"),
     ({"models": [{"arch": "mamba", "size": "tiny", "checkpoint": "a"}, {"arch": "mamba", "size": "tiny",
