@@ -13,7 +13,6 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.rundir import STOP_FILE, driver_is_live, tune_statuses, write_spec_record
-
 from orchestrator.spec.evaluation import EvaluationSpec
 from workloads.evaluate_pretrained import ANSWERS_FILE, EvaluationConfig, model_params, read_answers
 
@@ -108,22 +107,32 @@ def resume(run_dir: str, spec: EvaluationSpec, resources: dict) -> str:
 # ---------------------------------------------------------------- the run read back
 
 
-def evaluations(run_dir: str | Path, spec: EvaluationSpec) -> pd.DataFrame:
+Answers = dict[str, dict[str, dict]]  # each evaluation's answers by question id, by evaluation
+
+
+def read_all(run_dir: str | Path, spec: EvaluationSpec) -> Answers:
+    """Every evaluation's answers file, read once for a status or a report."""
+    return {e.name: read_answers(Path(run_dir) / e.name / ANSWERS_FILE) for e in spec.evaluations()}
+
+
+def evaluations(run_dir: str | Path, spec: EvaluationSpec, answers: Answers | None = None) -> pd.DataFrame:
     """One row per planned evaluation: its name, model, condition, state (finished,
     running, interrupted, error, pending), questions answered, exact match, F1 and the
-    model's parameters."""
+    model's parameters (`answers`: read_all's, read here where not given)."""
     run_dir = Path(run_dir)
+    answers_of = answers if answers is not None else read_all(run_dir, spec)
     statuses, _ = tune_statuses(run_dir)
     live = driver_is_live(run_dir)
     rows = []
     for e in spec.evaluations():
         folder = run_dir / e.name
-        answers = read_answers(folder / ANSWERS_FILE)
+        answers = answers_of[e.name]
         params = model_params(folder)
         status = statuses.get(e.name)
         done = len(answers) >= e.task.n
         state = ("finished" if done else "error" if status == "ERROR" else
-                 "running" if status == "RUNNING" and live else "interrupted" if answers or status else "pending")
+                 "running" if status == "RUNNING" and live else
+                 "interrupted" if answers or status in ("RUNNING", "PAUSED", "TERMINATED") else "pending")
         count = len(answers)
         rows.append(dict(trial=e.name, arch=e.model.arch, size=e.model.size, setup=e.setup, n=e.task.n, state=state,
                          questions=count,
@@ -133,7 +142,7 @@ def evaluations(run_dir: str | Path, spec: EvaluationSpec) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def subset(run_dir: str | Path, spec: EvaluationSpec) -> list[str] | None:
+def subset(run_dir: str | Path, spec: EvaluationSpec, answers: Answers | None = None) -> list[str] | None:
     """The paper's subset, from the run itself: the questions every model answered
     exactly given the gold paragraphs; None until every model's gold evaluation has
     finished, or where the spec has no gold condition."""
@@ -141,34 +150,36 @@ def subset(run_dir: str | Path, spec: EvaluationSpec) -> list[str] | None:
 
     if "gold" not in spec.conditions:
         return None
+    answers_of = answers if answers is not None else read_all(run_dir, spec)
     gold = {}
     for e in spec.evaluations():
         if e.setup != "gold":
             continue
-        answers = read_answers(Path(run_dir) / e.name / ANSWERS_FILE)
+        answers = answers_of[e.name]
         if len(answers) < e.task.n:
             return None
         gold[e.name] = {q: bool(a["exact_match"]) for q, a in answers.items()}
     return answerable_by_all(gold)
 
 
-def on_subset(run_dir: str | Path, spec: EvaluationSpec, ids: list[str]) -> pd.DataFrame:
+def on_subset(run_dir: str | Path, spec: EvaluationSpec, ids: list[str], answers: Answers | None = None) -> pd.DataFrame:
     """Each finished evaluation's exact match on the questions `ids`: the findings'
     table (best.csv's columns: one seed, the subset's size as its sample size)."""
     rows = []
-    table = evaluations(run_dir, spec)
+    answers_of = answers if answers is not None else read_all(run_dir, spec)
+    table = evaluations(run_dir, spec, answers_of)
     wanted = set(ids)
     for e, (_, row) in zip(spec.evaluations(), table.iterrows()):
         if row["state"] != "finished" or not ids:
             continue
-        answers = read_answers(Path(run_dir) / e.name / ANSWERS_FILE)
+        answers = answers_of[e.name]
         right = sum(bool(answers[q]["exact_match"]) for q in wanted if q in answers)
         rows.append(dict(arch=e.model.arch, size=e.model.size, setup=e.setup, n=len(ids), params=row["params"],
                          val_exact_match=right / len(ids), val_samples=len(ids), seeds=1, rates=1))
     return pd.DataFrame(rows)
 
 
-def findings(run_dir: str | Path, spec: EvaluationSpec, ids: list[str] | None):
+def findings(run_dir: str | Path, spec: EvaluationSpec, ids: list[str] | None, answers: Answers | None = None):
     """The claims of workloads/tasks/_hotpotqa_findings.py decided on the subset `ids`
     (each said untestable, with why, where there is none to decide them on)."""
     from workloads.tasks._hotpotqa_findings import decide, untestable
@@ -178,18 +189,20 @@ def findings(run_dir: str | Path, spec: EvaluationSpec, ids: list[str] | None):
                           spec.conditions else "the spec asks no gold-paragraph condition, which the subset is "
                           "chosen by" if ids is None else "no question is answered exactly by every model given the "
                           "gold paragraphs: the subset is empty")
-    unfinished = evaluations(run_dir, spec)
+    answers = answers if answers is not None else read_all(run_dir, spec)
+    unfinished = evaluations(run_dir, spec, answers)
     unfinished = unfinished[unfinished["state"] != "finished"][["setup", "state"]]
-    return decide(on_subset(run_dir, spec, ids), unfinished)
+    return decide(on_subset(run_dir, spec, ids, answers), unfinished)
 
 
 def report(run_dir: str | Path, spec: EvaluationSpec) -> str:
     """The run's report (Markdown), written to its report.md."""
     from workloads.tasks.hotpotqa import CONDITION_WORDS
 
-    table = evaluations(run_dir, spec)
-    ids = subset(run_dir, spec)
-    found = findings(run_dir, spec, ids)
+    answers = read_all(run_dir, spec)
+    table = evaluations(run_dir, spec, answers)
+    ids = subset(run_dir, spec, answers)
+    found = findings(run_dir, spec, ids, answers)
     lines = [f"# {spec.name}: {spec.task} with pretrained models", "",
              f"{len(spec.models)} model(s) x {len(spec.conditions)} condition(s), the validation set's first "
              f"{spec.n:,} questions each; {(table['state'] == 'finished').sum()} of {len(table)} evaluations finished.",
@@ -209,7 +222,7 @@ def report(run_dir: str | Path, spec: EvaluationSpec) -> str:
         lines.append(f"{len(ids):,} of {spec.n:,} questions are answered exactly by every model given the gold "
                      "paragraphs (the paper's 350 came from this rule)" + ("; exact match on them:" if ids else "."))
     if ids:
-        sub = on_subset(run_dir, spec, ids)
+        sub = on_subset(run_dir, spec, ids, answers)
         lines += ["",
                   "| model | " + " | ".join(CONDITION_WORDS[c] for c in spec.conditions) + " |",
                   "|---|" + "---|" * len(spec.conditions)]
