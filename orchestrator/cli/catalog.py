@@ -119,8 +119,13 @@ def models(format: ListFormat = typer.Option("table", "--format")):
 
 
 @app.command("schema")
-def schema():
+def schema(kind: str = typer.Option("sweep", "--kind", help="sweep, or evaluation: specs with `kind: evaluation`")):
     """Print the JSON schema of sweep specs (for editor completion of the YAML)."""
-    from orchestrator.spec import SweepSpec
+    if kind not in ("sweep", "evaluation"):
+        fail(f"--kind {kind!r}: the kinds of spec are sweep and evaluation")
+    if kind == "evaluation":
+        from orchestrator.spec.evaluation import EvaluationSpec as spec
+    else:
+        from orchestrator.spec import SweepSpec as spec
 
-    typer.echo(json.dumps(SweepSpec.model_json_schema(), indent=1))
+    typer.echo(json.dumps(spec.model_json_schema(), indent=1))

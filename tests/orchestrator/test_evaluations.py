@@ -208,3 +208,15 @@ def test_the_findings_are_decided_on_the_questions_every_model_answers_given_the
     assert lag.startswith(f"- **{verdict}**"), lag
     assert tracks.startswith("- **Reproduced**") and "0.829" in tracks and "0.857" in tracks, tracks
     assert "| transformer 1.4B | 0.950 (0.950) | 0.750 (0.750) |" in report  # every question asked: 380/400, 300/400
+
+
+def test_schema_prints_the_evaluation_specs_json_schema_and_names_a_bad_kind():
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    result = CliRunner().invoke(app, ["schema", "--kind", "evaluation"])
+    schema = json.loads(result.output)
+    assert {"kind", "name", "n", "conditions", "models", "eval", "resources", "storage"} <= schema["properties"].keys()
+    bad = CliRunner().invoke(app, ["schema", "--kind", "evals"])
+    assert bad.exit_code == 2 and "the kinds of spec are sweep and evaluation" in bad.output
