@@ -73,33 +73,54 @@ def _tuner_parts(spec: EvaluationSpec, resources: dict, run_dir: str):
 
 def launch(spec: EvaluationSpec, resources: dict) -> str:
     """Runs every evaluation of `spec` (Ray initialised); returns the run directory."""
-    from ray import tune
-
-    from orchestrator.tune import _fit, owner_only
+    from orchestrator.tune import _fit
 
     run_dir = spec.run_dir()
     write_spec_record(run_dir, spec.model_dump(mode="json"), resources)
-    trainable, run_config = _tuner_parts(spec, resources, run_dir)
-    configs = [e.model_dump(mode="json") for e in spec.evaluations()]
-    tune_config = tune.TuneConfig(trial_name_creator=_name, trial_dirname_creator=_name,
-                                  max_concurrent_trials=spec.resources.max_concurrent)
-    with owner_only(run_dir):
-        tuner = tune.Tuner(trainable, param_space={KEY: tune.grid_search(configs)}, tune_config=tune_config,
-                           run_config=run_config)
-    _fit(tuner, grid=True)
+    _fit(_tuner(spec, run_dir, spec.evaluations(), *_tuner_parts(spec, resources, run_dir)), grid=True)
     return run_dir
 
 
-def resume(run_dir: str, spec: EvaluationSpec, resources: dict) -> str:
+def _tuner(spec: EvaluationSpec, run_dir: str, evaluations: list[EvaluationConfig], trainable, run_config):
+    """Tune's experiment over `evaluations` in `run_dir`: a launch's, or a rebuild's."""
+    from ray import tune
+
+    from orchestrator.tune import owner_only
+
+    configs = [e.model_dump(mode="json") for e in evaluations]
+    tune_config = tune.TuneConfig(trial_name_creator=_name, trial_dirname_creator=_name,
+                                  max_concurrent_trials=spec.resources.max_concurrent)
+    with owner_only(run_dir):
+        return tune.Tuner(trainable, param_space={KEY: tune.grid_search(configs)}, tune_config=tune_config,
+                          run_config=run_config)
+
+
+def resume(run_dir: str, spec: EvaluationSpec, resources: dict, say=print) -> str:
     """Continues a stopped evaluation run: finished evaluations stay, the others ask
-    the questions their answers file lacks."""
+    the questions their answers file lacks. Where Tune's state is missing (a driver
+    killed before Tune first saved it) or cannot be restored, the run is rebuilt from
+    the spec over the evaluations whose answers are not all in: the answers files
+    are the record."""
     from ray import tune
 
     from orchestrator.tune import _fit, owner_only
 
-    trainable, _ = _tuner_parts(spec, resources, run_dir)
-    with owner_only(run_dir):
-        tuner = tune.Tuner.restore(run_dir, trainable=trainable, resume_unfinished=True, resume_errored=True)
+    trainable, run_config = _tuner_parts(spec, resources, run_dir)
+    tuner, problem = None, "Tune saved no experiment state there"
+    if tune.Tuner.can_restore(run_dir):
+        try:
+            with owner_only(run_dir):
+                tuner = tune.Tuner.restore(run_dir, trainable=trainable, resume_unfinished=True, resume_errored=True)
+        except Exception as e:  # a damaged tuner.pkl or state fails in many ways
+            problem = f"Tune cannot restore it ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+    if tuner is None:
+        answers = read_all(run_dir, spec)
+        left = [e for e in spec.evaluations() if len(answers[e.name]) < e.task.n]
+        say(f"Tune's state of {run_dir} cannot be used ({problem}); the run is rebuilt from the spec and the answers "
+            f"kept: {len(answers) - len(left)} evaluation(s) finished, {len(left)} to answer the rest")
+        if not left:
+            return run_dir
+        tuner = _tuner(spec, run_dir, left, trainable, run_config)
     _fit(tuner, grid=True)
     return run_dir
 

@@ -563,13 +563,10 @@ def _resume_evaluation(run: str, s, opts: dict, verbose: bool) -> None:
 
     def work():
         from orchestrator import evaluations, progress
-        from orchestrator import tune as sweep
         from orchestrator.stopping import ctrl_c_remembered
 
-        if not sweep.can_resume(run):
-            fail(f"{run}: Ray Tune saved no experiment state there yet; launch the spec again")
         with ctrl_c_remembered(), progress.console(verbose, driver_log(run)):
             resources = _start_ray(opts, s)
-            evaluations.resume(run, s, resources)
+            evaluations.resume(run, s, resources, say=lambda line: say(line, fg=typer.colors.YELLOW, err=True))
 
     _run_locked(run, work)

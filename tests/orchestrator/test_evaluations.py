@@ -117,6 +117,7 @@ def _counts(run_dir: Path) -> dict:
 
 @pytest.mark.slow
 def test_an_evaluation_run_stopped_killed_and_resumed_answers_every_question_once_and_reports(tmp_path, ray_temp):
+    """Ctrl-C midway, a resume killed midway with Tune's state then lost, a resume to the end."""
     ids = _questions(tmp_path, 20)
     tiny_checkpoint(tmp_path / "llama", "llama")
     tiny_checkpoint(tmp_path / "mamba", "mamba", seed=1)
@@ -150,10 +151,15 @@ def test_an_evaluation_run_stopped_killed_and_resumed_answers_every_question_onc
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     kill_leftovers(ray_temp)
+    # Tune's record of the run lost too (as a driver killed before Tune first saved it):
+    # the answers files are the record, and the run is rebuilt from the spec.
+    for state in [*run_dir.glob("experiment_state-*.json"), run_dir / "tuner.pkl"]:
+        state.unlink()
     resumed = subprocess.run(cli("resume", str(run_dir), "--no-dashboard", ray_temp=ray_temp, port=free_port()),
                              capture_output=True, text=True, timeout=600)
     console = resumed.stdout + resumed.stderr
     assert resumed.returncode == 0, console[-3000:]
+    assert "the run is rebuilt from the spec and the answers kept" in " ".join(console.split()), console[-3000:]
     for folder in sorted(run_dir.glob(f"*/{ANSWERS_FILE}")):
         lines = [json.loads(line)["id"] for line in folder.read_text().splitlines()]
         assert lines == ids, folder  # every question once, in the data set's order: none asked twice
