@@ -126,9 +126,10 @@ def run_evaluation(config: dict | EvaluationConfig, answers_dir: Path,
             stopped = True
             break
         batch = todo[start:start + config.eval.batch_size]
-        said = answers(loaded, [prompt(q, config.task.setup) for q in batch], config.task.max_answer_tokens)
-        records = [{"id": q.id, "prediction": answer_of(text), "exact_match": exact_match(answer_of(text), q.answer),
-                    "f1": f1(answer_of(text), q.answer)} for q, text in zip(batch, said)]
+        said = [answer_of(text) for text in
+                answers(loaded, [prompt(q, config.task.setup) for q in batch], config.task.max_answer_tokens)]
+        records = [{"id": q.id, "prediction": a, "exact_match": exact_match(a, q.answer), "f1": f1(a, q.answer)}
+                   for q, a in zip(batch, said)]
         _append(path, records)
         done.update((r["id"], r) for r in records)
         if report is not None and len(done) - told >= config.eval.report_every and len(done) < len(questions):
