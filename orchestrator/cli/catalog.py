@@ -82,6 +82,10 @@ def tasks(format: ListFormat = typer.Option("table", "--format")):
         return
     print_table([{**r, "setups": ", ".join(r["setups"]),
                    "parameters": ", ".join(f"{k}={v}" for k, v in r["parameters"].items())} for r in rows])
+    from workloads.tasks.hotpotqa import CONDITIONS
+
+    typer.echo(f"Evaluated, not trained (a spec of kind: evaluation, docs/specs.md): hotpotqa, pretrained models "
+               f"asked HotpotQA's validation questions under {', '.join(CONDITIONS)}")
 
 
 def _first_line(task_cls) -> str:

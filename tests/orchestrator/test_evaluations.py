@@ -226,3 +226,12 @@ def test_schema_prints_the_evaluation_specs_json_schema_and_names_a_bad_kind():
     assert {"kind", "name", "n", "conditions", "models", "eval", "resources", "storage"} <= schema["properties"].keys()
     bad = CliRunner().invoke(app, ["schema", "--kind", "evals"])
     assert bad.exit_code == 2 and "the kinds of spec are sweep and evaluation" in bad.output
+
+
+def test_tasks_names_the_evaluation_task_beside_the_trained_ones():
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    out = CliRunner().invoke(app, ["tasks"]).output
+    assert "Evaluated, not trained (a spec of kind: evaluation" in out and "hotpotqa" in out
