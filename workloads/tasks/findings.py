@@ -2,7 +2,7 @@
 run, from the report's per-cell table (best.csv), by the rules of docs/findings.md.
 
 A claim is data: a few kinds of directed comparison (`Falls`, `Improves`,
-`Repairs`, `StateDecides`), each naming the architectures it compares, the cells,
+`Repairs`, `StateDecides`, `Leads`), each naming the architectures it compares, the cells,
 its statistic, threshold and direction (a task's module lists its claims:
 `workloads/tasks/_istree_findings.py`). The engine expands each into comparisons
 between models of equal size (parameter counts within 1.2x) and decides each:
