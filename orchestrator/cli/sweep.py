@@ -514,9 +514,6 @@ def resume(
         fail(f"{run_dir}: cannot be read ({e})")
     if s is None:
         fail(f"{run_dir} is not a sweep run directory (no {spec_location(run_dir).rsplit('/', 1)[-1]}, which launch writes)")
-    if getattr(s, "kind", None) == "evaluation":
-        return _resume_evaluation(run, s, _ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus,
-                                                       dashboard), verbose)
     masked = [field for field in masked_secrets(s.model_dump(mode="json")) if field != "storage"]  # resume: RUN_DIR's
     if masked:
         fail(f"{run_dir}: the secret in {', '.join(masked)} is kept in {SECRETS_FILE}, which cannot be read here "
@@ -529,8 +526,10 @@ def resume(
     if blocked:  # the driver would stop at its first write there, and every resume again
         fail("; ".join(blocked[:5]) + (f"; and {len(blocked) - 5} more" if len(blocked) > 5 else "")
              + ". Move each away (a trial's results are restored from its checkpoints), then resume")
-    _check_trackers(s, run)
     opts = _ray_options(address, temp_dir, dashboard_host, dashboard_port, num_cpus, dashboard)
+    if getattr(s, "kind", None) == "evaluation":
+        return _resume_evaluation(run, s, opts, verbose)
+    _check_trackers(s, run)
 
     def work():
         from orchestrator import progress, tune as sweep
@@ -553,13 +552,7 @@ def resume(
 
 def _resume_evaluation(run: str, s, opts: dict, verbose: bool) -> None:
     """`resume` of an evaluation run: finished evaluations stay; the others ask only
-    the questions their answers file lacks."""
-    from orchestrator.rundir import RunDirError, check_storage
-
-    try:
-        check_storage(run, flag="place: copy the run directory somewhere writable and resume the copy")
-    except RunDirError as e:
-        fail(str(e))
+    the questions their answers file lacks (the run directory checked as a sweep's)."""
 
     def work():
         from orchestrator import evaluations, progress
