@@ -188,14 +188,14 @@ def on_subset(run_dir: str | Path, spec: EvaluationSpec, ids: list[str], answers
     table (best.csv's columns: one seed, the subset's size as its sample size)."""
     rows = []
     answers_of = answers if answers is not None else read_all(run_dir, spec)
-    table = evaluations(run_dir, spec, answers_of)
     wanted = set(ids)
-    for e, (_, row) in zip(spec.evaluations(), table.iterrows()):
-        if row["state"] != "finished" or not ids:
-            continue
+    for e in spec.evaluations():
         answers = answers_of[e.name]
+        if len(answers) < e.task.n or not ids:  # not finished (evaluations' state)
+            continue
         right = sum(bool(answers[q]["exact_match"]) for q in wanted if q in answers)
-        rows.append(dict(arch=e.model.arch, size=e.model.size, setup=e.setup, n=len(ids), params=row["params"],
+        rows.append(dict(arch=e.model.arch, size=e.model.size, setup=e.setup, n=len(ids),
+                         params=model_params(Path(run_dir) / e.name),
                          val_exact_match=right / len(ids), val_samples=len(ids), seeds=1, rates=1))
     return pd.DataFrame(rows)
 
